@@ -1,0 +1,26 @@
+"""arrayrope: positional encodings for attention models, written once against the Array API.
+
+The pipeline reads top to bottom: frequencies (host, float64) -> cos/sin tables
+(on the input's device) -> application to queries and keys; the encodings are
+built on these stages. Importing arrayrope imports no optional backend.
+"""
+
+from .frequencies import RopeFrequencies, rope_frequencies
+from .tables import rope_tables
+from .rotary import apply_rotary, permute_rotary_rows, to_half, to_interleaved
+from .embedding import RotaryEmbedding
+from .sinusoidal import sinusoidal_embedding
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "RopeFrequencies",
+    "rope_frequencies",
+    "rope_tables",
+    "apply_rotary",
+    "to_half",
+    "to_interleaved",
+    "permute_rotary_rows",
+    "RotaryEmbedding",
+    "sinusoidal_embedding",
+]

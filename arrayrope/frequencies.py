@@ -1,0 +1,136 @@
+"""Rotary frequencies: the first stage, computed once on the host in float64."""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import _checks, scaling as _scaling
+
+__all__ = ["RopeFrequencies", "rope_frequencies"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RopeFrequencies:
+    """Inverse frequencies of a rotary encoding and what they were made from.
+
+    Attributes
+    ----------
+    inv_freq : numpy.ndarray
+        float64, shape ``(rotary_dim // 2,)``, read-only: pair ``i`` rotates by
+        ``position * inv_freq[i]`` radians.
+    head_dim : int
+        Features per head.
+    rotary_dim : int
+        Leading features of each head that rotate; the rest pass through.
+    attention_factor : float
+        Factor the rope type applies to cos and sin (1.0 without scaling).
+    base : float
+        The base (``rope_theta``) the frequencies were computed from.
+    rope_type : str
+        ``"default"`` or the scaling's rope type.
+    """
+
+    inv_freq: np.ndarray
+    head_dim: int
+    rotary_dim: int
+    attention_factor: float = 1.0
+    base: float = 10000.0
+    rope_type: str = "default"
+
+    def __post_init__(self) -> None:
+        inv = np.array(self.inv_freq, dtype=np.float64)
+        if inv.shape != (self.rotary_dim // 2,):
+            raise ValueError(
+                f"inv_freq must have shape ({self.rotary_dim // 2},) for rotary_dim={self.rotary_dim}, got {inv.shape}"
+            )
+        if not np.all(np.isfinite(inv)):
+            raise ValueError("inv_freq must be finite")
+        inv.flags.writeable = False
+        object.__setattr__(self, "inv_freq", inv)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RopeFrequencies):
+            return NotImplemented
+        return (
+            (self.head_dim, self.rotary_dim, self.attention_factor, self.base, self.rope_type)
+            == (other.head_dim, other.rotary_dim, other.attention_factor, other.base, other.rope_type)
+            and np.array_equal(self.inv_freq, other.inv_freq)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def rope_frequencies(
+    head_dim: int,
+    *,
+    base: float = 10000.0,
+    rotary_dim: int | None = None,
+    partial_rotary_factor: float | None = None,
+    scaling: Mapping[str, Any] | None = None,
+    max_position_embeddings: int | None = None,
+    seq_len: int | None = None,
+) -> RopeFrequencies:
+    """Inverse frequencies ``base ** (-2i / rotary_dim)``, ``i < rotary_dim / 2``, in float64.
+
+    Parameters
+    ----------
+    head_dim : int
+        Features per attention head (even, positive).
+    base : float
+        The rotary base (``rope_theta``), > 0.
+    rotary_dim : int, optional
+        Leading features of each head that rotate (even, <= head_dim). Default: all.
+    partial_rotary_factor : float, optional
+        Alternative to ``rotary_dim``: ``rotary_dim = int(head_dim * partial_rotary_factor)``,
+        as Hugging Face configs give it.
+    scaling : dict, optional
+        A Hugging Face ``rope_scaling`` / ``rope_parameters`` dict (see :mod:`arrayrope.scaling`).
+    max_position_embeddings, seq_len : int, optional
+        Context lengths the sequence-dependent rope types need.
+
+    Returns
+    -------
+    RopeFrequencies
+
+    Examples
+    --------
+    >>> import arrayrope
+    >>> f = arrayrope.rope_frequencies(8, base=10000.0)
+    >>> f.inv_freq.tolist()
+    [1.0, 0.1, 0.01, 0.001]
+    >>> arrayrope.rope_frequencies(64, partial_rotary_factor=0.5).rotary_dim
+    32
+    """
+    head_dim = _checks.positive_int(head_dim, "head_dim", even=True)
+    base = _checks.positive_real(base, "base")
+    if partial_rotary_factor is not None:
+        if rotary_dim is not None:
+            raise ValueError("pass rotary_dim or partial_rotary_factor, not both")
+        if isinstance(partial_rotary_factor, bool) or not isinstance(partial_rotary_factor, numbers.Real):
+            raise TypeError(f"partial_rotary_factor must be a number in (0, 1], got {partial_rotary_factor!r}")
+        if not 0 < partial_rotary_factor <= 1:
+            raise ValueError(f"partial_rotary_factor must be in (0, 1], got {partial_rotary_factor}")
+        rotary_dim = int(head_dim * partial_rotary_factor)
+        if rotary_dim < 2 or rotary_dim % 2:
+            raise ValueError(
+                f"partial_rotary_factor={partial_rotary_factor} gives rotary_dim={rotary_dim} for "
+                f"head_dim={head_dim}; it must be even and >= 2"
+            )
+    rotary = _checks.rotary_dim(rotary_dim, head_dim)
+    inv_freq = base ** (-np.arange(0, rotary, 2, dtype=np.float64) / rotary)
+    if scaling is None:
+        return RopeFrequencies(inv_freq, head_dim, rotary, 1.0, base, "default")
+    rope_type, inv_freq, attention_factor = _scaling.scale(
+        scaling,
+        inv_freq=inv_freq,
+        base=base,
+        head_dim=head_dim,
+        rotary_dim=rotary,
+        max_position_embeddings=max_position_embeddings,
+        seq_len=seq_len,
+    )
+    return RopeFrequencies(inv_freq, head_dim, rotary, float(attention_factor), base, rope_type)

@@ -1,0 +1,57 @@
+"""Sinusoidal absolute position embeddings (Vaswani et al.), built on the rotary tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _checks, _xp
+from .frequencies import rope_frequencies
+from .tables import rope_tables
+
+__all__ = ["sinusoidal_embedding"]
+
+
+def sinusoidal_embedding(
+    positions: Any,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+    xp: Any = None,
+    dtype: Any = None,
+    device: Any = None,
+) -> Any:
+    """Sinusoidal embedding ``sin/cos(pos / base ** (2i / dim))``, shape ``positions.shape + (dim,)``.
+
+    Parameters
+    ----------
+    positions : int or array
+        A count ``n`` (positions ``0..n-1``) or an array of integer or real positions.
+    dim : int
+        Embedding width (even).
+    base : float
+        Wavelength base, 10000 in the Transformer paper.
+    layout : {"interleaved", "concat"}
+        ``"interleaved"``: sin on even features, cos on odd ones (the paper);
+        ``"concat"``: all sines, then all cosines (tensor2tensor, many vision models).
+    xp, dtype, device
+        As for :func:`rope_tables` (float64 angles where available; default dtype float32).
+
+    Examples
+    --------
+    >>> import numpy as np, arrayrope
+    >>> pe = arrayrope.sinusoidal_embedding(2, 4)
+    >>> bool(np.allclose(pe[1], [np.sin(1), np.cos(1), np.sin(0.01), np.cos(0.01)]))
+    True
+    """
+    dim = _checks.positive_int(dim, "dim")
+    if dim % 2:
+        raise ValueError(f"dim must be even (sin and cos come in pairs), got {dim}")
+    _checks.choice(layout, "layout", ("interleaved", "concat"))
+    freqs = rope_frequencies(dim, base=base)
+    cos, sin = rope_tables(freqs, positions, xp=xp, dtype=dtype, device=device)
+    ns = _xp.namespace(cos)
+    if layout == "concat":
+        return ns.concat([sin, cos], axis=-1)
+    lead = tuple(cos.shape[:-1])
+    return ns.reshape(ns.stack([sin, cos], axis=-1), lead + (dim,))

@@ -1,0 +1,68 @@
+"""Shared oracles and checks for the test suite (independent of the code under test)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from arrayrope.testing import assert_close, to_numpy
+import array_api_compat
+
+
+def check_like(out, backend, dtype: str, shape: tuple) -> None:
+    """``out`` is an array of ``backend``'s namespace and device, with this dtype and shape."""
+    assert array_api_compat.array_namespace(out) is backend.xp or backend.name.startswith("jax") or backend.name.startswith("array_api_strict"), type(out)
+    assert type(out).__module__.split(".")[0] == type(backend.asarray(np.zeros(1))).__module__.split(".")[0]
+    assert tuple(out.shape) == tuple(shape), (tuple(out.shape), shape)
+    assert str(out.dtype).split(".")[-1] == dtype, (out.dtype, dtype)
+    dev = array_api_compat.device(out)
+    assert dev is None or dev == backend.device, (dev, backend.device)
+
+
+def xp_assert_close(out, desired, backend, dtype: str, *, rtol=None, atol=None) -> None:
+    """Namespace, device, dtype and shape checks, then values against a NumPy oracle."""
+    check_like(out, backend, dtype, np.shape(desired))
+    assert_close(out, desired, rtol=rtol, atol=atol)
+
+
+def rotation_matrix(angles: np.ndarray, layout: str, head_dim: int) -> np.ndarray:
+    """The explicit block-diagonal rotation R (head_dim x head_dim) for one position, float64.
+
+    Pair i rotates by angles[i]; its two features are (2i, 2i+1) when interleaved and
+    (i, i + r/2) when half-split; features past r = 2 * len(angles) are left alone.
+    """
+    r = 2 * len(angles)
+    R = np.eye(head_dim)
+    for i, a in enumerate(angles):
+        p, q = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + r // 2)
+        R[p, p], R[p, q] = np.cos(a), -np.sin(a)
+        R[q, p], R[q, q] = np.sin(a), np.cos(a)
+    return R
+
+
+def rope_by_matrix(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray, layout: str) -> np.ndarray:
+    """RoPE of x (..., S, D) at positions (S,) by explicit matrices, float64."""
+    x = np.asarray(x, dtype=np.float64)
+    out = np.empty_like(x)
+    for s, p in enumerate(np.asarray(positions, dtype=np.float64)):
+        R = rotation_matrix(p * inv_freq, layout, x.shape[-1])
+        out[..., s, :] = x[..., s, :] @ R.T
+    return out
+
+
+def rope_by_complex(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray) -> np.ndarray:
+    """Interleaved RoPE as complex multiplication x * e^{i m theta} (the RoFormer form), float64."""
+    x = np.asarray(x, dtype=np.float64)
+    r = 2 * len(inv_freq)
+    z = x[..., :r:2] + 1j * x[..., 1:r:2]
+    z = z * np.exp(1j * np.asarray(positions, dtype=np.float64)[:, None] * inv_freq)
+    out = x.copy()
+    out[..., :r:2], out[..., 1:r:2] = z.real, z.imag
+    return out
+
+
+def inv_freq_formula(rotary_dim: int, base: float) -> np.ndarray:
+    return np.array([base ** (-(2.0 * i) / rotary_dim) for i in range(rotary_dim // 2)])
+
+
+__all__ = ["check_like", "xp_assert_close", "rotation_matrix", "rope_by_matrix", "rope_by_complex",
+           "inv_freq_formula", "to_numpy"]
