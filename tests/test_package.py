@@ -1,0 +1,49 @@
+import doctest
+import importlib
+import pkgutil
+import subprocess
+import sys
+
+import pytest
+
+import arrayrope
+
+OPTIONAL = ("torch", "jax", "dask", "cupy", "onnx", "onnxruntime", "array_api_strict", "matplotlib")
+
+
+def test_import_loads_no_optional_backend():
+    code = (
+        "import sys, arrayrope, arrayrope.testing\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {OPTIONAL!r}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+
+
+def test_export_is_a_subpackage_only():
+    import arrayrope.export
+
+    assert arrayrope.export.__name__ == "arrayrope.export"
+    assert importlib.util.find_spec("export") is None or "arrayrope" not in str(importlib.util.find_spec("export").origin)
+
+
+def _modules():
+    yield arrayrope
+    for info in pkgutil.walk_packages(arrayrope.__path__, "arrayrope."):
+        if info.name.endswith("__main__"):
+            continue
+        yield importlib.import_module(info.name)
+
+
+@pytest.mark.parametrize("module", list(_modules()), ids=lambda m: m.__name__)
+def test_docstring_examples_run(module):
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
+    assert result.failed == 0
+
+
+def test_cli_demo_runs_and_agrees():
+    out = subprocess.run(
+        [sys.executable, "-m", "arrayrope", "demo", "--backends", "numpy"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "numpy" in out.stdout and "float32" in out.stdout
