@@ -63,8 +63,8 @@ class ParityReport:
         skipped = self.skipped + tuple(s for s in other.skipped if s not in self.skipped)
         return ParityReport(self.rows + other.rows, skipped)
 
-    def format(self, *, header: bool = True) -> str:
-        """The table as text (what ``str(report)`` gives); ``header=False`` leaves out the column titles."""
+    def format(self, *, header: bool = True, skipped: bool = True) -> str:
+        """The table as text (what ``str(report)`` gives), with or without column titles and skips."""
         with_case = any(r.case for r in self.rows)
         cols = (["case"] if with_case else []) + ["backend", "device", "dtype", "max abs err", "max rel err", "tolerance", "ok"]
         lines = []
@@ -82,10 +82,10 @@ class ParityReport:
         widths = [max([len(c)] + [len(cells[i]) for cells in lines]) for i, c in enumerate(cols)]
         widths[-1] = 0
         text = []
-        if header:
+        if header and lines:
             text.append(_line(cols, widths))
         text.extend(_line(cells, widths) for cells in lines)
-        for what, reason in self.skipped:
+        for what, reason in self.skipped if skipped else ():
             text.append(f"skipped {what}: {reason}")
         return "\n".join(text)
 
