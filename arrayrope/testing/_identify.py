@@ -182,10 +182,7 @@ def identify_rope(
 
     layout, pairs = _layout(M, r, d, tol)
     if layout is None:
-        k = int(np.argmax(np.max(np.abs(M[:, :, 0] - eye[:, 0]), axis=0)[1:])) + 1
-        return found.none(
-            f"feature 0 mixes with feature {k}: neither half-split (with {r // 2}) nor interleaved (with 1) pairing"
-        )
+        return found.none(_mixing(M, r, tol))
     found.layout = layout
 
     p_idx, q_idx = pairs[:, 0], pairs[:, 1]
@@ -288,6 +285,20 @@ def _layout(M: np.ndarray, r: int, d: int, tol: float) -> tuple[str | None, np.n
     return None, None
 
 
+def _mixing(M: np.ndarray, r: int, tol: float) -> str:
+    """Say which feature mixes with which others, against both pairings."""
+    mixes = np.max(np.abs(M), axis=0) > tol
+    for j in range(r):
+        others = [k for k in np.flatnonzero(mixes[:, j]).tolist() if k != j]
+        half, inter = (j + r // 2) % r, j ^ 1
+        if others not in ([half], [inter]):
+            return (
+                f"feature {j} mixes with features {others}: the pairs are neither half-split "
+                f"({j} with {half}) nor interleaved ({j} with {inter})"
+            )
+    return "the features pair up as neither half-split nor interleaved"
+
+
 def _wrap(a: np.ndarray) -> np.ndarray:
     return (a + np.pi) % (2 * np.pi) - np.pi
 
@@ -352,7 +363,7 @@ def _candidates(omega: np.ndarray, r: int, d: int, g: float):
     i = np.arange(r // 2)
     base, factor = _fit(omega, r)
     if math.isfinite(base):
-        for rel in (1e-9, 1e-7, 1e-5, 1e-4):
+        for rel in (1e-4, 1e-5, 1e-7, 1e-9):  # the roundest value that fits first
             nice = _snap(base, rel)
             if abs(factor - 1) <= 1e-6:
                 yield nice, None, 1.0
@@ -371,6 +382,8 @@ def _candidates(omega: np.ndarray, r: int, d: int, g: float):
         for f in factors:
             for L0 in _ORIGINAL_LENGTHS:
                 scaling = {"rope_type": rope_type, "factor": f, "original_max_position_embeddings": L0}
+                if rope_type == "llama3":  # the values Llama 3.1 and 3.2 ship with
+                    scaling.update(low_freq_factor=1.0, high_freq_factor=4.0)
                 try:
                     freqs = rope_frequencies(d, base=base, rotary_dim=r, scaling=scaling,
                                              max_position_embeddings=int(L0 * f))
