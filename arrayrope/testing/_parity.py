@@ -305,7 +305,7 @@ def _row(fn, args, b: Backend, dtype: str, ref: list[np.ndarray], rtol, atol, ch
     for i, (o, r) in enumerate(zip(out, ref)):
         which = f"output {i} " if len(out) > 1 else ""
         if not compat.is_array_api_obj(o) or _library(o) != lib:
-            return fail(f"{which}is a {_library(o)} {type(o).__name__}, expected a {lib} array")
+            return fail(f"{which}is a {_library(o)} {type(o).__name__}, expected an array of {lib}")
         dev = compat.device(o)
         if dev is not None and str(dev) != str(b.device):
             return fail(f"{which}is on device {dev}, expected {b.device_label}")
