@@ -26,7 +26,7 @@ def split(value: str | None) -> list[str] | None:
     return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
 
 
-def run_cases(cases: Iterable[Any], *, backends: Any = None, dtypes: Any = None, out: TextIO = sys.stdout) -> Any:
+def run_cases(cases: Iterable[Any], *, backends: Any = None, dtypes: Any = None, out: TextIO | None = None) -> Any:
     """Run each case, printing its table as soon as it is done; the combined report.
 
     A case is a :class:`~arrayrope.testing.ParityCase` or a callable returning a
@@ -34,6 +34,7 @@ def run_cases(cases: Iterable[Any], *, backends: Any = None, dtypes: Any = None,
     """
     from arrayrope.testing import ParityReport
 
+    out = out or sys.stdout
     cases = list(cases)
     total = ParityReport()
     for i, case in enumerate(cases, 1):
@@ -53,7 +54,8 @@ def run_cases(cases: Iterable[Any], *, backends: Any = None, dtypes: Any = None,
     return total
 
 
-def print_skipped(report: Any, out: TextIO = sys.stdout) -> None:
+def print_skipped(report: Any, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
     for what, reason in report.skipped:
         print(f"not run here: {what}: {reason.split(': ', 1)[-1]}", file=out)
 
