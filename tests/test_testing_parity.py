@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import arrayrope
-from arrayrope.testing import ParityReport, ParityRow, check_parity
+from arrayrope.testing import ParityCase, ParityReport, ParityRow, check_parity
 from arrayrope.testing import _backends
 from helpers import inv_freq_formula, rope_by_matrix
 
@@ -175,3 +175,17 @@ def test_any_shift_is_caught_and_no_shift_passes(layout, shift, base, dtype):
     fn = generic_rope(base=base, layout=layout, shift=shift)
     report = check_parity(fn, X, POSITIONS, backends=["numpy"], dtypes=[dtype], reference=ref)
     assert report.ok == (shift == 0), report
+
+
+def test_default_device_index_counts_as_the_same_device():
+    from arrayrope.testing._parity import _same_device
+
+    assert _same_device("cuda:0", "cuda") and _same_device("cpu", "cpu")
+    assert not _same_device("cuda:1", "cuda") and not _same_device("cpu", "cuda")
+
+
+def test_case_run_in_dtypes_it_does_not_have_runs_nothing():
+    case = ParityCase("float32 only", lambda x: x, (X,), dtypes=("float32",))
+    assert case.run(backends=["numpy"], dtypes=["float64"]).rows == ()
+    (row,) = case.run(backends=["numpy"], dtypes=["float32", "float64"]).rows
+    assert (row.case, row.dtype, row.ok) == ("float32 only", "float32", True)
