@@ -118,10 +118,20 @@ def test_plugin_serves_a_downstream_suite_through_its_entry_point(tmp_path):
             x = backend.asarray([1.0, 2.0], dtype="float32")
             assert float(xp.sum(x)) == 3.0
     """))
+    (tmp_path / "test_own_fixture.py").write_text(textwrap.dedent("""
+        import pytest
+
+        @pytest.fixture
+        def backend():
+            return "the suite's own"
+
+        def test_own_backend_fixture_is_left_alone(backend):
+            assert backend == "the suite's own"
+    """))
     env = {"ARRAYROPE_BACKENDS": "numpy,array_api_strict", "PATH": "/usr/bin:/bin"}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", str(tmp_path)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "3 passed" in done.stdout, done.stdout
+    assert "4 passed" in done.stdout, done.stdout

@@ -38,9 +38,16 @@ def backend_params() -> list:
 
 
 def pytest_generate_tests(metafunc: Any) -> None:
-    if "backend" in metafunc.fixturenames:
-        if not any("backend" in _argnames(m) for m in metafunc.definition.iter_markers("parametrize")):
-            metafunc.parametrize("backend", backend_params(), indirect=True)
+    if "backend" not in metafunc.fixturenames or not _ours(metafunc):
+        return
+    if not any("backend" in _argnames(m) for m in metafunc.definition.iter_markers("parametrize")):
+        metafunc.parametrize("backend", backend_params(), indirect=True)
+
+
+def _ours(metafunc: Any) -> bool:
+    """Whether ``backend`` resolves to this plugin's fixture, not to a suite's own of that name."""
+    defs = getattr(metafunc, "_arg2fixturedefs", {}).get("backend")
+    return not defs or getattr(defs[-1].func, "__module__", __name__) == __name__
 
 
 def _argnames(mark: Any) -> list[str]:
