@@ -1,35 +1,22 @@
-"""The ``backend`` / ``xp`` fixtures: every test that takes them runs on every installed backend.
+"""Suite-wide settings. The ``backend`` / ``xp`` fixtures come from arrayrope's pytest plugin.
 
-Backends come from :func:`arrayrope.testing.backends` (capabilities declared once there);
-``ARRAYROPE_BACKENDS=numpy,torch`` narrows the set. A missing library is a skipped
-parameter with the reason, so the test report shows what did not run.
+The plugin (:mod:`arrayrope.testing.pytest_plugin`, entry point ``pytest11``) runs
+every test that takes them on every installed backend; ``ARRAYROPE_BACKENDS=numpy,torch``
+narrows the set, and a missing library is a skipped parameter with the reason.
 """
 
 from __future__ import annotations
 
 import os
 
-import pytest
 from hypothesis import settings
-
-from arrayrope.testing import backends
 
 settings.register_profile("ci", max_examples=30, deadline=None, derandomize=True)
 settings.register_profile("dev", max_examples=60, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-_FOUND, _MISSING = backends(with_reasons=True)
-_PARAMS = [pytest.param(b, id=b.name) for b in _FOUND] + [
-    pytest.param(None, id=name, marks=pytest.mark.skip(reason=reason)) for name, reason in _MISSING.items()
-]
 
-
-@pytest.fixture(params=_PARAMS)
-def backend(request):
-    """One :class:`arrayrope.testing.Backend` (library, namespace, device, dtypes)."""
-    return request.param
-
-
-@pytest.fixture
-def xp(backend):
-    return backend.xp
+def pytest_configure(config):
+    # Installed arrayrope registers the plugin itself; a checkout whose metadata predates it loads it here.
+    if not config.pluginmanager.has_plugin("arrayrope"):
+        config.pluginmanager.import_plugin("arrayrope.testing.pytest_plugin")

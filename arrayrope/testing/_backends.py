@@ -156,10 +156,12 @@ def backends(names: Any = None, *, with_reasons: bool = False) -> Any:
     Parameters
     ----------
     names : iterable of str, optional
-        Library names to consider (see ``KNOWN_BACKENDS``). Default: the
-        comma-separated ``ARRAYROPE_BACKENDS`` environment variable, else all.
+        Library names (see ``KNOWN_BACKENDS``: all of that library's devices) or
+        names of single backends such as ``"torch-cuda"`` or
+        ``"array_api_strict-no_float64"``. Default: the comma-separated
+        ``ARRAYROPE_BACKENDS`` environment variable, else all libraries.
     with_reasons : bool
-        Also return ``{library: reason}`` for the libraries that are missing.
+        Also return ``{name: reason}`` for the requested names that are not available.
 
     Examples
     --------
@@ -170,15 +172,39 @@ def backends(names: Any = None, *, with_reasons: bool = False) -> Any:
     if names is None:
         env = os.environ.get(ENV_VAR, "").strip()
         names = [n.strip() for n in env.split(",") if n.strip()] if env else list(KNOWN_BACKENDS)
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
     names = list(names)
-    unknown = [n for n in names if n not in KNOWN_BACKENDS]
+    unknown = [n for n in names if _library_of(n) is None]
     if unknown:
-        raise ValueError(f"unknown backend(s) {unknown}; known: {list(KNOWN_BACKENDS)}")
+        raise ValueError(
+            f"unknown backend(s) {unknown}; known: {list(KNOWN_BACKENDS)} "
+            f"or one device of them: {list(_VARIANTS)}"
+        )
     found: list[Backend] = []
     missing: dict[str, str] = {}
     for name in names:
-        got, reason = _probe(name)
-        found.extend(got)
+        got, reason = _probe(_library_of(name))
+        if name not in KNOWN_BACKENDS:
+            got = [b for b in got if b.name == name]
+            if not got and not reason:
+                reason = f"{name} unavailable: {_VARIANTS[name]}"
+        found.extend(b for b in got if b not in found)
         if reason:
             missing[name] = reason
     return (found, missing) if with_reasons else found
+
+
+# single-device backends and why they may be missing although their library is installed
+_VARIANTS = {
+    "torch-cuda": "no CUDA device for PyTorch",
+    "array_api_strict-no_float64": "array_api_strict has no no_float64 device",
+}
+
+
+def _library_of(name: Any) -> str | None:
+    if name in KNOWN_BACKENDS:
+        return name
+    if name in _VARIANTS:
+        return name.split("-")[0]
+    return None

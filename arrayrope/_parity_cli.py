@@ -1,0 +1,84 @@
+"""``arrayrope parity``: the built-in encodings through ``check_parity`` on the installed backends."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from typing import Any, Iterable, TextIO
+
+HELP = "run the built-in encodings on every installed backend and dtype against float64 NumPy formulas"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backends",
+        default=None,
+        help="comma-separated backends, e.g. numpy,torch,torch-cuda (default: ARRAYROPE_BACKENDS or all installed)",
+    )
+    parser.add_argument(
+        "--dtypes", default=None, help="comma-separated dtypes among float32,float64,float16,bfloat16 (default: all)"
+    )
+
+
+def split(value: str | None) -> list[str] | None:
+    return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
+
+
+def run_cases(cases: Iterable[Any], *, backends: Any = None, dtypes: Any = None, out: TextIO | None = None) -> Any:
+    """Run each case, printing its table as soon as it is done; the combined report.
+
+    A case is a :class:`~arrayrope.testing.ParityCase` or a callable returning a
+    :class:`~arrayrope.testing.ParityReport` (given ``backends`` and ``dtypes``).
+    """
+    from arrayrope.testing import ParityReport
+
+    out = out or sys.stdout
+    cases = list(cases)
+    total = ParityReport()
+    for i, case in enumerate(cases, 1):
+        name = getattr(case, "name", None) or getattr(case, "__name__", "case")
+        print(f"[{i}/{len(cases)}] {name}", file=out, flush=True)
+        t0 = time.perf_counter()
+        if hasattr(case, "run"):
+            report = case.run(backends=backends, dtypes=dtypes)
+        else:
+            report = case(backends=backends, dtypes=dtypes)
+        plain = type(report)(tuple(dataclasses.replace(r, case="") for r in report.rows), report.skipped)
+        table = plain.format(skipped=False)
+        if table:
+            print("\n".join("    " + line for line in table.splitlines()), file=out)
+        print(f"    ({time.perf_counter() - t0:.1f} s)", file=out, flush=True)
+        total = total + report
+    return total
+
+
+def print_skipped(report: Any, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    for what, reason in report.skipped:
+        print(f"not run here: {what}: {reason.split(': ', 1)[-1]}", file=out)
+
+
+def run(args: argparse.Namespace) -> int:
+    from arrayrope.testing import backends as available
+    from arrayrope.testing._cases import builtin_cases
+    from arrayrope.testing._parity import _dtypes
+
+    names, dtypes = split(args.backends), split(args.dtypes)
+    try:
+        if names is not None:
+            available(names)  # unknown names: the error lists the known ones
+        if dtypes is not None:
+            _dtypes(dtypes)
+    except ValueError as exc:
+        print(f"arrayrope parity: error: {exc}", file=sys.stderr)
+        return 2
+    report = run_cases(builtin_cases(), backends=names, dtypes=dtypes)
+    print_skipped(report)
+    failed = report.failures
+    if not report.rows:
+        print("no row ran: none of the requested backends and dtypes is available here")
+        return 1
+    print(f"{len(report.rows) - len(failed)} of {len(report.rows)} rows agree with the float64 references")
+    return 1 if failed else 0

@@ -1,0 +1,100 @@
+"""The built-in encodings as parity cases, each with an independent float64 NumPy oracle.
+
+The oracles are written from the published formulas (rotate_half, the complex form,
+the Transformer's sinusoids), not with arrayrope's code, so ``arrayrope parity``
+checks the library against the definitions and not only against itself.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._parity import ParityCase
+
+__all__ = ["builtin_cases"]
+
+
+def _inv_freq(rotary_dim: int, base: float = 10000.0) -> np.ndarray:
+    return base ** (-np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
+
+
+def _rope_half(x: np.ndarray, positions: np.ndarray, base: float = 10000.0) -> np.ndarray:
+    """``x * cos + rotate_half(x) * sin`` (GPT-NeoX / Llama), positions broadcast over ``x[..., :, :]``."""
+    d = x.shape[-1]
+    ang = np.asarray(positions, dtype=np.float64)[..., None] * _inv_freq(d, base)
+    cos = np.concatenate([np.cos(ang)] * 2, axis=-1)
+    sin = np.concatenate([np.sin(ang)] * 2, axis=-1)
+    rotated = np.concatenate([-x[..., d // 2 :], x[..., : d // 2]], axis=-1)
+    return x * cos + rotated * sin
+
+
+def _rope_complex(x: np.ndarray, positions: np.ndarray, rotary_dim: int, base: float = 10000.0) -> np.ndarray:
+    """Interleaved pairs as complex numbers times ``exp(i * position * theta)`` (RoFormer, Meta's freqs_cis)."""
+    z = x[..., :rotary_dim:2] + 1j * x[..., 1:rotary_dim:2]
+    z = z * np.exp(1j * np.asarray(positions, dtype=np.float64)[:, None] * _inv_freq(rotary_dim, base))
+    out = x.copy()
+    out[..., :rotary_dim:2], out[..., 1:rotary_dim:2] = z.real, z.imag
+    return out
+
+
+def _sinusoid(positions: np.ndarray, dim: int) -> np.ndarray:
+    """Vaswani et al.: ``PE[p, 2i] = sin(p / 10000^(2i/dim))``, ``PE[p, 2i+1] = cos(...)``."""
+    ang = np.asarray(positions, dtype=np.float64)[:, None] * _inv_freq(dim)
+    pe = np.empty((len(positions), dim))
+    pe[:, 0::2], pe[:, 1::2] = np.sin(ang), np.cos(ang)
+    return pe
+
+
+def builtin_cases(*, seed: int = 0) -> list[ParityCase]:
+    """The cases ``arrayrope parity`` and ``arrayrope demo`` run (small shapes: seconds in all)."""
+    import arrayrope
+
+    rng = np.random.default_rng(seed)
+    cases = []
+
+    rope = arrayrope.RotaryEmbedding(128)
+    x = rng.standard_normal((1, 4, 256, 128))
+    cases.append(
+        ParityCase(
+            "RoPE half-split, positions 4000..4255",
+            lambda x: rope(x, offset=4000),
+            (x,),
+            reference=lambda x: _rope_half(x, np.arange(4000, 4256)),
+        )
+    )
+
+    partial = arrayrope.RotaryEmbedding(128, rotary_dim=64, layout="interleaved")
+    x = rng.standard_normal((2, 2, 64, 128))
+    pos = np.sort(rng.integers(0, 1 << 20, size=64)).astype(np.int64)
+    cases.append(
+        ParityCase(
+            "RoPE interleaved, rotary_dim 64/128, positions up to 2^20",
+            lambda x, p: partial(x, positions=p),
+            (x, pos),
+            reference=lambda x, p: _rope_complex(x, p, 64),
+        )
+    )
+
+    decode = arrayrope.RotaryEmbedding(64)
+    q = rng.standard_normal((3, 8, 1, 64))
+    k = rng.standard_normal((3, 2, 1, 64))
+    offsets = np.array([5, 1000, 70000], dtype=np.int64)
+    cases.append(
+        ParityCase(
+            "RoPE decode step, q and k, one offset per batch row",
+            lambda q, k, o: decode(q, k, offset=o),
+            (q, k, offsets),
+            reference=lambda q, k, o: (_rope_half(q, o[:, None, None]), _rope_half(k, o[:, None, None])),
+        )
+    )
+
+    emb = rng.standard_normal((512, 64))
+    cases.append(
+        ParityCase(
+            "token embeddings + sinusoidal embedding",
+            lambda e, p: e + arrayrope.sinusoidal_embedding(p, 64, dtype=e.dtype),
+            (emb, np.arange(512, dtype=np.int64)),
+            reference=lambda e, p: e + _sinusoid(p, 64),
+        )
+    )
+    return cases

@@ -1,0 +1,348 @@
+"""``check_parity``: one function, every backend and dtype, one float64 NumPy reference."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Iterable, Sequence
+
+import array_api_compat as compat
+import numpy as np
+
+from ._backends import Backend, backends as _available, to_numpy
+from ._compare import default_tolerance
+
+__all__ = ["ParityRow", "ParityReport", "ParityCase", "check_parity", "DTYPES"]
+
+DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+@dataclasses.dataclass(frozen=True)
+class ParityRow:
+    """One backend, device and dtype compared with the reference.
+
+    ``max_rel_error`` is the largest absolute error divided by the largest absolute
+    reference value (elementwise relative errors are meaningless where the reference
+    crosses zero); ``ok`` means ``max_abs_error <= tolerance`` and that the output had
+    the expected namespace, device, dtype and shape. ``note`` says why a row failed.
+    """
+
+    backend: str
+    device: str
+    dtype: str
+    max_abs_error: float
+    max_rel_error: float
+    tolerance: float
+    ok: bool
+    note: str = ""
+    case: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ParityReport:
+    """Rows of a parity check; prints as a table. ``ok`` is true when every row passed.
+
+    ``skipped`` lists ``(what, reason)`` for backends or dtypes that could not run here;
+    a skip is not a failure. Reports of several checks combine with ``+``.
+    """
+
+    rows: tuple[ParityRow, ...] = ()
+    skipped: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.rows)
+
+    @property
+    def failures(self) -> tuple[ParityRow, ...]:
+        return tuple(r for r in self.rows if not r.ok)
+
+    def __add__(self, other: "ParityReport") -> "ParityReport":
+        if not isinstance(other, ParityReport):
+            return NotImplemented
+        skipped = self.skipped + tuple(s for s in other.skipped if s not in self.skipped)
+        return ParityReport(self.rows + other.rows, skipped)
+
+    def format(self, *, header: bool = True, skipped: bool = True) -> str:
+        """The table as text (what ``str(report)`` gives), with or without column titles and skips."""
+        with_case = any(r.case for r in self.rows)
+        cols = (["case"] if with_case else []) + ["backend", "device", "dtype", "max abs err", "max rel err", "tolerance", "ok"]
+        lines = []
+        for r in self.rows:
+            cells = ([r.case] if with_case else []) + [
+                r.backend,
+                r.device,
+                r.dtype,
+                _num(r.max_abs_error),
+                _num(r.max_rel_error),
+                _num(r.tolerance),
+                "yes" if r.ok else "FAIL" + (f": {r.note}" if r.note else ""),
+            ]
+            lines.append(cells)
+        widths = [max([len(c)] + [len(cells[i]) for cells in lines]) for i, c in enumerate(cols)]
+        widths[-1] = 0
+        text = []
+        if header and lines:
+            text.append(_line(cols, widths))
+        text.extend(_line(cells, widths) for cells in lines)
+        for what, reason in self.skipped if skipped else ():
+            text.append(f"skipped {what}: {reason}")
+        return "\n".join(text)
+
+    def __str__(self) -> str:
+        return self.format()
+
+
+def _num(v: float) -> str:
+    return "-" if v is None or math.isnan(v) else f"{v:.2e}"
+
+
+def _line(cells: Sequence[str], widths: Sequence[int]) -> str:
+    out = []
+    for i, (c, w) in enumerate(zip(cells, widths)):
+        right = 3 <= i - (len(cells) - 7) <= 5  # the numeric columns
+        out.append(c.rjust(w) if right else c.ljust(w))
+    return "  ".join(out).rstrip()
+
+
+@dataclasses.dataclass(frozen=True)
+class ParityCase:
+    """A named call ``fn(*args)`` with its reference, ready for :func:`check_parity`.
+
+    Used by ``arrayrope parity`` and ``arrayrope demo`` for the built-in encodings.
+    ``dtypes`` narrows the dtypes the case runs in (default: all of a backend's).
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    args: tuple = ()
+    reference: Any = "float64"
+    dtypes: tuple[str, ...] | None = None
+    rtol: float | None = None
+    atol: float | None = None
+
+    def run(self, *, backends: Any = None, dtypes: Iterable[str] | None = None) -> ParityReport:
+        """:func:`check_parity` of this case; the rows carry the case's name."""
+        if dtypes is not None and self.dtypes is not None:
+            dtypes = [d for d in dtypes if d in self.dtypes]
+            if not dtypes:  # none of the requested dtypes applies to this case
+                return ParityReport()
+        report = check_parity(
+            self.fn,
+            *self.args,
+            backends=backends,
+            dtypes=self.dtypes if dtypes is None else dtypes,
+            reference=self.reference,
+            rtol=self.rtol,
+            atol=self.atol,
+        )
+        rows = tuple(dataclasses.replace(r, case=self.name) for r in report.rows)
+        return ParityReport(rows, report.skipped)
+
+
+def check_parity(
+    fn: Callable[..., Any],
+    *args: Any,
+    backends: Any = None,
+    dtypes: Iterable[str] | None = None,
+    reference: Any = "float64",
+    rtol: float | None = None,
+    atol: float | None = None,
+    check_dtype: bool = True,
+) -> ParityReport:
+    """Run ``fn(*args)`` on every backend and dtype and compare each with a float64 NumPy run.
+
+    Floating NumPy arrays in ``args`` are converted to each backend (on its device) in
+    each dtype; integer and boolean NumPy arrays keep their dtype; anything else is
+    passed unchanged. The reference is computed from the same input values (after
+    rounding to the row's dtype), converted to float64 NumPy arrays, so a row measures
+    only the error of the computation, not of the input's rounding.
+
+    Parameters
+    ----------
+    fn : callable
+        The function under test; it may return an array or a tuple/list of arrays.
+    *args
+        Its positional arguments, as NumPy arrays or plain values (use
+        ``functools.partial`` or a lambda for keyword arguments).
+    backends : iterable of str or Backend, optional
+        Backend or library names (``"numpy"``, ``"torch"``, ``"torch-cuda"``...) or
+        :class:`Backend` objects. Default: :func:`backends` (every installed one, or
+        the ``ARRAYROPE_BACKENDS`` environment variable). A requested library that is
+        not installed is listed in ``report.skipped`` with the reason.
+    dtypes : iterable of str, optional
+        Among ``float32, float64, float16, bfloat16``; default all. Dtypes a backend
+        lacks are listed in ``report.skipped``.
+    reference : "float64" or callable
+        ``"float64"``: ``fn`` itself on float64 NumPy inputs (checks the backends
+        against each other). A callable with ``fn``'s signature: an independent
+        oracle, run on float64 NumPy inputs (checks ``fn`` against it).
+    rtol, atol : float, optional
+        A row passes when ``max_abs_error <= atol + rtol * max|reference|``; default
+        :func:`default_tolerance` of the row's dtype.
+    check_dtype : bool
+        Also require floating outputs to have the row's dtype.
+
+    Returns
+    -------
+    ParityReport
+        ``report.ok`` is true only when every row passed; ``print(report)`` shows the table.
+
+    Notes
+    -----
+    A row fails, and the others still run, when ``fn`` raises on that backend, or
+    returns an array of another library, device, dtype or shape than expected, or NaN
+    where the reference has none. The reference run itself must succeed: its
+    exception propagates. Lazy results (Dask, JAX) are computed for the comparison.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from arrayrope.testing import check_parity
+    >>> x = np.linspace(-1.0, 1.0, 8)
+    >>> report = check_parity(lambda a: a * a, x, backends=["numpy"], dtypes=["float32", "float64"])
+    >>> report.ok, [r.dtype for r in report.rows]
+    (True, ['float32', 'float64'])
+    >>> check_parity(lambda a: a + 1e-3, x, backends=["numpy"], dtypes=["float32"],
+    ...              reference=lambda a: a).ok
+    False
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    if not (reference == "float64" if isinstance(reference, str) else callable(reference)):
+        raise ValueError(f"reference must be 'float64' or a callable oracle, got {reference!r}")
+    wanted = _dtypes(dtypes)
+    selected, skipped = _backends(backends)
+    ref_fn = fn if isinstance(reference, str) else reference
+    refs: dict[str, list[np.ndarray]] = {}
+    rows: list[ParityRow] = []
+    for b in selected:
+        for dtype in wanted:
+            if dtype not in b.dtypes:
+                if dtypes is not None:
+                    skipped.append((f"{b.name} {dtype}", f"{b.name} has no {dtype}"))
+                continue
+            if dtype not in refs:
+                refs[dtype] = _flatten(ref_fn(*[_rounded(a, dtype) for a in args]), "reference")
+            rows.append(_row(fn, args, b, dtype, refs[dtype], rtol, atol, check_dtype))
+    return ParityReport(tuple(rows), tuple(skipped))
+
+
+def _dtypes(dtypes: Iterable[str] | None) -> tuple[str, ...]:
+    if dtypes is None:
+        return DTYPES
+    if isinstance(dtypes, str):
+        dtypes = [d for d in dtypes.split(",") if d]
+    dtypes = tuple(dtypes)
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad or not dtypes:
+        raise ValueError(f"dtypes must be a non-empty selection of {list(DTYPES)}, got {list(dtypes)}")
+    return dtypes
+
+
+def _backends(spec: Any) -> tuple[list[Backend], list[tuple[str, str]]]:
+    if spec is None:
+        found, missing = _available(with_reasons=True)
+        return found, list(missing.items())
+    if isinstance(spec, (str, Backend)):
+        spec = [spec]
+    objs = [s for s in spec if isinstance(s, Backend)]
+    names = [s for s in spec if not isinstance(s, Backend)]
+    for s in names:
+        if not isinstance(s, str):
+            raise TypeError(f"backends must be names or Backend objects, got {s!r}")
+    found, missing = _available(names, with_reasons=True) if names else ([], {})
+    return objs + found, list(missing.items())
+
+
+def _rounded(a: Any, dtype: str) -> Any:
+    """A floating NumPy argument rounded to ``dtype`` and widened back to float64."""
+    if not (isinstance(a, np.ndarray) and a.dtype.kind == "f"):
+        return a
+    if dtype == "bfloat16":
+        bits = a.astype(np.float32).view(np.uint32)
+        bits = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+        return bits.view(np.float32).astype(np.float64)
+    return a.astype(dtype).astype(np.float64)
+
+
+def _convert(a: Any, b: Backend, dtype: str) -> Any:
+    if isinstance(a, np.ndarray):
+        if a.dtype.kind == "f":
+            return b.asarray(a, dtype=dtype)
+        return b.xp.asarray(a, device=b.device)
+    return a
+
+
+def _flatten(out: Any, what: str) -> list[Any]:
+    items = list(out) if isinstance(out, (tuple, list)) else [out]
+    if not items:
+        raise ValueError(f"{what} returned an empty {type(out).__name__}; expected arrays")
+    return items
+
+
+def _library(x: Any) -> str:
+    mod = type(x).__module__.split(".")[0]
+    return {"jaxlib": "jax"}.get(mod, mod)
+
+
+def _row(fn, args, b: Backend, dtype: str, ref: list[np.ndarray], rtol, atol, check_dtype) -> ParityRow:
+    d_rtol, d_atol = default_tolerance(dtype)
+    rtol = d_rtol if rtol is None else rtol
+    atol = d_atol if atol is None else atol
+    nan = float("nan")
+
+    def fail(note: str, err: float = nan, rel: float = nan, tol: float = nan) -> ParityRow:
+        return ParityRow(b.name, b.device_label, dtype, err, rel, tol, False, note)
+
+    try:
+        out = _flatten(fn(*[_convert(a, b, dtype) for a in args]), "fn")
+    except Exception as exc:  # the row fails; the other backends still run
+        return fail(f"raised {type(exc).__name__}: {_short(exc)}")
+    if len(out) != len(ref):
+        return fail(f"returned {len(out)} outputs, the reference {len(ref)}")
+    lib = _library(b.asarray(np.zeros(1, dtype=np.float32)))
+    worst_abs, worst_rel, worst_tol, ok = 0.0, 0.0, 0.0, True
+    excess = -math.inf
+    for i, (o, r) in enumerate(zip(out, ref)):
+        which = f"output {i} " if len(out) > 1 else ""
+        if not compat.is_array_api_obj(o) or _library(o) != lib:
+            return fail(f"{which}is a {_library(o)} {type(o).__name__}, expected an array of {lib}")
+        dev = compat.device(o)
+        if dev is not None and not _same_device(dev, b.device):
+            return fail(f"{which}is on device {dev}, expected {b.device_label}")
+        try:
+            a = to_numpy(o)
+        except Exception as exc:
+            return fail(f"{which}could not be computed: {type(exc).__name__}: {_short(exc)}")
+        r = np.asarray(to_numpy(r))
+        if a.shape != r.shape:
+            return fail(f"{which}has shape {a.shape}, the reference {r.shape}")
+        got = str(o.dtype).split(".")[-1]
+        if check_dtype and r.dtype.kind == "f" and got != dtype:
+            return fail(f"{which}has dtype {got}, expected {dtype}")
+        a64, r64 = a.astype(np.float64), r.astype(np.float64)
+        if np.any(np.isnan(a64) & ~np.isnan(r64)):
+            return fail(f"{which}has NaN where the reference has none")
+        err = np.abs(a64 - r64)
+        err = np.where(np.isnan(a64) & np.isnan(r64), 0.0, err)
+        scale = float(np.nanmax(np.abs(r64))) if r64.size else 0.0
+        max_err = float(np.max(err)) if err.size else 0.0
+        tol = atol + rtol * scale
+        rel = max_err / scale if scale > 0 else (0.0 if max_err == 0 else math.inf)
+        ok = ok and max_err <= tol
+        if max_err - tol > excess:
+            excess, worst_abs, worst_rel, worst_tol = max_err - tol, max_err, rel, tol
+    note = "" if ok else "error above tolerance"
+    return ParityRow(b.name, b.device_label, dtype, worst_abs, worst_rel, worst_tol, ok, note)
+
+
+def _same_device(found: Any, expected: Any) -> bool:
+    """Devices equal up to a default index (PyTorch's ``cuda`` is ``cuda:0``)."""
+    f, e = str(found), str(expected)
+    return f == e or (":" not in e and f == e + ":0")
+
+
+def _short(exc: BaseException, limit: int = 120) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

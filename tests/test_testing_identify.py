@@ -1,0 +1,247 @@
+"""identify_rope on foreign implementations written here in the styles users port from.
+
+Each foreign function is written from the published formulas (complex multiplication,
+rotate_half, interleaved stack + flatten with cached tables), independently of
+arrayrope; identify_rope must name the parameters they were built with.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from arrayrope.scaling import ROPE_TYPES
+from arrayrope.testing import identify_rope
+
+
+def theta(rotary_dim: int, base: float) -> np.ndarray:
+    return 1.0 / base ** (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
+
+
+def complex_style(base=10000.0, offset=0, rotary_dim=None):
+    """Meta's freqs_cis: pairs (2i, 2i+1) as complex numbers times exp(i m theta)."""
+
+    def fn(x, positions):
+        d = x.shape[-1]
+        r = rotary_dim or d
+        freqs_cis = np.exp(1j * np.outer(positions + offset, theta(r, base)))
+        z = x[..., :r].reshape(*x.shape[:-1], r // 2, 2)
+        z = (z[..., 0] + 1j * z[..., 1]) * freqs_cis
+        rotated = np.stack([z.real, z.imag], axis=-1).reshape(*x.shape[:-1], r)
+        return np.concatenate([rotated, x[..., r:]], axis=-1)
+
+    return fn
+
+
+def rotate_half_style(base=10000.0, offset=0, rotary_dim=None, position_scale=1.0, dtype=np.float64):
+    """Hugging Face Llama: emb = cat(freqs, freqs); x * cos + rotate_half(x) * sin."""
+
+    def fn(x, positions):
+        d = x.shape[-1]
+        r = rotary_dim or d
+        freqs = np.outer((positions + offset) * position_scale, theta(r, base)).astype(dtype)
+        emb = np.concatenate([freqs, freqs], axis=-1)
+        x_rot, x_pass = x[..., :r].astype(dtype), x[..., r:]
+        half = np.concatenate([-x_rot[..., r // 2 :], x_rot[..., : r // 2]], axis=-1)
+        return np.concatenate([x_rot * np.cos(emb) + half * np.sin(emb), x_pass.astype(dtype)], axis=-1)
+
+    return fn
+
+
+class StackStyle:
+    """Cached cos/sin tables indexed by token positions, even/odd halves re-interleaved by stack."""
+
+    def __init__(self, d_k: int, base: float = 10000.0, max_seq_len: int = 4096):
+        angles = np.arange(max_seq_len)[:, None] * theta(d_k, base)[None, :]
+        self.cos_cache, self.sin_cache = np.cos(angles), np.sin(angles)
+
+    def __call__(self, x, token_positions):
+        cos, sin = self.cos_cache[token_positions], self.sin_cache[token_positions]
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        out = np.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+        return out.reshape(*out.shape[:-2], -1)
+
+
+@given(
+    head_dim=st.sampled_from([8, 32, 64, 128]),
+    base=st.sampled_from([100.0, 10000.0, 500000.0, 1e6]),
+    offset=st.integers(0, 3),
+)
+def test_names_complex_form(head_dim, base, offset):
+    found = identify_rope(complex_style(base, offset), head_dim=head_dim)
+    assert found.matched, found
+    assert (found.layout, found.rotary_dim, found.base, found.offset) == ("interleaved", head_dim, base, offset)
+    assert found.scaling is None and found.attention_factor == 1.0
+    assert found.max_error < 1e-12
+
+
+@given(
+    head_dim=st.sampled_from([16, 64, 96, 128]),
+    fraction=st.sampled_from([0.25, 0.5, 1.0]),
+    base=st.sampled_from([10000.0, 500000.0]),
+)
+def test_names_rotate_half_with_partial_rotary(head_dim, fraction, base):
+    r = int(head_dim * fraction)
+    found = identify_rope(rotate_half_style(base, rotary_dim=r), head_dim=head_dim)
+    assert found.matched, found
+    assert (found.layout, found.rotary_dim, found.base, found.offset) == ("half", r, base, 0)
+    assert "half-split" in str(found) and f"rotary_dim {r} of head_dim {head_dim}" in str(found)
+
+
+def test_names_interleaved_stack_with_cached_tables():
+    found = identify_rope(StackStyle(64, base=10000.0), head_dim=64)
+    assert found.matched, found
+    assert (found.layout, found.rotary_dim, found.base, found.offset) == ("interleaved", 64, 10000.0, 0)
+    np.testing.assert_allclose(found.inv_freq, theta(64, 10000.0), rtol=0, atol=1e-14)
+
+
+def test_float32_implementation_is_named_with_its_error():
+    found = identify_rope(rotate_half_style(dtype=np.float32), head_dim=64)
+    assert found.matched and found.layout == "half" and found.base == 10000.0
+    assert 1e-8 < found.max_error < 1e-5  # float32 rounding, not float64 exactness
+
+
+def test_reproduced_by_rotary_embedding():
+    import arrayrope
+
+    found = identify_rope(complex_style(500000.0, rotary_dim=32), head_dim=64)
+    rope = arrayrope.RotaryEmbedding(**found.embedding_kwargs())
+    x = np.random.default_rng(1).standard_normal((1, 2, 10, 64))
+    pos = np.arange(100, 110)
+    np.testing.assert_allclose(rope(x, positions=pos), complex_style(500000.0, rotary_dim=32)(x, pos), atol=1e-12)
+
+
+# The broken implementations: identify_rope says what they really do.
+
+
+def test_wrong_layout_is_reported_as_the_other_layout():
+    # meant to be half-split (Llama checkpoint) but pairs (2i, 2i+1)
+    assert identify_rope(complex_style(), head_dim=64).layout == "interleaved"
+
+
+def test_base_off_by_one_percent_is_measured():
+    found = identify_rope(rotate_half_style(base=10100.0), head_dim=64)
+    assert found.matched and found.base == 10100.0
+    assert "base 10100" in str(found)
+
+
+def test_position_off_by_one_is_measured():
+    found = identify_rope(rotate_half_style(offset=1), head_dim=64)
+    assert found.matched and found.offset == 1
+    assert "positions shifted by +1" in str(found)
+    with pytest.raises(ValueError, match="matches no known"):
+        identify_rope(lambda x, p: 2 * x, head_dim=8).embedding_kwargs()
+
+
+def test_linear_scaling_is_named():
+    found = identify_rope(rotate_half_style(position_scale=0.25), head_dim=64)
+    assert found.matched and found.scaling == {"rope_type": "linear", "factor": 4.0}
+    assert found.base == 10000.0
+
+
+def _llama3_theta(r, base, factor, low, high, original):
+    """Llama 3.1's frequency rule, from its published definition."""
+    out = []
+    for t in theta(r, base):
+        wavelen = 2 * np.pi / t
+        if wavelen < original / high:
+            out.append(t)
+        elif wavelen > original / low:
+            out.append(t / factor)
+        else:
+            g = (original / wavelen - low) / (high - low)
+            out.append((1 - g) * t / factor + g * t)
+    return np.array(out)
+
+
+@pytest.mark.skipif("llama3" not in ROPE_TYPES, reason="this arrayrope has no llama3 rope type")
+def test_llama3_scaling_is_named():
+    inv = _llama3_theta(128, 500000.0, 8.0, 1.0, 4.0, 8192)
+
+    def fn(x, positions):
+        emb = np.concatenate([np.outer(positions, inv)] * 2, axis=-1)
+        half = np.concatenate([-x[..., 64:], x[..., :64]], axis=-1)
+        return x * np.cos(emb) + half * np.sin(emb)
+
+    found = identify_rope(fn, head_dim=128)
+    assert found.matched, found
+    assert found.scaling["rope_type"] == "llama3" and found.scaling["factor"] == 8.0
+    assert found.scaling["original_max_position_embeddings"] == 8192
+
+
+# Functions that are no known RoPE: identify_rope says so, and why.
+
+
+@pytest.mark.parametrize(
+    "fn, why",
+    [
+        (lambda x, p: 2.0 * x, "does not turn"),
+        (lambda x, p: x, "unchanged"),
+        (lambda x, p: rotate_half_style()(x, np.arange(x.shape[-2])), "ignores its positions"),
+        (lambda x, p: rotate_half_style()(x, -p), "opposite sign"),
+        (lambda x, p: rotate_half_style(rotary_dim=4)(x[..., ::-1], p)[..., ::-1], "not the leading"),
+        (lambda x, p: complex_style()(x[..., [0, 2, 1, 3, 4, 5, 6, 7]], p), "neither half-split"),
+        (lambda x, p: rotate_half_style()(x, p.astype(np.float64) ** 1.5), "linearly"),
+        (lambda x, p: rotate_half_style()(x, p) * np.float64(1.5), "neither base"),
+    ],
+    ids=["scaled", "identity", "ignores-positions", "reversed", "trailing", "pairs", "nonlinear", "gain"],
+)
+def test_says_plainly_when_nothing_matches(fn, why):
+    found = identify_rope(fn, head_dim=8)
+    assert not found.matched
+    assert str(found).startswith("matches no known RoPE convention") and why in str(found), str(found)
+
+
+def test_longrope_like_frequencies_match_nothing():
+    rng = np.random.default_rng(0)
+    inv = theta(32, 10000.0) / rng.uniform(1.0, 3.0, 16)
+
+    def fn(x, positions):
+        emb = np.concatenate([np.outer(positions, inv)] * 2, axis=-1)
+        half = np.concatenate([-x[..., 16:], x[..., :16]], axis=-1)
+        return x * np.cos(emb) + half * np.sin(emb)
+
+    found = identify_rope(fn, head_dim=32)
+    assert not found.matched and found.layout == "half" and found.rotary_dim == 32
+    assert "neither base ** (-2i / rotary_dim) nor a known scaling" in found.reason
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(TypeError, match="fn must be callable"):
+        identify_rope(None, head_dim=8)
+    with pytest.raises(ValueError, match="head_dim must be even"):
+        identify_rope(lambda x, p: x, head_dim=7)
+    with pytest.raises(ValueError, match="seq_len must be >= 4"):
+        identify_rope(lambda x, p: x, head_dim=8, seq_len=2)
+    with pytest.raises(ValueError, match=r"fn returned shape \(1, 8, 32, 4\) for x of shape \(1, 8, 32, 8\)"):
+        identify_rope(lambda x, p: x[..., :4], head_dim=8)
+    with pytest.raises(ValueError, match="raised for every probe.*ZeroDivisionError"):
+        identify_rope(lambda x, p: 1 / 0, head_dim=8)
+    with pytest.raises(TypeError, match="one array"):
+        identify_rope(lambda x, p: (x, x), head_dim=8)
+
+
+def test_three_dimensional_only_function_is_probed_in_3d():
+    def fn(x, positions):
+        if x.ndim != 3:
+            raise ValueError("expects (heads, seq, head_dim)")
+        return rotate_half_style(offset=2)(x, positions)
+
+    found = identify_rope(fn, head_dim=16)
+    assert found.matched and found.offset == 2
+
+
+def test_torch_implementation_in_the_stack_style():
+    torch = pytest.importorskip("torch")
+    inv = torch.tensor(theta(64, 10000.0))
+
+    def fn(x, token_positions):
+        x = torch.from_numpy(x)
+        ang = torch.from_numpy(token_positions).double()[:, None] * inv
+        cos, sin = torch.cos(ang), torch.sin(ang)
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+    found = identify_rope(fn, head_dim=64)
+    assert found.matched and found.layout == "interleaved" and found.base == 10000.0
