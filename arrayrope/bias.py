@@ -173,6 +173,8 @@ def t5_relative_buckets(
         raise TypeError(f"bidirectional must be a bool, got {bidirectional!r}")
     num_buckets = _checks.positive_int(num_buckets, "num_buckets")
     max_distance = _checks.positive_int(max_distance, "max_distance")
+    if num_buckets < 2:
+        raise ValueError(f"num_buckets must be >= 2, got {num_buckets}")
     per_side = num_buckets // 2 if bidirectional else num_buckets
     exact = per_side // 2
     if exact < 1:
@@ -195,7 +197,7 @@ def t5_relative_buckets(
         n = -ns.minimum(rel, zero)
         upper = None
     n = ns.minimum(n, ns.asarray(max_distance, dtype=rel.dtype, device=device))
-    table = ns.asarray(_bucket_table(per_side, max_distance), dtype=rel.dtype, device=device)
+    table = ns.asarray(np.array(_bucket_table(per_side, max_distance)), dtype=rel.dtype, device=device)
     shape = tuple(rel.shape)
     buckets = ns.reshape(ns.take(table, ns.reshape(n, (-1,)), axis=0), shape)
     return buckets if upper is None else buckets + upper
