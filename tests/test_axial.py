@@ -61,7 +61,7 @@ def seed_apply(x: np.ndarray, freqs_cis: np.ndarray) -> np.ndarray:
     return np.stack([z.real, z.imag], axis=-1).reshape(x.shape)
 
 
-@pytest.mark.parametrize("width,height,dim", [(14, 14, 128), (5, 3, 16), (1, 4, 8)])
+@pytest.mark.parametrize("width,height,dim", [(14, 14, 128), (4, 3, 16)])
 def test_seed_2d_equals_axial_interleaved(backend, width, height, dim):
     rng = np.random.default_rng(width * height)
     x64 = rng.standard_normal((2, width * height, dim))
@@ -96,7 +96,7 @@ def test_axial_half_layout_is_the_pair_block_rotation(backend):
 
 
 def test_grid_shape_is_row_major_row_then_column(backend):
-    h, w, dim = 3, 5, 8
+    h, w, dim = 3, 4, 16
     cos, sin = arrayrope.axial_rope_tables((h, w), dim, xp=backend.xp, device=backend.device)
     t = np.arange(h * w)
     theta = 100.0 ** (-np.arange(0, dim, 4) / dim)
@@ -237,7 +237,7 @@ def qwen3_vl_reference(q, positions, inv_freq, sections):
     return q * np.cos(emb)[:, None] + _rotate_half(q) * np.sin(emb)[:, None]
 
 
-@pytest.mark.parametrize("interleaved,sections", [(False, (4, 6, 6)), (True, (6, 5, 5)), (False, (2, 3, 3))])
+@pytest.mark.parametrize("interleaved,sections", [(False, (2, 3, 3)), (True, (3, 3, 2))])
 def test_mrope_matches_qwen(backend, interleaved, sections):
     dim = 2 * sum(sections)
     rng = np.random.default_rng(5)

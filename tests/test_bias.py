@@ -80,7 +80,7 @@ def alibi_reference(num_heads, q_len, k_len, offset, causal):
     return out
 
 
-@pytest.mark.parametrize("q_len,k_len,offset", [(5, 5, None), (1, 9, None), (3, 7, 2), (4, 2, None)])
+@pytest.mark.parametrize("q_len,k_len,offset", [(5, 5, None), (1, 9, None), (4, 2, 3)])
 def test_alibi_bias_matches_loops(backend, q_len, k_len, offset):
     expected_offset = k_len - q_len if offset is None else offset
     for causal in (True, False):
@@ -166,7 +166,7 @@ def t5_bias_reference(table, q_len, k_len, offset, bidirectional, max_distance):
     return out
 
 
-@pytest.mark.parametrize("q_len,k_len,offset", [(6, 6, None), (1, 40, None), (3, 5, 0)])
+@pytest.mark.parametrize("q_len,k_len,offset", [(1, 40, None), (3, 5, 0)])
 def test_t5_bias_matches_loops(backend, q_len, k_len, offset):
     table64 = np.random.default_rng(1).standard_normal((32, 3))
     expected_offset = k_len - q_len if offset is None else offset
@@ -216,3 +216,18 @@ def test_t5_bias_trains_the_table_with_torch_autograd():
 def test_bias_bad_input(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_lazy_backends_stay_lazy(backend):
+    if not backend.lazy:
+        pytest.skip("eager backend")
+    rel = backend.xp.asarray(np.arange(-40, 40), device=backend.device)
+    expected = [bucket_formula(int(r), True, 32, 128) for r in range(-40, 40)]
+    if backend.name == "dask":
+        got = arrayrope.t5_relative_buckets(rel)
+        assert _module(got) == "dask"
+    else:
+        import jax
+
+        got = jax.jit(arrayrope.t5_relative_buckets)(rel)
+    np.testing.assert_array_equal(to_numpy(got), expected)
