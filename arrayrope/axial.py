@@ -127,7 +127,7 @@ def axial_rope_tables(
     else:
         if train_grid is not None:
             raise ValueError("train_grid applies to a grid shape; rescale coordinate arrays before passing them")
-        ns, coords = _coordinate_array(positions, xp)
+        ns, coords = _coordinate_array(positions, xp, device)
         coords = _with_prefix(ns, coords, prefix, device)
     n_axes = coords.shape[-1]
     dims = _axis_dims(axis_dims, n_axes, rotary, from_grid=grid is not None)
@@ -308,7 +308,7 @@ def mixed_rope_tables(
     if grid is not None:
         _, coords, _ = _grid_coords(grid, None, prefix, ns, device)
     else:
-        _, coords = _coordinate_array(positions, ns)
+        _, coords = _coordinate_array(positions, ns, device)
         _xp.same_device(freqs, coords, "freqs", "positions")
         if coords.ndim < 2:
             raise ValueError(f"positions must have shape (..., N, n_axes), got shape {tuple(coords.shape)}")
@@ -429,7 +429,7 @@ def _grid_coords(
     return ns, ns.asarray(coords, device=device), device
 
 
-def _coordinate_array(positions: Any, xp: Any) -> tuple[Any, Any]:
+def _coordinate_array(positions: Any, xp: Any, device: Any = None) -> tuple[Any, Any]:
     if isinstance(positions, (bool, numbers.Number, str)) or positions is None:
         raise TypeError(
             f"positions must be a grid shape (tuple of ints) or an array of coordinates (..., n_axes), "
@@ -437,10 +437,13 @@ def _coordinate_array(positions: Any, xp: Any) -> tuple[Any, Any]:
         )
     if not _xp.compat.is_array_api_obj(positions):
         ns = _xp.namespace(xp=xp) if xp is not None else _xp.namespace()
-        positions = ns.asarray(np.asarray(positions))
+        positions = ns.asarray(np.asarray(positions), device=device)
     ns = _xp.namespace(positions, xp=xp, names=("positions",))
-    if positions.ndim < 1 or not _xp.known(positions.shape[-1]):
-        raise ValueError(f"positions must have a known trailing axis of coordinates, got shape {tuple(positions.shape)}")
+    if positions.ndim < 1 or not _xp.known(positions.shape[-1]) or positions.shape[-1] < 1:
+        raise ValueError(
+            f"positions must be a grid shape or coordinates (..., n_axes) with n_axes >= 1, "
+            f"got shape {tuple(positions.shape)}"
+        )
     return ns, positions
 
 

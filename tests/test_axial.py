@@ -334,6 +334,8 @@ def test_mixed_tables_train_with_torch_autograd():
         (dict(positions=(3, 3), head_dim=8, train_grid=(2,)), ValueError, "train_grid"),
         (dict(positions=np.array([[np.nan, 1.0]]), head_dim=8), ValueError, "finite"),
         (dict(positions=2.5, head_dim=8), TypeError, "positions must be"),
+        (dict(positions=np.zeros((4, 0)), head_dim=8), ValueError, r"n_axes >= 1, got shape \(4, 0\)"),
+        (dict(positions=(), head_dim=8), ValueError, "n_axes >= 1"),
     ],
 )
 def test_axial_bad_input(kwargs, exc, match):
