@@ -484,7 +484,7 @@ def _axis_dims(axis_dims: Any, n_axes: int, rotary: int, *, from_grid: bool) -> 
 
 
 def _demo_case(backend: Any, dtype: str = "float32", *, width: int = 14, head_dim: int = 128) -> tuple[str, float, float]:
-    """One demo row: seed 2-D RoPE on a ``width x width`` grid against a float64 complex reference.
+    """One demo row: 2-D RoPE (x = t mod W, y = t div W) of a ``width x width`` grid against a float64 complex reference.
 
     Returns ``(label, max abs error, tolerance)``.
     """

@@ -46,7 +46,7 @@ def _tol(dtype):
 # -- the 2-D construction of the notes, rebuilt independently ---------------------------------
 
 
-def seed_freqs_cis_2d(dim: int, width: int, height: int, theta: float = 100.0) -> np.ndarray:
+def notes_freqs_cis_2d(dim: int, width: int, height: int, theta: float = 100.0) -> np.ndarray:
     """Complex rotations e^{i angle}, (width * height, dim // 2): x = t mod W, y = t div W."""
     freqs = 1.0 / theta ** (np.arange(0, dim, 4)[: dim // 4] / dim)
     t = np.arange(width * height)
@@ -54,7 +54,7 @@ def seed_freqs_cis_2d(dim: int, width: int, height: int, theta: float = 100.0) -
     return np.concatenate([np.exp(1j * np.outer(t_x, freqs)), np.exp(1j * np.outer(t_y, freqs))], axis=-1)
 
 
-def seed_apply(x: np.ndarray, freqs_cis: np.ndarray) -> np.ndarray:
+def notes_apply(x: np.ndarray, freqs_cis: np.ndarray) -> np.ndarray:
     """Interleaved pairs as complex numbers, multiplied by the rotations, back to reals."""
     z = x[..., 0::2] + 1j * x[..., 1::2]
     z = z * freqs_cis
@@ -62,7 +62,7 @@ def seed_apply(x: np.ndarray, freqs_cis: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("width,height,dim", [(14, 14, 128), (4, 3, 16)])
-def test_seed_2d_equals_axial_interleaved(backend, width, height, dim):
+def test_2d_notes_construction_equals_axial_interleaved(backend, width, height, dim):
     rng = np.random.default_rng(width * height)
     x64 = rng.standard_normal((2, width * height, dim))
     t = np.arange(width * height)
@@ -72,7 +72,7 @@ def test_seed_2d_equals_axial_interleaved(backend, width, height, dim):
         cos, sin = arrayrope.axial_rope_tables(coords, dim, dtype=dtype)
         check_like(cos, backend, dtype, (width * height, dim // 2))
         out = arrayrope.apply_rotary(x, cos, sin, layout="interleaved")
-        expected = seed_apply(to_numpy(x).astype(np.float64), seed_freqs_cis_2d(dim, width, height))
+        expected = notes_apply(to_numpy(x).astype(np.float64), notes_freqs_cis_2d(dim, width, height))
         xp_assert_close(out, expected, backend, dtype, **_tol(dtype))
 
 
