@@ -10,6 +10,8 @@ from .tables import rope_tables
 from .rotary import apply_rotary, permute_rotary_rows, to_half, to_interleaved
 from .embedding import RotaryEmbedding
 from .sinusoidal import sinusoidal_embedding
+from .axial import axial_rope_tables, mixed_rope_frequencies, mixed_rope_tables, mrope_tables
+from .bias import alibi_bias, alibi_slopes, t5_relative_bias, t5_relative_buckets
 
 __version__ = "0.1.0"
 
@@ -23,4 +25,12 @@ __all__ = [
     "permute_rotary_rows",
     "RotaryEmbedding",
     "sinusoidal_embedding",
+    "axial_rope_tables",
+    "mrope_tables",
+    "mixed_rope_tables",
+    "mixed_rope_frequencies",
+    "alibi_slopes",
+    "alibi_bias",
+    "t5_relative_buckets",
+    "t5_relative_bias",
 ]

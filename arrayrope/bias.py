@@ -1,0 +1,306 @@
+"""Additive attention biases: ALiBi (linear in distance) and T5 relative position buckets.
+
+Both are added to the attention scores ``q @ k.T / sqrt(d)`` before the softmax
+and are returned as ``(num_heads, q_len, k_len)``, which broadcasts against
+scores ``(batch, num_heads, q_len, k_len)``. Query ``i`` sits at position
+``offset + i`` and key ``j`` at position ``j``; the default offset
+``k_len - q_len`` aligns the last query with the last key, as when decoding
+with a cache of earlier keys.
+
+Constants (slopes, bucket boundaries) are computed on the host, exactly; the
+arrays are built on the requested namespace and device, and values are never
+inspected, so Dask builds them lazily and ``jax.jit`` traces them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+from . import _checks, _xp
+from .tables import _dtype
+
+__all__ = ["alibi_slopes", "alibi_bias", "t5_relative_buckets", "t5_relative_bias"]
+
+
+def alibi_slopes(num_heads: int, *, xp: Any = None, dtype: Any = None, device: Any = None) -> Any:
+    """The ALiBi head slopes, shape ``(num_heads,)``.
+
+    For ``n`` a power of two, head ``h = 1..n`` has slope ``2 ** (-8h / n)``.
+    Otherwise, with ``p`` the largest power of two below ``n``, the ``p`` slopes of
+    ``p`` heads come first, followed by every other slope of ``2p`` heads,
+    ``2 ** (-8k / (2p))`` for ``k = 1, 3, 5, ...``, as many as needed (the rule of
+    the ALiBi authors' code, used by BLOOM, MPT and Falcon).
+
+    Parameters
+    ----------
+    num_heads : int
+        Number of attention heads, >= 1.
+    xp, dtype, device
+        Namespace (default NumPy), real floating dtype (default float32) and device.
+
+    Examples
+    --------
+    >>> import arrayrope
+    >>> arrayrope.alibi_slopes(4).tolist()
+    [0.25, 0.0625, 0.015625, 0.00390625]
+    >>> arrayrope.alibi_slopes(6).tolist()[4:]  # after the 4 slopes of 4 heads: 2**-1, 2**-3
+    [0.5, 0.125]
+    """
+    num_heads = _checks.positive_int(num_heads, "num_heads")
+    ns = _namespace(xp)
+    return _from_host(ns, _slopes(num_heads), _dtype(ns, dtype, device), device)
+
+
+def _slopes(n: int) -> np.ndarray:
+    """ALiBi slopes in float64 (exact powers of two where the exponent is an integer)."""
+    p = 1 << (n.bit_length() - 1)
+    first = 2.0 ** (-8.0 * np.arange(1, p + 1) / p)
+    extra = 2.0 ** (-8.0 * np.arange(1, 2 * (n - p), 2) / (2 * p))
+    return np.concatenate([first, extra])
+
+
+def alibi_bias(
+    num_heads: int,
+    q_len: int,
+    k_len: int,
+    *,
+    causal: bool = True,
+    offset: int | None = None,
+    xp: Any = None,
+    dtype: Any = None,
+    device: Any = None,
+) -> Any:
+    """The ALiBi bias ``-slope_h * distance``, shape ``(num_heads, q_len, k_len)``.
+
+    Parameters
+    ----------
+    num_heads : int
+        Heads, >= 1; slopes as :func:`alibi_slopes` gives them.
+    q_len, k_len : int
+        Query and key counts, >= 1.
+    causal : bool
+        True (decoders): ``-slope * (i - j)`` for keys at or before the query and
+        ``-inf`` for later keys, so the bias is also the causal mask. False
+        (encoders): ``-slope * |i - j|`` everywhere.
+    offset : int, optional
+        Position of the first query (default ``k_len - q_len``).
+    xp, dtype, device
+        Namespace (default NumPy), real floating dtype (default float32) and device.
+
+    Notes
+    -----
+    Implementations that add ``slope * j`` (the key position alone, as BLOOM does)
+    differ from this by a constant per query row, which the softmax ignores.
+
+    Examples
+    --------
+    >>> import arrayrope
+    >>> b = arrayrope.alibi_bias(2, 3, 3)
+    >>> b.shape
+    (2, 3, 3)
+    >>> b[1].tolist()  # the second of two heads: slope 2**-8
+    [[0.0, -inf, -inf], [-0.00390625, 0.0, -inf], [-0.0078125, -0.00390625, 0.0]]
+    """
+    num_heads = _checks.positive_int(num_heads, "num_heads")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be a bool, got {causal!r}")
+    ns = _namespace(xp)
+    out_dtype = _dtype(ns, dtype, device)
+    work = ns.float64 if _xp.has_float64(ns, device) else ns.float32
+    rel = _relative(ns, q_len, k_len, offset, device)  # key - query: <= 0 for earlier keys
+    slopes = _from_host(ns, _slopes(num_heads), work, device)[:, None, None]
+    if causal:
+        bias = slopes * ns.astype(rel, work)
+        bias = ns.where(rel > 0, ns.asarray(-math.inf, dtype=work, device=device), bias)
+    else:
+        bias = slopes * ns.astype(-ns.abs(rel), work)
+    return ns.astype(bias, out_dtype)
+
+
+def t5_relative_buckets(
+    relative_position: Any,
+    *,
+    bidirectional: bool = True,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+) -> Any:
+    """T5's bucket of each relative position ``key - query``; same shape and dtype.
+
+    With ``B = num_buckets`` (halved when bidirectional: ``B/2`` buckets per
+    direction, positive offsets in the upper half) and distance ``n`` (``|rel|``
+    when bidirectional, ``max(-rel, 0)`` when causal), the first ``E = B/2`` buckets
+    hold ``n < E`` exactly and the rest are logarithmic up to ``max_distance``:
+    ``min(E + floor(ln(n / E) / ln(max_distance / E) * (B - E)), B - 1)``.
+
+    Parameters
+    ----------
+    relative_position : array
+        Integers, ``key_position - query_position``, of any shape and backend.
+    bidirectional : bool
+        Encoder (True) or decoder (False) buckets.
+    num_buckets : int
+        Bucket count, >= 2 (>= 4 when bidirectional).
+    max_distance : int
+        Distance from which every position shares the last bucket; must exceed ``E``.
+
+    Notes
+    -----
+    The floor is evaluated exactly, in integer arithmetic on the host; a float
+    formula can land one bucket low or high where ``ln(n / E) / ln(max_distance / E) * (B - E)``
+    is (nearly) an integer. For T5's settings (32 buckets, distance 128, either
+    direction) the buckets equal those of Hugging Face and Mesh TensorFlow at every distance.
+
+    Examples
+    --------
+    >>> import numpy as np, arrayrope
+    >>> rel = np.array([-200, -20, -3, 0, 3, 20, 200])
+    >>> arrayrope.t5_relative_buckets(rel).tolist()
+    [15, 10, 3, 0, 19, 26, 31]
+    >>> arrayrope.t5_relative_buckets(rel, bidirectional=False).tolist()
+    [31, 17, 3, 0, 0, 0, 0]
+    """
+    _xp.check_array(relative_position, "relative_position")
+    ns = _xp.namespace(relative_position, names=("relative_position",))
+    rel = relative_position
+    if ns.isdtype(rel.dtype, "bool") or not ns.isdtype(rel.dtype, "integral"):
+        raise TypeError(f"relative_position must have an integer dtype, got {rel.dtype}")
+    if not isinstance(bidirectional, (bool, np.bool_)):
+        raise TypeError(f"bidirectional must be a bool, got {bidirectional!r}")
+    num_buckets = _checks.positive_int(num_buckets, "num_buckets")
+    max_distance = _checks.positive_int(max_distance, "max_distance")
+    if num_buckets < 2:
+        raise ValueError(f"num_buckets must be >= 2, got {num_buckets}")
+    per_side = num_buckets // 2 if bidirectional else num_buckets
+    exact = per_side // 2
+    if exact < 1:
+        need = 4 if bidirectional else 2
+        raise ValueError(
+            f"num_buckets must be >= {need} for {'bidirectional' if bidirectional else 'causal'} buckets, "
+            f"got {num_buckets}"
+        )
+    if max_distance <= exact:
+        raise ValueError(
+            f"max_distance must exceed the {exact} exact buckets (num_buckets={num_buckets}, "
+            f"bidirectional={bidirectional}), got {max_distance}"
+        )
+    device = _xp.device_of(rel)
+    zero = ns.zeros((), dtype=rel.dtype, device=device)
+    if bidirectional:
+        n = ns.abs(rel)
+        upper = ns.where(rel > zero, ns.asarray(per_side, dtype=rel.dtype, device=device), zero)
+    else:
+        n = -ns.minimum(rel, zero)
+        upper = None
+    n = ns.minimum(n, ns.asarray(max_distance, dtype=rel.dtype, device=device))
+    table = ns.asarray(np.array(_bucket_table(per_side, max_distance)), dtype=rel.dtype, device=device)
+    shape = tuple(rel.shape)
+    buckets = ns.reshape(ns.take(table, ns.reshape(n, (-1,)), axis=0), shape)
+    return buckets if upper is None else buckets + upper
+
+
+@functools.lru_cache(maxsize=64)
+def _bucket_table(num_buckets: int, max_distance: int) -> np.ndarray:
+    """Bucket of each distance ``0..max_distance`` (one direction), exact.
+
+    ``floor(ln(n/E) / ln(D/E) * K) >= j``  <=>  ``n**K * E**j >= D**j * E**K`` (``K = B - E``),
+    compared in Python integers.
+    """
+    exact = num_buckets // 2
+    k = num_buckets - exact
+
+    def reaches(n: int, j: int) -> bool:
+        return n**k * exact**j >= max_distance**j * exact**k
+
+    thresholds = []
+    for j in range(1, k):  # bucket exact + j starts at the smallest n that reaches j
+        n = max(exact, math.ceil(exact * (max_distance / exact) ** (j / k)))
+        while not reaches(n, j):
+            n += 1
+        while n > exact and reaches(n - 1, j):
+            n -= 1
+        thresholds.append(n)
+    n = np.arange(max_distance + 1)
+    large = exact + np.searchsorted(np.array(thresholds, dtype=np.int64), n, side="right")
+    table = np.where(n < exact, n, np.minimum(large, num_buckets - 1))
+    table.flags.writeable = False
+    return table
+
+
+def t5_relative_bias(
+    table: Any,
+    q_len: int,
+    k_len: int,
+    *,
+    bidirectional: bool = True,
+    max_distance: int = 128,
+    offset: int | None = None,
+) -> Any:
+    """The bias of a learned T5 table, shape ``(num_heads, q_len, k_len)``.
+
+    Parameters
+    ----------
+    table : array
+        ``(num_buckets, num_heads)``, a T5 ``relative_attention_bias`` weight, of any
+        backend; gathering keeps autograd, so the table trains through the bias.
+    q_len, k_len : int
+        Query and key counts, >= 1.
+    bidirectional, max_distance
+        As for :func:`t5_relative_buckets` (``num_buckets = table.shape[0]``).
+    offset : int, optional
+        Position of the first query (default ``k_len - q_len``).
+
+    Returns
+    -------
+    array
+        ``table[bucket(j - (offset + i)), h]`` at ``[h, i, j]``, in ``table``'s
+        namespace, device and dtype.
+
+    Examples
+    --------
+    >>> import numpy as np, arrayrope
+    >>> table = np.arange(64.0).reshape(32, 2)   # 32 buckets, 2 heads
+    >>> b = arrayrope.t5_relative_bias(table, 2, 3)
+    >>> b.shape
+    (2, 2, 3)
+    >>> b[0].tolist()  # head 0: rows are queries at positions 1 and 2
+    [[2.0, 0.0, 34.0], [4.0, 2.0, 0.0]]
+    """
+    _xp.check_array(table, "table")
+    ns = _xp.namespace(table, names=("table",))
+    if table.ndim != 2:
+        raise ValueError(f"table must have shape (num_buckets, num_heads), got shape {tuple(table.shape)}")
+    device = _xp.device_of(table)
+    rel = _relative(ns, q_len, k_len, offset, device)
+    buckets = t5_relative_buckets(rel, bidirectional=bidirectional, num_buckets=table.shape[0], max_distance=max_distance)
+    q, k = tuple(rel.shape)
+    values = ns.take(table, ns.reshape(buckets, (-1,)), axis=0)  # (q * k, heads)
+    return ns.permute_dims(ns.reshape(values, (q, k, table.shape[1])), (2, 0, 1))
+
+
+def _namespace(xp: Any) -> Any:
+    return _xp.namespace(xp=xp) if xp is not None else _xp.namespace()
+
+
+def _relative(xp: Any, q_len: Any, k_len: Any, offset: Any, device: Any) -> Any:
+    """``key - query`` positions, shape ``(q_len, k_len)``, default integer dtype."""
+    q_len = _checks.positive_int(q_len, "q_len")
+    k_len = _checks.positive_int(k_len, "k_len")
+    if offset is None:
+        offset = k_len - q_len
+    elif isinstance(offset, bool) or not isinstance(offset, numbers.Integral):
+        raise TypeError(f"offset must be an int (position of the first query), got {offset!r}")
+    keys = xp.arange(k_len, device=device)
+    queries = xp.arange(int(offset), int(offset) + q_len, device=device)
+    return keys[None, :] - queries[:, None]
+
+
+def _from_host(xp: Any, values: np.ndarray, dtype: Any, device: Any) -> Any:
+    """A float64 host array on ``device`` in ``dtype`` (through float32 where float64 is missing)."""
+    if dtype == xp.float64:
+        return xp.asarray(values, dtype=xp.float64, device=device)
+    return xp.astype(xp.asarray(values.astype(np.float32), device=device), dtype)

@@ -1,0 +1,366 @@
+"""Multi-axis rotary tables against independent float64 oracles.
+
+Oracles: the 2-D construction of the image notes rebuilt in complex form, explicit
+rotation matrices, Qwen2-VL/Qwen3-VL's frequency selection written out from its
+definition, finite differences for the learned frequencies.
+"""
+
+from __future__ import annotations
+
+import array_api_compat
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import arrayrope
+from arrayrope.axial import _demo_case
+from arrayrope.testing import to_numpy
+from arrayrope.testing import assert_close
+from helpers import inv_freq_formula, rope_by_matrix, rotation_matrix
+
+FLOATS = ("float32", "float64")
+
+
+def check_like(out, backend, dtype, shape):
+    """Namespace (by library), device, dtype and shape of a result."""
+    assert type(out).__module__.split(".")[0] == type(backend.asarray(np.zeros(1, np.float32))).__module__.split(".")[0]
+    assert tuple(out.shape) == tuple(shape), (tuple(out.shape), shape)
+    assert str(out.dtype).split(".")[-1] == dtype, (out.dtype, dtype)
+    dev = array_api_compat.device(out)
+    assert dev is None or dev == backend.device, (dev, backend.device)
+
+
+def xp_assert_close(out, desired, backend, dtype, *, rtol=None, atol=None):
+    check_like(out, backend, dtype, np.shape(desired))
+    assert_close(out, desired, rtol=rtol, atol=atol)
+
+
+def _dtypes(backend):
+    return [d for d in FLOATS if d in backend.dtypes]
+
+
+def _tol(dtype):
+    return dict(rtol=2e-6, atol=2e-6) if dtype == "float32" else dict(rtol=1e-12, atol=1e-12)
+
+
+# -- the 2-D construction of the notes, rebuilt independently ---------------------------------
+
+
+def notes_freqs_cis_2d(dim: int, width: int, height: int, theta: float = 100.0) -> np.ndarray:
+    """Complex rotations e^{i angle}, (width * height, dim // 2): x = t mod W, y = t div W."""
+    freqs = 1.0 / theta ** (np.arange(0, dim, 4)[: dim // 4] / dim)
+    t = np.arange(width * height)
+    t_x, t_y = t % width, t // width
+    return np.concatenate([np.exp(1j * np.outer(t_x, freqs)), np.exp(1j * np.outer(t_y, freqs))], axis=-1)
+
+
+def notes_apply(x: np.ndarray, freqs_cis: np.ndarray) -> np.ndarray:
+    """Interleaved pairs as complex numbers, multiplied by the rotations, back to reals."""
+    z = x[..., 0::2] + 1j * x[..., 1::2]
+    z = z * freqs_cis
+    return np.stack([z.real, z.imag], axis=-1).reshape(x.shape)
+
+
+@pytest.mark.parametrize("width,height,dim", [(14, 14, 128), (4, 3, 16)])
+def test_2d_notes_construction_equals_axial_interleaved(backend, width, height, dim):
+    rng = np.random.default_rng(width * height)
+    x64 = rng.standard_normal((2, width * height, dim))
+    t = np.arange(width * height)
+    coords = backend.asarray(np.stack([t % width, t // width], axis=-1))
+    for dtype in _dtypes(backend):
+        x = backend.asarray(x64, dtype=dtype)
+        cos, sin = arrayrope.axial_rope_tables(coords, dim, dtype=dtype)
+        check_like(cos, backend, dtype, (width * height, dim // 2))
+        out = arrayrope.apply_rotary(x, cos, sin, layout="interleaved")
+        expected = notes_apply(to_numpy(x).astype(np.float64), notes_freqs_cis_2d(dim, width, height))
+        xp_assert_close(out, expected, backend, dtype, **_tol(dtype))
+
+
+def test_axial_half_layout_is_the_pair_block_rotation(backend):
+    """Half-split: pair i = (i, i + d/2); the first d/4 pairs turn with x, the rest with y."""
+    width, height, dim = 4, 3, 16
+    x64 = np.random.default_rng(1).standard_normal((height * width, dim))
+    t = np.arange(width * height)
+    theta = 100.0 ** (-np.arange(0, dim, 4) / dim)
+    coords = backend.asarray(np.stack([t % width, t // width], axis=-1))
+    for dtype in _dtypes(backend):
+        x = backend.asarray(x64, dtype=dtype)
+        cos, sin = arrayrope.axial_rope_tables(coords, dim, dtype=dtype)
+        out = arrayrope.apply_rotary(x, cos, sin, layout="half")
+        xin = to_numpy(x).astype(np.float64)
+        expected = np.stack(
+            [rotation_matrix(np.concatenate([(s % width) * theta, (s // width) * theta]), "half", dim) @ xin[s]
+             for s in t]
+        )
+        xp_assert_close(out, expected, backend, dtype, **_tol(dtype))
+
+
+def test_grid_shape_is_row_major_row_then_column(backend):
+    h, w, dim = 3, 4, 16
+    cos, sin = arrayrope.axial_rope_tables((h, w), dim, xp=backend.xp, device=backend.device)
+    t = np.arange(h * w)
+    theta = 100.0 ** (-np.arange(0, dim, 4) / dim)
+    angles = np.concatenate([np.outer(t // w, theta), np.outer(t % w, theta)], axis=-1)
+    xp_assert_close(cos, np.cos(angles), backend, "float32")
+    xp_assert_close(sin, np.sin(angles), backend, "float32")
+
+
+def test_relative_property_per_axis(backend):
+    """<R(p) q, R(p') k> depends only on p - p', axis by axis (fractional shifts too)."""
+    dim = 16
+    rng = np.random.default_rng(2)
+    q64, k64 = rng.standard_normal((2, dim))
+    p = np.array([[0.0, 0.0], [3.0, 7.0], [2.5, 1.0], [9.0, 4.0]])
+    shift = np.array([11.0, -3.25])
+    dtype = "float64" if "float64" in backend.dtypes else "float32"
+    scores = []
+    for coords in (p, p + shift):
+        cos, sin = arrayrope.axial_rope_tables(backend.asarray(coords, dtype=dtype), dim, axis_dims=(6, 10), dtype=dtype)
+        q = to_numpy(arrayrope.apply_rotary(backend.asarray(np.tile(q64, (4, 1)), dtype=dtype), cos, sin))
+        k = to_numpy(arrayrope.apply_rotary(backend.asarray(np.tile(k64, (4, 1)), dtype=dtype), cos, sin))
+        scores.append(q.astype(np.float64) @ k.astype(np.float64).T)
+    np.testing.assert_allclose(scores[0], scores[1], rtol=0, atol=1e-5 if dtype == "float32" else 1e-12)
+    # and it does depend on the relative position along each axis
+    assert abs(scores[0][0, 1] - scores[0][0, 2]) > 1e-3
+
+
+def test_one_axis_reduces_to_1d(backend):
+    dim, base = 32, 10000.0
+    pos = np.array([0, 1, 5, 77, 4096])
+    x64 = np.random.default_rng(3).standard_normal((len(pos), dim))
+    for layout in ("half", "interleaved"):
+        cos, sin = arrayrope.axial_rope_tables(backend.asarray(pos[:, None]), dim, base=base)
+        out = arrayrope.apply_rotary(backend.asarray(x64, dtype="float32"), cos, sin, layout=layout)
+        expected = rope_by_matrix(x64.astype(np.float32), pos, inv_freq_formula(dim, base), layout)
+        xp_assert_close(out, expected, backend, "float32", rtol=2e-6, atol=2e-5)
+    cos, _ = arrayrope.axial_rope_tables((6,), dim, base=base, xp=backend.xp, device=backend.device)
+    xp_assert_close(cos, np.cos(np.outer(np.arange(6), inv_freq_formula(dim, base))), backend, "float32")
+
+
+def test_video_grid_axis_dims_train_grid_and_class_token(backend):
+    grid, dims, train, base = (2, 3, 4), (4, 6, 6), (4, 6, 6), 100.0
+    cos, sin = arrayrope.axial_rope_tables(
+        grid, 16, axis_dims=dims, train_grid=train, num_prefix_tokens=2, base=base, xp=backend.xp, device=backend.device
+    )
+    coords = np.stack(np.unravel_index(np.arange(24), grid), axis=-1) * (np.array(train) / np.array(grid))
+    angles = np.concatenate(
+        [np.outer(coords[:, j], base ** (-np.arange(0, d, 2) / d)) for j, d in enumerate(dims)], axis=-1
+    )
+    angles = np.concatenate([np.zeros((2, 8)), angles])
+    xp_assert_close(cos, np.cos(angles), backend, "float32")
+    xp_assert_close(sin, np.sin(angles), backend, "float32")
+
+
+def test_coordinates_with_batch_axes_and_prefix(backend):
+    coords = np.random.default_rng(4).uniform(-5, 20, size=(2, 3, 2))
+    cos, sin = arrayrope.axial_rope_tables(backend.asarray(coords, dtype="float32"), 8, num_prefix_tokens=1)
+    c32 = coords.astype(np.float32).astype(np.float64)
+    theta = 100.0 ** (-np.arange(0, 8, 4) / 8)
+    angles = np.concatenate([c32[..., :1] * theta, c32[..., 1:] * theta], axis=-1)
+    angles = np.concatenate([np.zeros((2, 1, 4)), angles], axis=1)
+    xp_assert_close(cos, np.cos(angles), backend, "float32", atol=1e-6)
+    xp_assert_close(sin, np.sin(angles), backend, "float32", atol=1e-6)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(
+    grid=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    pairs=st.lists(st.integers(1, 3), min_size=3, max_size=3),
+    layout=st.sampled_from(["half", "interleaved"]),
+    dtype=st.sampled_from(["float32", "float64"]),
+    extra=st.sampled_from([0, 2]),
+)
+def test_property_matches_rotation_matrices(grid, pairs, layout, dtype, extra):
+    """Any grid, any split, either layout, partial rotary: one explicit block rotation per token."""
+    dims = [2 * p for p in pairs[: len(grid)]]
+    rotary = sum(dims)
+    head_dim = rotary + extra
+    cos, sin = arrayrope.axial_rope_tables(tuple(grid), head_dim, axis_dims=dims, rotary_dim=rotary, dtype=dtype)
+    n = int(np.prod(grid))
+    assert cos.shape == (n, rotary // 2) and cos.dtype == np.dtype(dtype)
+    x = np.random.default_rng(n).standard_normal((n, head_dim)).astype(dtype)
+    out = arrayrope.apply_rotary(x, cos, sin, layout=layout)
+    coords = np.stack(np.unravel_index(np.arange(n), grid), axis=-1)
+    for t in range(n):
+        angles = np.concatenate([coords[t, j] * 100.0 ** (-np.arange(0, d, 2) / d) for j, d in enumerate(dims)])
+        expected = rotation_matrix(angles, layout, head_dim) @ x[t].astype(np.float64)
+        np.testing.assert_allclose(out[t], expected, **_tol(dtype))
+
+
+def test_lazy_backends_stay_lazy(backend):
+    if not backend.lazy:
+        pytest.skip("eager backend")
+    coords = backend.asarray(np.array([[0.5, 1.0], [2.0, 3.0]]), dtype="float32")
+    if backend.name == "dask":
+        cos, _ = arrayrope.axial_rope_tables(coords, 8)
+        assert type(cos).__module__.startswith("dask")
+    else:
+        import jax
+
+        cos = jax.jit(lambda c: arrayrope.axial_rope_tables(c, 8)[0])(coords)
+        theta = 100.0 ** (-np.arange(0, 8, 4) / 8)
+        expected = np.cos(np.concatenate([np.outer([0.5, 2.0], theta), np.outer([1.0, 3.0], theta)], axis=-1))
+        np.testing.assert_allclose(np.asarray(cos), expected, atol=1e-6)
+
+
+def test_demo_case_row(backend):
+    for dtype in _dtypes(backend):
+        label, err, tol = _demo_case(backend, dtype, width=6, head_dim=32)
+        assert "2-D" in label and err <= tol, (err, tol)
+
+
+# -- M-RoPE -----------------------------------------------------------------------------------
+
+
+def _rotate_half(x):
+    h = x.shape[-1] // 2
+    return np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+
+
+def qwen2_vl_reference(q, positions, inv_freq, sections):
+    """Qwen2-VL: cos of (3, B, S, d), split by sections * 2, chunk i from axis i % 3."""
+    freqs = positions[..., None].astype(np.float64) * inv_freq
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    bounds = np.cumsum(list(sections) * 2)[:-1]
+    cos = np.concatenate([c[i % 3] for i, c in enumerate(np.split(np.cos(emb), bounds, axis=-1))], axis=-1)
+    sin = np.concatenate([s[i % 3] for i, s in enumerate(np.split(np.sin(emb), bounds, axis=-1))], axis=-1)
+    return q * cos[:, None] + _rotate_half(q) * sin[:, None]
+
+
+def qwen3_vl_reference(q, positions, inv_freq, sections):
+    """Qwen3-VL: start from the temporal angles, overwrite h at k = 1, 4, ... and w at k = 2, 5, ..."""
+    freqs = positions[..., None].astype(np.float64) * inv_freq
+    mixed = freqs[0].copy()
+    for axis, start in ((1, 1), (2, 2)):
+        mixed[..., start : 3 * sections[axis] : 3] = freqs[axis][..., start : 3 * sections[axis] : 3]
+    emb = np.concatenate([mixed, mixed], axis=-1)
+    return q * np.cos(emb)[:, None] + _rotate_half(q) * np.sin(emb)[:, None]
+
+
+@pytest.mark.parametrize("interleaved,sections", [(False, (2, 3, 3)), (True, (3, 3, 2))])
+def test_mrope_matches_qwen(backend, interleaved, sections):
+    dim = 2 * sum(sections)
+    rng = np.random.default_rng(5)
+    b, s = 2, 7
+    positions = np.stack([rng.integers(0, 3, (b, s)), rng.integers(0, 20, (b, s)), rng.integers(0, 20, (b, s))])
+    positions[:, 0, :3] = np.arange(3)  # text tokens: one position on all axes
+    freqs = arrayrope.rope_frequencies(dim, base=1e6)
+    q64 = rng.standard_normal((b, 2, s, dim))
+    for dtype in _dtypes(backend):
+        cos, sin = arrayrope.mrope_tables(
+            freqs, backend.asarray(positions), sections=sections, interleaved=interleaved, dtype=dtype
+        )
+        check_like(cos, backend, dtype, (b, s, dim // 2))
+        q = backend.asarray(q64, dtype=dtype)
+        out = arrayrope.apply_rotary(q, cos[:, None, ...], sin[:, None, ...], layout="half")
+        ref = (qwen3_vl_reference if interleaved else qwen2_vl_reference)(
+            to_numpy(q).astype(np.float64), positions, inv_freq_formula(dim, 1e6), sections
+        )
+        xp_assert_close(out, ref, backend, dtype, **_tol(dtype))
+
+
+def test_mrope_interleaved_assignment_rule():
+    """Frequency k takes h when k%3==1 and k<3*s1, w when k%3==2 and k<3*s2, t otherwise."""
+    sections = (24, 20, 20)
+    freqs = arrayrope.rope_frequencies(128)
+    positions = np.array([1, 2, 3]).reshape(3, 1)  # t=1, h=2, w=3: angle / inv_freq names the axis
+    cos, sin = arrayrope.mrope_tables(freqs, positions, sections=sections, interleaved=True, dtype="float64")
+    angle = np.arctan2(sin[0], cos[0]) / freqs.inv_freq
+    k = np.arange(64)
+    expected = np.where((k % 3 == 1) & (k < 60), 2, np.where((k % 3 == 2) & (k < 60), 3, 1))
+    np.testing.assert_allclose(angle, expected, rtol=1e-9)
+
+
+def test_mrope_text_tokens_are_1d_rope():
+    freqs = arrayrope.rope_frequencies(32, base=1e4)
+    pos = np.arange(9)
+    for interleaved in (False, True):
+        cos, sin = arrayrope.mrope_tables(freqs, np.stack([pos] * 3), sections=(4, 6, 6), interleaved=interleaved)
+        np.testing.assert_allclose(cos, np.cos(np.outer(pos, inv_freq_formula(32, 1e4))), atol=1e-7)
+
+
+# -- learned mixed frequencies ----------------------------------------------------------------
+
+
+def test_mixed_tables_match_formula(backend):
+    heads, dim, grid = 3, 16, (3, 4)
+    f64 = arrayrope.mixed_rope_frequencies(dim, heads, seed=1)
+    n = grid[0] * grid[1]
+    rows, cols = np.divmod(np.arange(n), grid[1])
+    for dtype in _dtypes(backend):
+        f = backend.asarray(f64, dtype=dtype)
+        cos, sin = arrayrope.mixed_rope_tables(f, grid, num_prefix_tokens=1)
+        fd = to_numpy(f).astype(np.float64)
+        angles = rows[None, :, None] * fd[0][:, None, :] + cols[None, :, None] * fd[1][:, None, :]
+        angles = np.concatenate([np.zeros((heads, 1, dim // 2)), angles], axis=1)
+        xp_assert_close(cos, np.cos(angles), backend, dtype, **_tol(dtype))
+        xp_assert_close(sin, np.sin(angles), backend, dtype, **_tol(dtype))
+
+
+def test_mixed_initialisation_directions():
+    f = arrayrope.mixed_rope_frequencies(16, 5, seed=3)
+    mag = 10.0 ** (-np.arange(0, 16, 4) / 16)
+    np.testing.assert_allclose(np.hypot(f[0], f[1]), np.tile(np.concatenate([mag, mag]), (5, 1)))
+    # the two halves of each head are orthogonal directions
+    np.testing.assert_allclose(f[0, :, :4] * f[0, :, 4:] + f[1, :, :4] * f[1, :, 4:], 0, atol=1e-15)
+
+
+def test_mixed_tables_train_with_torch_autograd():
+    torch = pytest.importorskip("torch")
+    f = torch.tensor(arrayrope.mixed_rope_frequencies(8, 2, seed=0), dtype=torch.float64, requires_grad=True)
+    coords = torch.tensor([[0.0, 0.0], [1.0, 2.0], [3.5, -1.0]], dtype=torch.float64)
+    torch.autograd.gradcheck(lambda w: arrayrope.mixed_rope_tables(w, coords), (f,))
+    cos, sin = arrayrope.mixed_rope_tables(f, coords)
+    (cos.sum() + sin.sum()).backward()
+    assert f.grad is not None and float(f.grad.abs().sum()) > 0
+
+
+# -- bad input --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,match",
+    [
+        (dict(positions=(4, 4), head_dim=16, axis_dims=(8, 4)), ValueError, "axis_dims.*sum to 12"),
+        (dict(positions=(4, 4), head_dim=16, axis_dims=(7, 9)), ValueError, "axis_dims must be even"),
+        (dict(positions=(4, 4), head_dim=16, axis_dims=(8, 4, 4)), ValueError, "axis_dims.*3 axes.*grid has 2"),
+        (dict(positions=(2, 2, 2), head_dim=16), ValueError, "rotary_dim=16.*3 axes.*axis_dims"),
+        (dict(positions=(4, 0), head_dim=16), ValueError, r"grid shape must have sizes >= 1, got \(4, 0\)"),
+        (dict(positions=(4, -2), head_dim=16), ValueError, "sizes >= 1"),
+        (dict(positions=np.zeros((5, 3)), head_dim=16, axis_dims=(8, 8)), ValueError, "trailing size of 3"),
+        (dict(positions=(4, 4), head_dim=15), ValueError, "head_dim must be even"),
+        (dict(positions=np.zeros(3), head_dim=8, num_prefix_tokens=1), ValueError, "num_prefix_tokens needs"),
+        (dict(positions=np.zeros((3, 2)), head_dim=8, train_grid=(2, 2)), ValueError, "train_grid"),
+        (dict(positions=(3, 3), head_dim=8, train_grid=(2,)), ValueError, "train_grid"),
+        (dict(positions=np.array([[np.nan, 1.0]]), head_dim=8), ValueError, "finite"),
+        (dict(positions=2.5, head_dim=8), TypeError, "positions must be"),
+        (dict(positions=np.zeros((4, 0)), head_dim=8), ValueError, r"n_axes >= 1, got shape \(4, 0\)"),
+        (dict(positions=(), head_dim=8), ValueError, "n_axes >= 1"),
+    ],
+)
+def test_axial_bad_input(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        arrayrope.axial_rope_tables(**kwargs)
+
+
+def test_mrope_bad_input():
+    f = arrayrope.rope_frequencies(32)
+    pos = np.zeros((3, 1, 4), dtype=int)
+    with pytest.raises(ValueError, match=r"sections=\[4, 4, 4\] sum to 12.*16"):
+        arrayrope.mrope_tables(f, pos, sections=(4, 4, 4))
+    with pytest.raises(ValueError, match=r"positions must have shape \(len\(sections\), ...\) = \(3, ...\)"):
+        arrayrope.mrope_tables(f, np.zeros((2, 4), dtype=int), sections=(4, 6, 6))
+    with pytest.raises(ValueError, match="sections must contain positive"):
+        arrayrope.mrope_tables(f, pos, sections=(0, 8, 8))
+    with pytest.raises(TypeError, match="freqs must be a RopeFrequencies"):
+        arrayrope.mrope_tables(np.ones(16), pos, sections=(4, 6, 6))
+
+
+def test_mixed_bad_input():
+    f = np.zeros((2, 3, 4))
+    with pytest.raises(ValueError, match="trailing size.*n_axes = freqs.shape\\[0\\] = 2"):
+        arrayrope.mixed_rope_tables(f, np.zeros((5, 3)))
+    with pytest.raises(ValueError, match="freqs must have shape"):
+        arrayrope.mixed_rope_tables(np.zeros((3, 4)), (2, 2))
+    with pytest.raises(ValueError, match="head_dim must be a multiple of 4"):
+        arrayrope.mixed_rope_frequencies(6, 2)
