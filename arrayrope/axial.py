@@ -483,24 +483,28 @@ def _axis_dims(axis_dims: Any, n_axes: int, rotary: int, *, from_grid: bool) -> 
     return dims
 
 
-def _demo_case(backend: Any, dtype: str = "float32", *, width: int = 14, head_dim: int = 128) -> tuple[str, float, float]:
-    """One demo row: 2-D RoPE (x = t mod W, y = t div W) of a ``width x width`` grid against a float64 complex reference.
+def _demo_case(*, width: int = 14, head_dim: int = 128) -> Any:
+    """The demo's 2-D row: axial RoPE of a ``width x width`` grid (x = t mod W, y = t div W).
 
-    Returns ``(label, max abs error, tolerance)``.
+    A :class:`~arrayrope.testing.ParityCase` whose reference is the complex form with
+    frequencies ``100^(-4i/d)``, written independently of this module.
     """
     from .rotary import apply_rotary
-    from .testing import default_tolerance, to_numpy
+    from .testing import ParityCase
 
     t = np.arange(width * width)
-    x64 = np.random.default_rng(0).standard_normal((2, width * width, head_dim))
-    x = backend.asarray(x64, dtype=dtype)
-    coords = backend.xp.asarray(np.stack([t % width, t // width], axis=-1), device=backend.device)
-    cos, sin = axial_rope_tables(coords, head_dim, dtype="float64" if dtype == "float64" else "float32")
-    y = to_numpy(apply_rotary(x, cos, sin, layout="interleaved")).astype(np.float64)
-    theta = 100.0 ** (-np.arange(0, head_dim, 4) / head_dim)  # base^(-4i/d), i < d/4
-    angle = np.concatenate([np.outer(t % width, theta), np.outer(t // width, theta)], axis=-1)
-    xin = to_numpy(x).astype(np.float64)
-    z = (xin[..., 0::2] + 1j * xin[..., 1::2]) * np.exp(1j * angle)
-    ref = np.stack([z.real, z.imag], axis=-1).reshape(xin.shape)
-    rtol, atol = default_tolerance(dtype)
-    return f"2-D axial RoPE {width}x{width}", float(np.max(np.abs(y - ref))), atol + rtol * float(np.max(np.abs(ref)))
+    coords = np.stack([t % width, t // width], axis=-1).astype(np.int64)
+
+    def rotate(x: Any, c: Any) -> Any:
+        ns = _xp.namespace(x)
+        cos, sin = axial_rope_tables(c, head_dim, dtype=ns.float64 if x.dtype == ns.float64 else ns.float32)
+        return apply_rotary(x, cos, sin, layout="interleaved")
+
+    def reference(x: np.ndarray, c: np.ndarray) -> np.ndarray:
+        theta = 100.0 ** (-np.arange(0, head_dim, 4) / head_dim)  # base^(-4i/d), i < d/4
+        angle = np.concatenate([np.outer(c[:, 0], theta), np.outer(c[:, 1], theta)], axis=-1)
+        z = (x[..., 0::2] + 1j * x[..., 1::2]) * np.exp(1j * angle)
+        return np.stack([z.real, z.imag], axis=-1).reshape(x.shape)
+
+    x = np.random.default_rng(0).standard_normal((2, width * width, head_dim))
+    return ParityCase(f"2-D axial RoPE, {width}x{width} grid, interleaved", rotate, (x, coords), reference=reference)

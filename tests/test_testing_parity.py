@@ -189,3 +189,12 @@ def test_case_run_in_dtypes_it_does_not_have_runs_nothing():
     assert case.run(backends=["numpy"], dtypes=["float64"]).rows == ()
     (row,) = case.run(backends=["numpy"], dtypes=["float32", "float64"]).rows
     assert (row.case, row.dtype, row.ok) == ("float32 only", "float32", True)
+
+
+def test_assert_close_infinities_and_nans():
+    from arrayrope.testing import assert_close
+
+    assert_close(np.array([np.inf, -np.inf, np.nan, 1.0]), np.array([np.inf, -np.inf, np.nan, 1.0]))
+    for a, d in ([np.inf], [-np.inf]), ([np.nan], [1.0]), ([1.0], [np.nan]), ([1.0], [1.001]):
+        with pytest.raises(AssertionError, match="differ"):
+            assert_close(np.array(a), np.array(d))

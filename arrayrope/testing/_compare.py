@@ -45,6 +45,7 @@ def assert_close(actual: Any, desired: Any, *, rtol: float | None = None, atol: 
     >>> import numpy as np
     >>> from arrayrope.testing import assert_close
     >>> assert_close(np.float32([1.0, 2.0]), np.array([1.0, 2.0000001]))
+    >>> assert_close(np.array([-np.inf, np.nan]), np.array([-np.inf, np.nan]))
     """
     names = [_dtype_name(actual), _dtype_name(desired)]
     coarse = max(names, key=lambda n: _EPS[n])
@@ -55,9 +56,11 @@ def assert_close(actual: Any, desired: Any, *, rtol: float | None = None, atol: 
     d = to_numpy(desired).astype(np.float64)
     if a.shape != d.shape:
         raise AssertionError(f"shapes differ: actual {a.shape}, desired {d.shape}")
-    err = np.abs(a - d)
-    bound = atol + rtol * np.abs(d)
-    bad = ~(err <= bound) & ~(np.isnan(a) & np.isnan(d)) | (np.isnan(a) != np.isnan(d))
+    with np.errstate(invalid="ignore"):
+        err = np.abs(a - d)
+        bound = atol + rtol * np.abs(d)
+        # equal values (infinities of one sign included) and NaN against NaN agree
+        bad = ~((np.isfinite(err) & (err <= bound)) | (a == d) | (np.isnan(a) & np.isnan(d)))
     if np.any(bad):
         excess = np.where(bad, np.nan_to_num(err - bound, nan=np.inf), -np.inf)
         worst = np.unravel_index(int(np.argmax(excess)), a.shape) if a.ndim else ()
