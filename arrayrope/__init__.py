@@ -10,6 +10,7 @@ from .tables import rope_tables
 from .rotary import apply_rotary, permute_rotary_rows, to_half, to_interleaved
 from .embedding import RotaryEmbedding
 from .sinusoidal import sinusoidal_embedding
+from .config import rope_frequencies_from_config
 
 __version__ = "0.1.0"
 
@@ -23,4 +24,5 @@ __all__ = [
     "permute_rotary_rows",
     "RotaryEmbedding",
     "sinusoidal_embedding",
+    "rope_frequencies_from_config",
 ]
