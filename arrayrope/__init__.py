@@ -11,6 +11,7 @@ from .rotary import apply_rotary, permute_rotary_rows, to_half, to_interleaved
 from .embedding import RotaryEmbedding
 from .sinusoidal import sinusoidal_embedding
 from .config import rope_frequencies_from_config
+from .rerotate import rerotate
 
 __version__ = "0.1.0"
 
@@ -25,4 +26,5 @@ __all__ = [
     "RotaryEmbedding",
     "sinusoidal_embedding",
     "rope_frequencies_from_config",
+    "rerotate",
 ]
