@@ -12,6 +12,7 @@ from .embedding import RotaryEmbedding
 from .sinusoidal import sinusoidal_embedding
 from .config import rope_frequencies_from_config
 from .rerotate import rerotate
+from .xpos import xpos_scales, xpos_tables
 
 __version__ = "0.1.0"
 
@@ -27,4 +28,6 @@ __all__ = [
     "sinusoidal_embedding",
     "rope_frequencies_from_config",
     "rerotate",
+    "xpos_scales",
+    "xpos_tables",
 ]
