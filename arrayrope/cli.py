@@ -14,6 +14,7 @@ import sys
 # command name -> module implementing it
 COMMANDS: dict[str, str] = {
     "demo": "arrayrope._demo",
+    "plot": "arrayrope._plot",
 }
 
 
