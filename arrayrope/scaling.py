@@ -21,7 +21,7 @@ attention factor. Notation: ``s = factor``, ``L0 = original_max_position_embeddi
 
 The semantics follow Hugging Face transformers (the convention checkpoints are
 loaded with), including its defaults: ``type`` is read where ``rope_type`` is
-missing; yarn's ``beta_fast``/``beta_slow`` default to 32/1, ``truncate`` to True,
+missing, and the old names in :data:`ALIASES` are accepted; yarn's ``beta_fast``/``beta_slow`` default to 32/1, ``truncate`` to True,
 its missing ``factor`` to ``Lmax / L0`` and its attention factor is
 ``m(s, mscale) / m(s, mscale_all_dim)`` when both are set (``m`` is
 :func:`yarn_mscale`); longrope's missing ``factor`` is ``Lmax / L0``;
@@ -51,7 +51,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-__all__ = ["ROPE_TYPES", "register", "scale", "yarn_mscale", "SEQ_LEN_DEPENDENT"]
+__all__ = ["ROPE_TYPES", "ALIASES", "register", "scale", "yarn_mscale", "SEQ_LEN_DEPENDENT"]
 
 ScalingFn = Callable[..., "tuple[np.ndarray, float]"]
 
@@ -63,6 +63,10 @@ COMMON_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_fact
 SEQ_LEN_DEPENDENT = frozenset({"dynamic", "longrope"})
 
 ROPE_TYPES: dict[str, ScalingFn] = {}
+
+# Older names transformers rewrites when it loads a config: Phi-3's "su" is LongRoPE;
+# Qwen2-VL's "mrope" computes default frequencies (its sections split the head by axis).
+ALIASES: dict[str, str] = {"su": "longrope", "mrope": "default"}
 
 
 def register(name: str, *, required: tuple[str, ...] = (), optional: tuple[str, ...] = ()) -> Callable[[ScalingFn], ScalingFn]:
@@ -349,6 +353,7 @@ def rope_type_of(scaling: Mapping[str, Any]) -> str:
         return "default"
     if not isinstance(rope_type, str):
         raise TypeError(f"scaling['rope_type'] must be a string, got {rope_type!r}")
+    rope_type = ALIASES.get(rope_type, rope_type)
     if rope_type not in ROPE_TYPES:
         raise ValueError(f"scaling: unknown rope_type {rope_type!r}; known: {sorted(ROPE_TYPES)}")
     return rope_type

@@ -108,7 +108,7 @@ def test_longrope_attention_factor_from_lengths():
         ("[1, 2]", ValueError, "JSON object"),
         (json.dumps({"hidden_size": 4096}), ValueError, r"missing \['num_attention_heads'\]"),
         (json.dumps({"num_attention_heads": 32}), ValueError, r"missing \['hidden_size'\]"),
-        (json.dumps({"head_dim": 64, "rope_scaling": {"rope_type": "su"}}), ValueError, "unknown rope_type 'su'"),
+        (json.dumps({"head_dim": 64, "rope_scaling": {"rope_type": "ntk"}}), ValueError, "unknown rope_type 'ntk'"),
         (json.dumps({"head_dim": 64, "rope_theta": "big"}), TypeError, "rope_theta"),
         (json.dumps({"head_dim": 64, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
                                                       "low_freq_factor": 1.0, "high_freq_factor": 4.0}}),
@@ -127,3 +127,17 @@ def test_missing_file_and_wrong_type(tmp_path):
         arrayrope.rope_frequencies_from_config(tmp_path / "nope.json")
     with pytest.raises(TypeError, match="dict or the path"):
         arrayrope.rope_frequencies_from_config(42)
+
+
+def test_old_type_names():
+    phi3 = {"hidden_size": 3072, "num_attention_heads": 32, "max_position_embeddings": 131072,
+            "original_max_position_embeddings": 4096,
+            "rope_scaling": {"type": "su", "short_factor": [1.0] * 48, "long_factor": [2.0] * 48}}
+    f = arrayrope.rope_frequencies_from_config(phi3, seq_len=5000)
+    assert f.rope_type == "longrope"
+    np.testing.assert_allclose(f.inv_freq, [1e4 ** (-2 * i / 96) / 2 for i in range(48)], rtol=1e-14)
+    qwen2vl = {"hidden_size": 3584, "num_attention_heads": 28, "rope_theta": 1e6,
+               "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}
+    with pytest.warns(UserWarning, match="mrope_section"):
+        g = arrayrope.rope_frequencies_from_config(qwen2vl)
+    np.testing.assert_allclose(g.inv_freq, [1e6 ** (-2 * i / 128) for i in range(64)], rtol=1e-14)
