@@ -410,13 +410,13 @@ def _check_keys(scaling: Mapping[str, Any], rope_type: str, fn: ScalingFn, *, ba
                 f"scaling: key(s) {unknown} are not used by rope_type {rope_type!r} and were ignored",
                 stacklevel=4,
             )
-    theta = scaling.get("rope_theta")
-    if theta is not None and not math.isclose(float(theta), base, rel_tol=1e-12):
+    theta = _real(scaling, "rope_theta")
+    if theta is not None and not math.isclose(theta, base, rel_tol=1e-12):
         raise ValueError(
             f"scaling['rope_theta']={theta} differs from base={base}; pass base={theta} "
             "(or use rope_frequencies_from_config)"
         )
-    prf = scaling.get("partial_rotary_factor")
+    prf = _real(scaling, "partial_rotary_factor")
     if prf is not None and int(head_dim * prf) != rotary_dim:
         raise ValueError(
             f"scaling['partial_rotary_factor']={prf} gives rotary_dim={int(head_dim * prf)} but "

@@ -127,6 +127,14 @@ def test_yarn_mscale_ratio_and_explicit_attention_factor():
     np.testing.assert_array_equal(f.inv_freq, g.inv_freq)  # the factor never touches the frequencies
 
 
+def test_longrope_explicit_attention_factor_wins():
+    sc = {"rope_type": "longrope", "short_factor": [1.0] * 32, "long_factor": [2.0] * 32,
+          "original_max_position_embeddings": 4096, "factor": 32.0, "attention_factor": 1.5}
+    f = arrayrope.rope_frequencies(64, scaling=sc, max_position_embeddings=131072, seq_len=5000)
+    assert f.attention_factor == 1.5
+    np.testing.assert_allclose(f.inv_freq, np.array(theta(64, 1e4)) / 2, rtol=1e-14)
+
+
 def test_yarn_missing_factor_is_length_ratio():
     f = arrayrope.rope_frequencies(64, scaling={"rope_type": "yarn", "original_max_position_embeddings": 2048},
                                    max_position_embeddings=8192)
@@ -268,6 +276,13 @@ def test_registry_lists_every_type():
           "original_max_position_embeddings": 4096, "factor": 2.0}, {}, ValueError, r"long_factor.*got 33"),
         ({"rope_type": "longrope", "short_factor": [1.0] * 32}, {}, ValueError, r"\['long_factor'\]"),
         ({"rope_type": "linear", "factor": 2.0, "rope_theta": 5e5}, {}, ValueError, "rope_theta"),
+        ({"rope_type": "linear", "factor": 2.0, "rope_theta": "1e4"}, {}, TypeError, r"scaling\['rope_theta'\]"),
+        ({"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5}, {}, ValueError,
+         "partial_rotary_factor"),
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "truncate": "no"}, {},
+         TypeError, "truncate"),
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "attention_factor": -1.0},
+         {}, ValueError, "attention_factor"),
         ("linear", {}, TypeError, "dict"),
         ({"rope_type": 3}, {}, TypeError, "rope_type"),
     ],
