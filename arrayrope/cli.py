@@ -13,8 +13,8 @@ import sys
 
 # command name -> module implementing it
 COMMANDS: dict[str, str] = {
-    "demo": "arrayrope._demo",
     "plot": "arrayrope._plot",
+    "demo": "arrayrope._demo",
 }
 
 
