@@ -7,12 +7,12 @@ built on these stages. Importing arrayrope imports no optional backend.
 
 from .frequencies import RopeFrequencies, rope_frequencies
 from .tables import rope_tables
-from .rotary import apply_rotary, permute_rotary_rows, to_half, to_interleaved
-from .embedding import RotaryEmbedding
-from .sinusoidal import sinusoidal_embedding
 from .config import rope_frequencies_from_config
 from .rerotate import rerotate
 from .xpos import xpos_scales, xpos_tables
+from .rotary import apply_rotary, permute_rotary_rows, to_half, to_interleaved
+from .embedding import RotaryEmbedding
+from .sinusoidal import sinusoidal_embedding
 
 __version__ = "0.1.0"
 
@@ -20,14 +20,14 @@ __all__ = [
     "RopeFrequencies",
     "rope_frequencies",
     "rope_tables",
+    "rope_frequencies_from_config",
+    "rerotate",
+    "xpos_scales",
+    "xpos_tables",
     "apply_rotary",
     "to_half",
     "to_interleaved",
     "permute_rotary_rows",
     "RotaryEmbedding",
     "sinusoidal_embedding",
-    "rope_frequencies_from_config",
-    "rerotate",
-    "xpos_scales",
-    "xpos_tables",
 ]
