@@ -7,6 +7,9 @@ built on these stages. Importing arrayrope imports no optional backend.
 
 from .frequencies import RopeFrequencies, rope_frequencies
 from .tables import rope_tables
+from .config import rope_frequencies_from_config
+from .rerotate import rerotate
+from .xpos import xpos_scales, xpos_tables
 from .rotary import apply_rotary, permute_rotary_rows, to_half, to_interleaved
 from .embedding import RotaryEmbedding
 from .sinusoidal import sinusoidal_embedding
@@ -19,6 +22,10 @@ __all__ = [
     "RopeFrequencies",
     "rope_frequencies",
     "rope_tables",
+    "rope_frequencies_from_config",
+    "rerotate",
+    "xpos_scales",
+    "xpos_tables",
     "apply_rotary",
     "to_half",
     "to_interleaved",

@@ -13,6 +13,7 @@ import sys
 
 # command name -> module implementing it
 COMMANDS: dict[str, str] = {
+    "plot": "arrayrope._plot",
     "demo": "arrayrope._demo",
     "parity": "arrayrope._parity_cli",
 }

@@ -1,0 +1,184 @@
+"""Rotary frequencies from a Hugging Face ``config.json`` (transformers v4 and v5 layouts)."""
+
+from __future__ import annotations
+
+import json
+import numbers
+import os
+from typing import Any, Mapping
+
+from .frequencies import RopeFrequencies, rope_frequencies
+from .scaling import rope_type_of
+
+__all__ = ["rope_frequencies_from_config", "rope_config"]
+
+_ORIGINAL_LENGTH_TYPES = ("llama3", "yarn", "longrope")
+
+
+def rope_frequencies_from_config(
+    config: Mapping[str, Any] | str | os.PathLike,
+    *,
+    seq_len: int | None = None,
+    layer_type: str | None = None,
+) -> RopeFrequencies:
+    """The :class:`RopeFrequencies` a model's config describes, as transformers computes them.
+
+    Parameters
+    ----------
+    config : dict or path
+        A parsed config, or the path of a ``config.json`` (or of the folder holding it).
+        Read: ``head_dim`` (else ``hidden_size // num_attention_heads``), ``rope_theta``,
+        ``partial_rotary_factor``, ``max_position_embeddings``,
+        ``original_max_position_embeddings`` and the scaling dict, ``rope_scaling``
+        (v4) or ``rope_parameters`` (v5, which may also hold ``rope_theta`` and
+        ``partial_rotary_factor``). A config without these fields but with a
+        ``text_config`` (multimodal models) is read from its ``text_config``.
+    seq_len : int, optional
+        Current sequence length, for the rope types that depend on it (``dynamic``:
+        NTK base beyond ``max_position_embeddings``; ``longrope``: long factors
+        beyond ``original_max_position_embeddings``). Default: the frequencies a
+        model starts with.
+    layer_type : str, optional
+        For v5 configs whose ``rope_parameters`` differ per layer type (for
+        example ``{"full_attention": {...}, "sliding_attention": {...}}``): which one.
+
+    Returns
+    -------
+    RopeFrequencies
+
+    Notes
+    -----
+    Where transformers has a precedence, the same one is used: a non-empty
+    ``rope_scaling`` over ``rope_parameters``; ``rope_theta`` in the dict over the
+    top-level one (default 10000); a top-level ``partial_rotary_factor`` over the
+    dict's; for llama3, yarn and longrope a top-level ``original_max_position_embeddings``
+    (Phi-3) over the dict's, which falls back to ``max_position_embeddings``.
+    GPT-NeoX's ``rotary_pct`` and ``rotary_emb_base`` are read as
+    ``partial_rotary_factor`` and ``rope_theta``.
+
+    Examples
+    --------
+    >>> import arrayrope
+    >>> cfg = {"hidden_size": 4096, "num_attention_heads": 32, "rope_theta": 500000.0,
+    ...        "max_position_embeddings": 131072,
+    ...        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+    ...                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+    >>> f = arrayrope.rope_frequencies_from_config(cfg)
+    >>> f.rope_type, f.head_dim, f.inv_freq.shape
+    ('llama3', 128, (64,))
+    """
+    kwargs = rope_config(config, layer_type=layer_type)
+    return rope_frequencies(**kwargs, seq_len=seq_len)
+
+
+def rope_config(config: Mapping[str, Any] | str | os.PathLike, *, layer_type: str | None = None) -> dict[str, Any]:
+    """The keyword arguments of :func:`rope_frequencies` that a config describes.
+
+    ``head_dim``, ``base``, ``partial_rotary_factor``, ``scaling`` and
+    ``max_position_embeddings``; see :func:`rope_frequencies_from_config`.
+
+    Examples
+    --------
+    >>> from arrayrope.config import rope_config
+    >>> rope_config({"head_dim": 64, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}})
+    {'head_dim': 64, 'base': 1000000.0, 'partial_rotary_factor': None, 'scaling': None, 'max_position_embeddings': None}
+    """
+    config, where = _load(config)
+    if not any(k in config for k in ("head_dim", "hidden_size")) and isinstance(config.get("text_config"), Mapping):
+        config, where = config["text_config"], f"{where}['text_config']"
+    head_dim = _head_dim(config, where)
+
+    scaling = config.get("rope_scaling") or config.get("rope_parameters") or None
+    if scaling is not None:
+        if not isinstance(scaling, Mapping):
+            raise TypeError(f"{where}: rope_scaling / rope_parameters must be an object, got {scaling!r}")
+        scaling = _layer(scaling, layer_type, where)
+        scaling = dict(scaling)
+    elif layer_type is not None:
+        raise ValueError(f"{where}: layer_type={layer_type!r} given but the config has no per-layer rope_parameters")
+
+    base = config.get("rope_theta", config.get("rotary_emb_base"))
+    if scaling is not None and scaling.get("rope_theta") is not None:
+        base = scaling["rope_theta"]
+    if base is None:
+        base = 10000.0
+    if isinstance(base, bool) or not isinstance(base, numbers.Real):
+        raise TypeError(f"{where}: rope_theta must be a number, got {base!r}")
+
+    prf = config.get("partial_rotary_factor", config.get("rotary_pct"))
+    if prf is None and scaling is not None:
+        prf = scaling.get("partial_rotary_factor")
+    if prf is not None and float(prf) == 1.0:
+        prf = None
+
+    max_len = config.get("max_position_embeddings")
+    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral)):
+        raise TypeError(f"{where}: max_position_embeddings must be an int, got {max_len!r}")
+
+    if scaling is not None:
+        scaling.pop("rope_theta", None)
+        scaling.pop("partial_rotary_factor", None)
+        rope_type = rope_type_of(scaling)
+        original = config.get("original_max_position_embeddings")
+        if rope_type in _ORIGINAL_LENGTH_TYPES and original is not None:
+            scaling["original_max_position_embeddings"] = original
+        if rope_type == "default" and not (set(scaling) - {"rope_type", "type"}):
+            scaling = None
+    return {
+        "head_dim": head_dim,
+        "base": float(base),
+        "partial_rotary_factor": prf,
+        "scaling": scaling,
+        "max_position_embeddings": max_len,
+    }
+
+
+def _load(config: Any) -> tuple[Mapping[str, Any], str]:
+    if isinstance(config, Mapping):
+        return config, "config"
+    if not isinstance(config, (str, os.PathLike)):
+        raise TypeError(f"config must be a dict or the path of a config.json, got {type(config).__name__}")
+    path = os.fspath(config)
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"config file {path!r} does not exist") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"config file {path!r} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {path!r} must hold a JSON object, got {type(data).__name__}")
+    return data, path
+
+
+def _head_dim(config: Mapping[str, Any], where: str) -> int:
+    head_dim = config.get("head_dim")
+    if head_dim is not None:
+        return head_dim
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    if hidden is None or heads is None:
+        missing = [k for k, v in (("hidden_size", hidden), ("num_attention_heads", heads)) if v is None]
+        raise ValueError(
+            f"{where} needs 'head_dim', or 'hidden_size' and 'num_attention_heads'; missing {missing}"
+        )
+    for name, v in (("hidden_size", hidden), ("num_attention_heads", heads)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:
+            raise ValueError(f"{where}: {name} must be a positive int, got {v!r}")
+    return int(hidden) // int(heads)
+
+
+def _layer(scaling: Mapping[str, Any], layer_type: str | None, where: str) -> Mapping[str, Any]:
+    nested = bool(scaling) and all(isinstance(v, Mapping) for v in scaling.values())
+    if not nested:
+        if layer_type is not None:
+            raise ValueError(f"{where}: layer_type={layer_type!r} given but the rope parameters are not per layer type")
+        return scaling
+    if layer_type is None:
+        raise ValueError(f"{where}: rope_parameters differ per layer type {sorted(scaling)}; pass layer_type=")
+    if layer_type not in scaling:
+        raise ValueError(f"{where}: layer_type {layer_type!r} not in the config's {sorted(scaling)}")
+    return scaling[layer_type]

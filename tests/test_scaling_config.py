@@ -1,0 +1,143 @@
+"""``rope_frequencies_from_config``: v4 and v5 layouts, precedence rules and bad files."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import arrayrope
+
+LLAMA31_V4 = {
+    "hidden_size": 4096, "num_attention_heads": 32, "max_position_embeddings": 131072, "rope_theta": 500000.0,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192},
+}
+LLAMA31_V5 = {
+    "hidden_size": 4096, "num_attention_heads": 32, "max_position_embeddings": 131072,
+    "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+}
+
+
+def test_v4_and_v5_layouts_agree_and_match_the_formula():
+    a = arrayrope.rope_frequencies_from_config(LLAMA31_V4)
+    b = arrayrope.rope_frequencies_from_config(LLAMA31_V5)
+    assert a == b and a.rope_type == "llama3" and a.base == 500000.0 and a.head_dim == 128
+    # first pair: wavelength 2 pi < 8192 / 4, kept; last pair: wavelength > 8192, divided by 8
+    assert a.inv_freq[0] == 1.0
+    assert a.inv_freq[-1] == pytest.approx(500000.0 ** (-126 / 128) / 8, rel=1e-14)
+
+
+def test_path_and_folder(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA31_V4))
+    assert arrayrope.rope_frequencies_from_config(tmp_path / "config.json") == arrayrope.rope_frequencies_from_config(
+        str(tmp_path))
+
+
+def test_head_dim_field_wins_and_partial_rotary():
+    cfg = {"hidden_size": 2560, "num_attention_heads": 32, "head_dim": 128, "partial_rotary_factor": 0.5,
+           "rope_theta": 1e6}
+    f = arrayrope.rope_frequencies_from_config(cfg)
+    assert (f.head_dim, f.rotary_dim, f.rope_type) == (128, 64, "default")
+    np.testing.assert_allclose(f.inv_freq, [1e6 ** (-2 * i / 64) for i in range(32)], rtol=1e-14)
+    phi2 = {"hidden_size": 2560, "num_attention_heads": 32, "partial_rotary_factor": 0.4}
+    assert arrayrope.rope_frequencies_from_config(phi2).rotary_dim == 32
+    neox = {"hidden_size": 2048, "num_attention_heads": 16, "rotary_pct": 0.25, "rotary_emb_base": 10000}
+    assert arrayrope.rope_frequencies_from_config(neox).rotary_dim == 32
+
+
+def test_type_key_and_v5_partial_rotary_inside_parameters():
+    cfg = {"head_dim": 64, "rope_parameters": {"type": "linear", "factor": 2.0, "rope_theta": 10000.0,
+                                                "partial_rotary_factor": 0.5}}
+    f = arrayrope.rope_frequencies_from_config(cfg)
+    assert (f.rope_type, f.rotary_dim) == ("linear", 32)
+    np.testing.assert_allclose(f.inv_freq, [1e4 ** (-2 * i / 32) / 2 for i in range(16)], rtol=1e-14)
+
+
+def test_dynamic_follows_seq_len():
+    cfg = {"head_dim": 64, "max_position_embeddings": 4096, "rope_scaling": {"type": "dynamic", "factor": 2.0}}
+    short = arrayrope.rope_frequencies_from_config(cfg, seq_len=100)
+    np.testing.assert_array_equal(short.inv_freq, arrayrope.rope_frequencies(64).inv_freq)
+    f = arrayrope.rope_frequencies_from_config(cfg, seq_len=8192)
+    new_base = 1e4 * (2 * 8192 / 4096 - 1) ** (64 / 62)
+    np.testing.assert_allclose(f.inv_freq, [new_base ** (-2 * i / 64) for i in range(32)], rtol=1e-13)
+
+
+def test_yarn_original_length_defaults_to_max_and_top_level_wins():
+    # v5: a yarn dict without original_max_position_embeddings takes max_position_embeddings (factor used as given)
+    cfg = {"head_dim": 128, "max_position_embeddings": 32768, "rope_theta": 1e6,
+           "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}
+    f = arrayrope.rope_frequencies_from_config(cfg)
+    g = arrayrope.rope_frequencies(128, base=1e6, scaling={"rope_type": "yarn", "factor": 4.0,
+                                                           "original_max_position_embeddings": 32768})
+    assert f == g
+    cfg2 = dict(cfg, original_max_position_embeddings=8192, max_position_embeddings=32768)
+    h = arrayrope.rope_frequencies_from_config(cfg2)
+    k = arrayrope.rope_frequencies(128, base=1e6, scaling={"rope_type": "yarn", "factor": 4.0,
+                                                           "original_max_position_embeddings": 8192})
+    assert h == k and h != f
+
+
+def test_per_layer_parameters_and_text_config():
+    cfg = {"text_config": {"head_dim": 256, "max_position_embeddings": 131072, "rope_parameters": {
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}}
+    full = arrayrope.rope_frequencies_from_config(cfg, layer_type="full_attention")
+    local = arrayrope.rope_frequencies_from_config(cfg, layer_type="sliding_attention")
+    assert (full.rope_type, full.base, local.rope_type, local.base) == ("linear", 1e6, "default", 1e4)
+    assert full.inv_freq[0] == 1 / 8
+    with pytest.raises(ValueError, match=r"per layer type \['full_attention', 'sliding_attention'\]"):
+        arrayrope.rope_frequencies_from_config(cfg)
+
+
+def test_longrope_attention_factor_from_lengths():
+    cfg = {"hidden_size": 3072, "num_attention_heads": 24, "max_position_embeddings": 131072,
+           "rope_scaling": {"rope_type": "longrope", "short_factor": [1.0] * 64, "long_factor": [2.0] * 64,
+                            "original_max_position_embeddings": 8192}}
+    f = arrayrope.rope_frequencies_from_config(cfg)
+    assert f.attention_factor == pytest.approx(math.sqrt(1 + math.log(16) / math.log(8192)), rel=1e-14)
+
+
+@pytest.mark.parametrize(
+    "content, exc, match",
+    [
+        ("{not json", ValueError, "not valid JSON"),
+        ("[1, 2]", ValueError, "JSON object"),
+        (json.dumps({"hidden_size": 4096}), ValueError, r"missing \['num_attention_heads'\]"),
+        (json.dumps({"num_attention_heads": 32}), ValueError, r"missing \['hidden_size'\]"),
+        (json.dumps({"head_dim": 64, "rope_scaling": {"rope_type": "ntk"}}), ValueError, "unknown rope_type 'ntk'"),
+        (json.dumps({"head_dim": 64, "rope_theta": "big"}), TypeError, "rope_theta"),
+        (json.dumps({"head_dim": 64, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+                                                      "low_freq_factor": 1.0, "high_freq_factor": 4.0}}),
+         ValueError, "original_max_position_embeddings"),
+    ],
+)
+def test_bad_config_files(tmp_path, content, exc, match):
+    path = tmp_path / "config.json"
+    path.write_text(content)
+    with pytest.raises(exc, match=match):
+        arrayrope.rope_frequencies_from_config(path)
+
+
+def test_missing_file_and_wrong_type(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        arrayrope.rope_frequencies_from_config(tmp_path / "nope.json")
+    with pytest.raises(TypeError, match="dict or the path"):
+        arrayrope.rope_frequencies_from_config(42)
+
+
+def test_old_type_names():
+    phi3 = {"hidden_size": 3072, "num_attention_heads": 32, "max_position_embeddings": 131072,
+            "original_max_position_embeddings": 4096,
+            "rope_scaling": {"type": "su", "short_factor": [1.0] * 48, "long_factor": [2.0] * 48}}
+    f = arrayrope.rope_frequencies_from_config(phi3, seq_len=5000)
+    assert f.rope_type == "longrope"
+    np.testing.assert_allclose(f.inv_freq, [1e4 ** (-2 * i / 96) / 2 for i in range(48)], rtol=1e-14)
+    qwen2vl = {"hidden_size": 3584, "num_attention_heads": 28, "rope_theta": 1e6,
+               "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}
+    with pytest.warns(UserWarning, match="mrope_section"):
+        g = arrayrope.rope_frequencies_from_config(qwen2vl)
+    np.testing.assert_allclose(g.inv_freq, [1e6 ** (-2 * i / 128) for i in range(64)], rtol=1e-14)
