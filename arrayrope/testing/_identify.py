@@ -391,8 +391,12 @@ def _candidates(omega: np.ndarray, r: int, d: int, g: float):
                     continue
                 if np.max(np.abs(freqs.inv_freq - omega) / omega) > 1e-3:
                     continue
+                if np.max(np.abs(freqs.inv_freq - plain) / plain) <= 1e-6:
+                    continue  # these parameters change nothing: not evidence of this scaling
                 factor = freqs.attention_factor
                 if abs(factor - g) > 1e-6 * g:
+                    if rope_type != "yarn":  # only yarn (and longrope) carry an attention factor
+                        continue
                     scaling = dict(scaling, attention_factor=_snap(g, 1e-9))
                     factor = g
                 yield base, scaling, factor
