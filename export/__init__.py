@@ -7,5 +7,6 @@ so exported graphs are as precise as arrayrope itself.
 
 from ._api import rotary_function, rotary_model
 from ._spec import TARGETS
+from ._validate import Check, ValidationError, ValidationReport, validate
 
-__all__ = ["rotary_model", "rotary_function", "TARGETS"]
+__all__ = ["rotary_model", "rotary_function", "validate", "ValidationReport", "ValidationError", "Check", "TARGETS"]

@@ -27,7 +27,7 @@ from onnx import helper, numpy_helper
 
 import arrayrope
 
-from ._spec import DIGIT_BITS, DIGIT_LEVELS, MS_DOMAIN, Spec, np_dtype
+from ._spec import DIGIT_BITS, DIGIT_LEVELS, MS_DOMAIN, Spec, np_dtype, onnx_dtype
 
 INT64_MIN = int(np.iinfo(np.int64).min)
 
@@ -78,6 +78,11 @@ def host_tables(spec: Spec) -> tuple[np.ndarray, np.ndarray]:
     """cos, sin of shape (max_positions, rotary_dim/2) in float64, from the core."""
     cos, sin = arrayrope.rope_tables(spec.freqs, spec.max_positions, xp=np, dtype=np.float64)
     return np.asarray(cos), np.asarray(sin)
+
+
+def compute_dtype(spec: Spec) -> Any:
+    """Portable graphs compute float16/bfloat16 in float32 and round once at the end."""
+    return np.float64 if spec.dtype == "float64" else np.float32
 
 
 def _view(spec: Spec, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -152,7 +157,7 @@ class Rotary:
     def _constant_rows(self, index: str) -> tuple[str, str]:
         s, b = self.spec, self.b
         cos, sin = host_tables(s)
-        dt = np_dtype(s.dtype)
+        dt = compute_dtype(s)
         c = b.const(_table_shape(s, _view(s, cos, cos)).astype(dt), "cos_table")
         n = b.const(_table_shape(s, _view(s, -sin, sin)).astype(dt), "sin_table")
         return b.op("Gather", [c, index], axis=0), b.op("Gather", [n, index], axis=0)
@@ -161,11 +166,11 @@ class Rotary:
         """cos/sin from base-1024 digits of the positions, composed with the angle-addition formula.
 
         Each digit's rotation comes from a small float64 table made by the core and
-        stored in float32 (float64 for a float64 graph); composing them keeps the
-        error near float32 rounding at any position below 1024**3.
+        stored in the compute dtype (float32, or float64 for a float64 graph); composing
+        them keeps the error near float32 rounding at any position below 1024**3.
         """
         s, b = self.spec, self.b
-        work = np.float64 if s.dtype == "float64" else np.float32
+        work = compute_dtype(s)
         c = n = None
         for level in range(DIGIT_LEVELS):
             step = float(1 << (DIGIT_BITS * level))
@@ -188,13 +193,7 @@ class Rotary:
                     b.op("Add", [b.op("Mul", [n, dcos]), b.op("Mul", [c, dsin])]),
                 )
         sign = _view(s, -np.ones(s.rotary_dim // 2), np.ones(s.rotary_dim // 2)).astype(work)
-        n = b.op("Mul", [n, b.const(sign, "sign")])
-        if np.dtype(work) != np.dtype(np_dtype(s.dtype)):
-            from ._spec import onnx_dtype
-
-            c = b.op("Cast", [c], to=onnx_dtype(s.dtype))
-            n = b.op("Cast", [n], to=onnx_dtype(s.dtype))
-        return c, n
+        return c, b.op("Mul", [n, b.const(sign, "sign")])
 
     def portable(self, x: str, pos: str | None, out: str, heads: int | None) -> str:
         s, b = self.spec, self.b
@@ -202,6 +201,10 @@ class Rotary:
         rows = self._computed_rows if s.tables == "computed" else self._constant_rows
         cos, sin = self._shared("rows", lambda: rows(index))
         r, h, d = s.rotary_dim, s.rotary_dim // 2, s.head_dim
+        final = out
+        if s.dtype in ("float16", "bfloat16"):  # compute in float32, round once at the end (as the core does)
+            x = b.op("Cast", [x], to=onnx_dtype("float32"))
+            out = b.name("rotated")
         pair = [2, h] if s.layout == "half" else [h, 2]
         swap_axis = -2 if s.layout == "half" else -1
         if s.rank == 3 and r == d:  # (B, S, N*H) -> (B, S, N, ...pair) in one Reshape
@@ -224,12 +227,15 @@ class Rotary:
         )
         y = b.op("Add", [b.op("Mul", [view, cos]), b.op("Mul", [swapped, sin])])
         if s.rank == 3 and r == d:
-            return b.op("Reshape", [y, b.ints(back, "back")], out=out)
-        y = b.op("Reshape", [y, b.ints(back, "back")], out=None if (rest is not None or back4) else out)
-        if rest is not None:
-            y = b.op("Concat", [y, rest], axis=-1, out=None if back4 else out)
-        if back4:
-            y = b.op("Reshape", [y, b.ints(back4, "back")], out=out)
+            y = b.op("Reshape", [y, b.ints(back, "back")], out=out)
+        else:
+            y = b.op("Reshape", [y, b.ints(back, "back")], out=None if (rest is not None or back4) else out)
+            if rest is not None:
+                y = b.op("Concat", [y, rest], axis=-1, out=None if back4 else out)
+            if back4:
+                y = b.op("Reshape", [y, b.ints(back4, "back")], out=out)
+        if final != out:
+            y = b.op("Cast", [y], to=onnx_dtype(s.dtype), out=final)
         return y
 
     def apply(self, x: str, pos: str | None, out: str, heads: int | None) -> str:
