@@ -14,6 +14,8 @@ import sys
 # command name -> module implementing it
 COMMANDS: dict[str, str] = {
     "demo": "arrayrope._demo",
+    "export": "arrayrope._cli_export",
+    "check": "arrayrope._cli_check",
 }
 
 
