@@ -172,7 +172,7 @@ def add_rotary(
         for i, name in enumerate(node.input):
             if name in renamed:
                 node.input[i] = renamed[name]
-    available = {i.name for i in g.input} | {i.name for i in g.initializer}
+    available = {i.name for i in g.input} | {i.name for i in g.initializer} | {t.name for t in b.initializers}
     ordered = _topological(old_nodes + b.nodes, available)
     del g.node[:]
     g.node.extend(ordered)
