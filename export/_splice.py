@@ -58,6 +58,20 @@ def _topological(nodes: list, available: set[str]) -> list:
     return ordered
 
 
+def _check_width(name: str | None, t: Any, rank: int, head_dim: int, heads: int | None) -> None:
+    """Where the graph knows the last dimension, it must be head_dim (4-D) or num_heads * head_dim (3-D)."""
+    if name is None or t is None or not t.HasField("shape"):
+        return
+    dims = t.shape.dim
+    if len(dims) != rank:
+        raise ValueError(f"{name!r} has rank {len(dims)} but rank={rank}")
+    last = dims[-1].dim_value if dims[-1].HasField("dim_value") else None
+    want = head_dim if rank == 4 else heads * head_dim
+    if last is not None and last != want:
+        what = "head_dim" if rank == 4 else f"num_heads * head_dim = {heads} * {head_dim}"
+        raise ValueError(f"{name!r} has last dimension {last} but {what} = {want}; check head_dim and num_heads")
+
+
 def add_rotary(
     model: Any,
     *,
@@ -154,6 +168,8 @@ def add_rotary(
         dtype=_DTYPE_NAMES[elem], opset=opset, qk=k is not None, runtime=runtime, base=base,
         rotary_dim=rotary_dim, scaling=scaling, opset_argument="the model's opset",
     )
+    for name, heads in ((q, spec.num_heads), (k, spec.num_kv_heads)):
+        _check_width(name, types.get(name), spec.rank, spec.head_dim, heads)
     taken = known | {n.name for n in graph.node} | {o.name for o in graph.output}
     b = Builder("arrayrope_rope/", taken=taken)
     rotary = Rotary(spec, b)

@@ -274,6 +274,10 @@ def test_add_rotary_bad_input():
         add_rotary(model, q="q", freqs=8, num_heads=4, target="onnx23")
     with pytest.raises(ValueError, match="rank=3.*num_heads"):
         add_rotary(model, q="q", freqs=8)
+    with pytest.raises(ValueError, match="last dimension 32 but num_heads \\* head_dim = 2 \\* 8 = 16"):
+        add_rotary(model, q="q", freqs=8, num_heads=2)
+    with pytest.raises(ValueError, match="'q' has rank 3 but rank=4"):
+        add_rotary(model, q="q", freqs=8, rank=4)
     with pytest.raises(ValueError, match="model='/nonexistent.onnx'"):
         add_rotary("/nonexistent.onnx", q="q", freqs=8)
 
