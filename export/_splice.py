@@ -38,21 +38,51 @@ def _produced(graph: onnx.GraphProto) -> set[str]:
     return names
 
 
+def _subgraphs(node: Any) -> list:
+    out = []
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            out.append(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            out.extend(a.graphs)
+    return out
+
+
+def _reads(node: Any) -> set[str]:
+    """Names a node reads, including those its subgraphs (If, Loop, Scan bodies) take from outer scopes."""
+    names = {i for i in node.input if i}
+    for g in _subgraphs(node):
+        for inner in g.node:
+            names |= _reads(inner)
+    return names
+
+
+def _rewire(nodes: Any, renamed: dict[str, str]) -> None:
+    """Point every read of a renamed tensor, in subgraphs too, at its new name (ONNX names are unique)."""
+    for node in nodes:
+        for i, name in enumerate(node.input):
+            if name in renamed:
+                node.input[i] = renamed[name]
+        for g in _subgraphs(node):
+            _rewire(g.node, renamed)
+
+
 def _topological(nodes: list, available: set[str]) -> list:
     """Nodes ordered so that each comes after its producers (stable for already ordered parts)."""
+    produced = {o for n in nodes for o in n.output if o}
     done = set(available)
-    pending = list(nodes)
+    pending = [(n, _reads(n) & produced) for n in nodes]
     ordered = []
     while pending:
         rest = []
-        for node in pending:
-            if all(i == "" or i in done for i in node.input):
+        for node, needs in pending:
+            if needs <= done:
                 ordered.append(node)
                 done.update(node.output)
             else:
-                rest.append(node)
-        if len(rest) == len(pending):  # inputs from outer scopes or a cycle: keep the remaining order
-            ordered.extend(rest)
+                rest.append((node, needs))
+        if len(rest) == len(pending):  # a cycle: keep the remaining order
+            ordered.extend(n for n, _ in rest)
             break
         pending = rest
     return ordered
@@ -93,8 +123,9 @@ def add_rotary(
 ) -> onnx.ModelProto:
     """A copy of ``model`` with rotary nodes after tensors ``q`` (and ``k``), consumers rewired.
 
-    Every node that read ``q`` reads the rotated tensor instead; graph outputs
-    keep their names and values (a graph output named ``q`` stays unrotated).
+    Every node that read ``q`` reads the rotated tensor instead, also inside
+    control-flow bodies; graph outputs keep their names and values (a graph
+    output named ``q`` stays unrotated).
     ``model`` itself is not modified.
 
     Parameters
@@ -184,10 +215,7 @@ def add_rotary(
     out.CopyFrom(model)
     g = out.graph
     old_nodes = list(g.node)
-    for node in old_nodes:
-        for i, name in enumerate(node.input):
-            if name in renamed:
-                node.input[i] = renamed[name]
+    _rewire(old_nodes, renamed)
     available = {i.name for i in g.input} | {i.name for i in g.initializer} | {t.name for t in b.initializers}
     ordered = _topological(old_nodes + b.nodes, available)
     del g.node[:]

@@ -345,3 +345,24 @@ def test_graph_matches_the_core_on_every_backend(backend, target):
     from helpers import to_numpy
 
     assert np.max(np.abs(to_numpy(out) - y)) <= 1e-6
+
+
+def test_add_rotary_rewires_reads_inside_control_flow():
+    from onnx import TensorProto, helper
+
+    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 2, "S", 8])  # noqa: E731
+    then_g = helper.make_graph([helper.make_node("Identity", ["q"], ["t"])], "then", [], [vi("t")])
+    else_g = helper.make_graph([helper.make_node("Neg", ["q"], ["e"])], "else", [], [vi("e")])
+    nodes = [helper.make_node("Relu", ["x"], ["q"]),  # the If reads q only inside its branches
+             helper.make_node("If", ["flag"], ["out"], then_branch=then_g, else_branch=else_g)]
+    g = helper.make_graph(nodes, "g", [vi("x"), helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+                          [vi("out")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model)
+    out = add_rotary(model, q="q", freqs=8, target="portable", max_positions=16)
+    onnx.checker.check_model(out)
+    x = np.random.default_rng(10).standard_normal((1, 2, 3, 8)).astype(np.float32)
+    expected = oracle(np.maximum(x, 0), np.arange(3)[None], inv_freq_formula(8, 10000.0), "half", 4, 2)
+    sess = session(out)
+    assert np.max(np.abs(sess.run(None, {"x": x, "flag": np.array(True)})[0] - expected)) <= 1e-6
+    assert np.max(np.abs(sess.run(None, {"x": x, "flag": np.array(False)})[0] + expected)) <= 1e-6
