@@ -37,10 +37,12 @@ def _freqs_from_config(path: str, args: argparse.Namespace):
             config = json.load(fh)
     except (OSError, ValueError) as exc:
         raise SystemExit(f"arrayrope export: --config {path!r} does not load as JSON: {exc}")
-    if args.num_heads is None and args.rank == 3:
+    if args.num_heads is None:
         args.num_heads = config.get("num_attention_heads")
+    if args.num_kv_heads is None and args.qk:
+        args.num_kv_heads = config.get("num_key_value_heads", args.num_heads)
     from_config = getattr(arrayrope, "rope_frequencies_from_config", None)
-    if from_config is not None:
+    if from_config is not None:  # the core's reader, with every scaling type it knows
         return from_config(config)
     heads = config.get("num_attention_heads")
     head_dim = config.get("head_dim") or (config["hidden_size"] // heads if heads and "hidden_size" in config else None)

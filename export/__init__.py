@@ -26,7 +26,9 @@ def _demo_case(head_dim: int = 128, *, target: str = "auto", layout: str = "half
     report = validate(model, providers="cpu", raise_on_failure=False)
     runs = [c for c in report.checks if c.max_error is not None]
     worst = max(runs, key=lambda c: c.max_error / c.tolerance) if runs else None
-    spec_target = model.graph.doc_string.split("target=")[1].split(",")[0]
+    from ._validate import _spec_of
+
+    spec_target = _spec_of(model).target
     return {
         "label": f"onnx export ({spec_target}, {layout}) on onnxruntime CPU",
         "nodes": len(model.graph.node),
