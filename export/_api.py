@@ -79,8 +79,9 @@ _SHARED_DOC = """
         ``"onnx23"``: one standard ``RotaryEmbedding`` node (opset 23).
         ``"ort"``: ONNX Runtime's fused ``com.microsoft.RotaryEmbedding``.
         ``"portable"``: standard ops only (opset 13+), for any runtime.
-        ``"auto"``: the fastest that ``opset`` and ``runtime`` allow: ``"onnx23"`` at
-        opset 23+ (or no opset), else ``"ort"`` for ONNX Runtime, else ``"portable"``.
+        ``"auto"``: the fastest that ``opset``, ``runtime``, ``dtype`` and ``tables`` allow:
+        ``"onnx23"`` at opset 23+ (or no opset), else ``"ort"`` for ONNX Runtime, else
+        ``"portable"`` (also for float64 and computed tables).
     rank : {4, 3}
         Input layout: 4 is ``(batch, heads, seq, head_dim)``, 3 is ``(batch, seq, heads * head_dim)``.
     num_heads : int, optional

@@ -142,11 +142,11 @@ def make_freqs(
     )
 
 
-def resolve_target(target: Any, *, opset: int | None, tables: str, runtime: str) -> str:
+def resolve_target(target: Any, *, opset: int | None, tables: str, runtime: str, dtype: str) -> str:
     _checks.choice(target, "target", TARGETS)
     if target != "auto":
         return target
-    if tables == "computed":
+    if tables == "computed" or dtype not in TARGET_DTYPES["onnx23"]:
         return "portable"
     if opset is None or opset >= MIN_OPSET["onnx23"]:
         return "onnx23"
@@ -213,13 +213,13 @@ def make_spec(
         raise ValueError("rank=3 input (batch, seq, num_heads * head_dim) needs num_heads")
     if qk and num_kv_heads is None:
         num_kv_heads = num_heads
-    target = resolve_target(target, opset=opset, tables=tables, runtime=runtime)
+    dtype = str(np.dtype(dtype)) if dtype != "bfloat16" and not isinstance(dtype, str) else dtype
+    target = resolve_target(target, opset=opset, tables=tables, runtime=runtime, dtype=dtype)
     if tables == "computed" and target != "portable":
         raise ValueError(
             f"tables='computed' (cos/sin computed in the graph) needs target='portable', got target={target!r}; "
             "the fused targets read constant tables"
         )
-    dtype = str(np.dtype(dtype)) if dtype != "bfloat16" and not isinstance(dtype, str) else dtype
     if dtype not in TARGET_DTYPES["portable"]:
         raise ValueError(f"dtype must be one of {TARGET_DTYPES['portable']}, got {dtype!r}")
     if dtype not in TARGET_DTYPES[target]:

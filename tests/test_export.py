@@ -307,6 +307,7 @@ def test_bad_arguments_name_the_argument():
     assert rotary_model(8, opset=17).graph.node[0].domain == "com.microsoft"  # auto below 23 on ONNX Runtime
     assert rotary_model(8, opset=17, runtime="any").graph.node[0].domain == ""  # auto: portable
     assert rotary_model(8).graph.node[0].op_type == "RotaryEmbedding"  # auto: the standard op
+    assert len(rotary_model(8, dtype="float64").graph.node) > 1  # auto: portable carries float64
 
 
 _SESSIONS: dict = {}
