@@ -21,7 +21,8 @@ from arrayrope.export import _demo_case  # noqa: E402
 @pytest.mark.parametrize("target,dtype,tables", [("onnx23", "float32", "constant"), ("ort", "float16", "constant"),
                                                   ("portable", "float16", "constant"),
                                                   ("portable", "float32", "computed"),
-                                                  ("portable", "bfloat16", "constant")])
+                                                  ("portable", "bfloat16", "constant"),
+                                                  ("portable", "float64", "computed")])
 def test_validate_passes_good_models(target, dtype, tables):
     model = rotary_model(32, target=target, dtype=dtype, tables=tables, num_heads=2, max_positions=128,
                          layout="interleaved")
