@@ -144,9 +144,14 @@ def rotary_model(
 
     Notes
     -----
-    Position ids outside ``[0, max_positions)`` (``[0, 2**30)`` with computed
-    tables) make the run fail with an error on every target: ONNX Runtime rejects
-    them in the fused ops and in Gather, the reference evaluator raises IndexError.
+    Position ids must lie in ``[0, max_positions)`` (``[0, 2**30)`` with computed
+    tables). An id at or past the end makes the run fail with an error on every
+    target: ONNX Runtime rejects it in the fused ops and in Gather, the reference
+    evaluator raises IndexError. Negative ids are not positions: the fused ops
+    reject them, Gather in the portable graph counts them from the table end.
+    ONNX Runtime's fused ops also need ``seq <= max_positions``. The portable
+    interleaved graph swaps pairs with an exact permutation MatMul, so a
+    non-finite input turns its block of 16 features into NaN.
 
     Examples
     --------
