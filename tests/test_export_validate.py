@@ -124,3 +124,13 @@ def test_cli_errors_and_help_without_onnx(tmp_path):
 def test_demo_case_row():
     row = _demo_case(64, max_positions=256)
     assert row["ok"] and row["max_error"] <= row["tolerance"] <= 1e-6 and row["nodes"] == 1
+
+
+@pytest.mark.parametrize("opset", [13, 21])
+def test_portable_runs_from_opset_13(opset):
+    for kw in ({}, {"rotary_dim": 8, "layout": "interleaved"}, {"position_ids": False, "rank": 3, "num_heads": 2},
+               {"tables": "computed"}):
+        model = rotary_model(16, target="portable", opset=opset, max_positions=64, **kw)
+        assert model.opset_import[0].version == opset
+        report = validate(model, providers="cpu")
+        assert report.ok and not report.skipped
