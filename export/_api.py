@@ -14,10 +14,6 @@ from ._spec import MS_DOMAIN, META_KEY, Spec, make_spec, onnx_dtype
 FUNCTION_DOMAIN = "arrayrope"
 
 
-def _spec_from_args(freqs: Any, **kw: Any) -> Spec:
-    return make_spec(freqs, **kw)
-
-
 def _opset_imports(spec: Spec) -> list:
     ops = [helper.make_opsetid("", spec.opset)]
     if spec.target == "ort":
