@@ -13,9 +13,11 @@ import sys
 
 # command name -> module implementing it
 COMMANDS: dict[str, str] = {
-    "plot": "arrayrope._plot",
     "demo": "arrayrope._demo",
     "parity": "arrayrope._parity_cli",
+    "export": "arrayrope._cli_export",
+    "check": "arrayrope._cli_check",
+    "plot": "arrayrope._plot",
 }
 
 

@@ -1,0 +1,32 @@
+"""``arrayrope check``: validate an exported rotary model (onnx is imported only when it runs)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "validate a rotary ONNX model on ONNX Runtime and the reference evaluator against arrayrope's core"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="an .onnx file written by 'arrayrope export'")
+    parser.add_argument("--provider", action="append", default=None, choices=("cuda", "cpu"),
+                        help="ONNX Runtime provider (repeatable; default: CUDA when available, then CPU)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 0 when every check that ran passed, 1 on a failure, 2 when a requested provider did not run."""
+    from arrayrope.export import validate
+
+    try:
+        report = validate(args.model, providers=args.provider, seed=args.seed, raise_on_failure=False)
+    except (TypeError, ValueError) as exc:
+        raise SystemExit(f"arrayrope check: {exc}")
+    print(report)
+    if not report.ok:
+        return 1
+    wanted = args.provider or ()
+    if any(c.name.startswith("onnxruntime") and c.passed is None and any(p.upper() in c.name for p in wanted)
+           for c in report.checks):
+        return 2
+    return 0

@@ -1,0 +1,227 @@
+"""Splicing rotary nodes into an existing graph, after named tensors."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import onnx
+from onnx import TensorProto, helper
+
+from ._api import ir_version_for, load_model
+from ._graph import Builder, Rotary
+from ._spec import MS_DOMAIN, make_spec
+
+_DTYPE_NAMES = {
+    TensorProto.FLOAT: "float32",
+    TensorProto.FLOAT16: "float16",
+    TensorProto.BFLOAT16: "bfloat16",
+    TensorProto.DOUBLE: "float64",
+}
+
+
+def _tensor_types(model: onnx.ModelProto) -> dict[str, Any]:
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # unknown ops: fall back to what the model declares
+        inferred = model
+    g = inferred.graph
+    types = {v.name: v.type.tensor_type for v in list(g.input) + list(g.value_info) + list(g.output)}
+    for init in g.initializer:
+        types.setdefault(init.name, onnx.TypeProto.Tensor(elem_type=init.data_type))
+    return types
+
+
+def _produced(graph: onnx.GraphProto) -> set[str]:
+    names = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    for node in graph.node:
+        names.update(o for o in node.output if o)
+    return names
+
+
+def _subgraphs(node: Any) -> list:
+    out = []
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            out.append(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            out.extend(a.graphs)
+    return out
+
+
+def _reads(node: Any) -> set[str]:
+    """Names a node reads, including those its subgraphs (If, Loop, Scan bodies) take from outer scopes."""
+    names = {i for i in node.input if i}
+    for g in _subgraphs(node):
+        for inner in g.node:
+            names |= _reads(inner)
+    return names
+
+
+def _rewire(nodes: Any, renamed: dict[str, str]) -> None:
+    """Point every read of a renamed tensor, in subgraphs too, at its new name (ONNX names are unique)."""
+    for node in nodes:
+        for i, name in enumerate(node.input):
+            if name in renamed:
+                node.input[i] = renamed[name]
+        for g in _subgraphs(node):
+            _rewire(g.node, renamed)
+
+
+def _topological(nodes: list, available: set[str]) -> list:
+    """Nodes ordered so that each comes after its producers (stable for already ordered parts)."""
+    produced = {o for n in nodes for o in n.output if o}
+    done = set(available)
+    pending = [(n, _reads(n) & produced) for n in nodes]
+    ordered = []
+    while pending:
+        rest = []
+        for node, needs in pending:
+            if needs <= done:
+                ordered.append(node)
+                done.update(node.output)
+            else:
+                rest.append((node, needs))
+        if len(rest) == len(pending):  # a cycle: keep the remaining order
+            ordered.extend(n for n, _ in rest)
+            break
+        pending = rest
+    return ordered
+
+
+def _check_width(name: str | None, t: Any, rank: int, head_dim: int, heads: int | None) -> None:
+    """Where the graph knows the last dimension, it must be head_dim (4-D) or num_heads * head_dim (3-D)."""
+    if name is None or t is None or not t.HasField("shape"):
+        return
+    dims = t.shape.dim
+    if len(dims) != rank:
+        raise ValueError(f"{name!r} has rank {len(dims)} but rank={rank}")
+    last = dims[-1].dim_value if dims[-1].HasField("dim_value") else None
+    want = head_dim if rank == 4 else heads * head_dim
+    if last is not None and last != want:
+        what = "head_dim" if rank == 4 else f"num_heads * head_dim = {heads} * {head_dim}"
+        raise ValueError(f"{name!r} has last dimension {last} but {what} = {want}; check head_dim and num_heads")
+
+
+def add_rotary(
+    model: Any,
+    *,
+    q: str,
+    k: str | None = None,
+    position_ids: str | None = None,
+    freqs: Any,
+    layout: str = "half",
+    target: str = "auto",
+    rank: int | None = None,
+    num_heads: int | None = None,
+    num_kv_heads: int | None = None,
+    max_positions: int = 4096,
+    tables: str = "constant",
+    runtime: str = "onnxruntime",
+    base: float = 10000.0,
+    rotary_dim: int | None = None,
+    scaling: Mapping[str, Any] | None = None,
+) -> onnx.ModelProto:
+    """A copy of ``model`` with rotary nodes after tensors ``q`` (and ``k``), consumers rewired.
+
+    Every node that read ``q`` reads the rotated tensor instead, also inside
+    control-flow bodies; graph outputs keep their names and values (a graph
+    output named ``q`` stays unrotated).
+    ``model`` itself is not modified.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto or path
+        The graph to extend.
+    q, k : str
+        Names of the tensors to rotate (``k`` optional; both share tables).
+    position_ids : str, optional
+        Name of an int64 ``(batch, seq)`` tensor of the graph; None: positions ``0..seq-1``.
+    freqs : RopeFrequencies or int
+        As in :func:`rotary_model`.
+    rank : {4, 3}, optional
+        Rank of ``q``/``k``; default: from the model's shape information.
+    layout, target, num_heads, num_kv_heads, max_positions, tables, runtime, base, rotary_dim, scaling
+        As in :func:`rotary_model`. The element type comes from ``q`` and the opset
+        from the model (it is not changed: a target that needs a newer opset is an error).
+
+    Returns
+    -------
+    onnx.ModelProto
+
+    Examples
+    --------
+    >>> import numpy as np, onnxruntime as ort
+    >>> from onnx import helper, TensorProto
+    >>> from arrayrope.export import add_rotary
+    >>> t = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, ["B", 2, "S", 8])
+    >>> g = helper.make_graph([helper.make_node("Identity", ["x"], ["q"]),
+    ...                        helper.make_node("Identity", ["q"], ["out"])], "g", [t("x")], [t("out")])
+    >>> m = helper.make_model(g, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
+    >>> m2 = add_rotary(m, q="q", freqs=8, max_positions=16)
+    >>> [n.op_type for n in m.graph.node]  # the input model is unchanged
+    ['Identity', 'Identity']
+    >>> sess = ort.InferenceSession(m2.SerializeToString(), providers=["CPUExecutionProvider"])
+    >>> sess.run(None, {"x": np.ones((1, 2, 3, 8), np.float32)})[0].shape
+    (1, 2, 3, 8)
+    """
+    model = load_model(model)
+    graph = model.graph
+    known = _produced(graph)
+    for arg, name in (("q", q), ("k", k), ("position_ids", position_ids)):
+        if name is None:
+            if arg == "q":
+                raise TypeError("q must name a tensor of the graph")
+            continue
+        if not isinstance(name, str):
+            raise TypeError(f"{arg} must be a tensor name (str), got {name!r}")
+        if name not in known:
+            some = ", ".join(sorted(known)[:8])
+            raise ValueError(f"{arg}={name!r} is not a tensor of the graph (graph tensors include: {some})")
+    types = _tensor_types(model)
+    tq = types.get(q)
+    elem = tq.elem_type if tq is not None else TensorProto.UNDEFINED
+    if elem not in _DTYPE_NAMES:
+        raise ValueError(f"q={q!r} must be a float32, float16, bfloat16 or float64 tensor; its type is unknown or other")
+    if rank is None:
+        if tq is None or not tq.HasField("shape"):
+            raise ValueError(f"the rank of q={q!r} is not known from the model; pass rank=3 or rank=4")
+        rank = len(tq.shape.dim)
+    if position_ids is not None:
+        tp = types.get(position_ids)
+        if tp is not None and tp.elem_type not in (TensorProto.INT64, TensorProto.UNDEFINED):
+            raise ValueError(f"position_ids={position_ids!r} must be an int64 tensor")
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None:
+        raise ValueError("model imports no default-domain opset")
+    spec = make_spec(
+        freqs, layout=layout, target=target, rank=rank, num_heads=num_heads, num_kv_heads=num_kv_heads,
+        max_positions=max_positions, position_ids=position_ids is not None, tables=tables,
+        dtype=_DTYPE_NAMES[elem], opset=opset, qk=k is not None, runtime=runtime, base=base,
+        rotary_dim=rotary_dim, scaling=scaling, opset_argument="the model's opset",
+    )
+    for name, heads in ((q, spec.num_heads), (k, spec.num_kv_heads)):
+        _check_width(name, types.get(name), spec.rank, spec.head_dim, heads)
+    taken = known | {n.name for n in graph.node} | {o.name for o in graph.output}
+    b = Builder("arrayrope_rope/", taken=taken)
+    rotary = Rotary(spec, b)
+    renamed = {}
+    for name, heads in ((q, spec.num_heads), (k, spec.num_kv_heads)):
+        if name is None:
+            continue
+        renamed[name] = b.name(f"{name}_rotated")
+        rotary.apply(name, position_ids, renamed[name], heads)
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    old_nodes = list(g.node)
+    _rewire(old_nodes, renamed)
+    available = {i.name for i in g.input} | {i.name for i in g.initializer} | {t.name for t in b.initializers}
+    ordered = _topological(old_nodes + b.nodes, available)
+    del g.node[:]
+    g.node.extend(ordered)
+    g.initializer.extend(b.initializers)
+    if spec.target == "ort" and not any(o.domain == MS_DOMAIN for o in out.opset_import):
+        out.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+    out.ir_version = max(out.ir_version, ir_version_for(list(out.opset_import)))
+    return out

@@ -1,0 +1,136 @@
+"""validate() and the export/check commands: they pass good models and catch broken ones."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import numpy_helper  # noqa: E402
+
+from arrayrope import cli  # noqa: E402
+from arrayrope.export import ValidationError, rotary_model, validate  # noqa: E402
+from arrayrope.export import _demo_case  # noqa: E402
+
+
+@pytest.mark.parametrize("target,dtype,tables", [("onnx23", "float32", "constant"), ("ort", "float16", "constant"),
+                                                  ("portable", "float16", "constant"),
+                                                  ("portable", "float32", "computed"),
+                                                  ("portable", "bfloat16", "constant"),
+                                                  ("portable", "float64", "computed")])
+def test_validate_passes_good_models(target, dtype, tables):
+    model = rotary_model(32, target=target, dtype=dtype, tables=tables, num_heads=2, max_positions=128,
+                         layout="interleaved")
+    report = validate(model, providers="cpu")
+    assert report.ok
+    ran = [c for c in report.checks if c.passed]
+    assert any(c.name.startswith("onnx.checker") for c in ran)
+    if dtype != "bfloat16":  # onnxruntime's Python API returns no bfloat16 arrays
+        assert {c.name for c in ran if c.name.startswith("onnxruntime")} == {
+            "onnxruntime CPU optimisation off", "onnxruntime CPU optimisation all"}
+    assert all(c.max_error <= c.tolerance for c in ran if c.max_error is not None)
+
+
+def _tamper(model, row):
+    """Flip the sign of one row of the sin table: rotation by the wrong angle at that position."""
+    bad = onnx.ModelProto()
+    bad.CopyFrom(model)
+    for t in bad.graph.initializer:
+        if "sin" in t.name:
+            a = numpy_helper.to_array(t).copy()
+            a[row] = -a[row]
+            t.CopyFrom(numpy_helper.from_array(a, t.name))
+    return bad
+
+
+@pytest.mark.parametrize("target", ["onnx23", "portable"])
+def test_validate_catches_a_wrong_table_row_at_the_end(target):
+    model = rotary_model(16, target=target, max_positions=64)
+    with pytest.raises(ValidationError, match="max error .* > tolerance") as info:
+        validate(_tamper(model, 63), providers="cpu")
+    assert not info.value.report.ok
+    report = validate(_tamper(model, 63), providers="cpu", raise_on_failure=False)
+    assert report.worst() is not None and "FAILED" in str(report)
+
+
+def test_validate_bad_input():
+    with pytest.raises(ValueError, match="model='/no/such.onnx' does not load"):
+        validate("/no/such.onnx")
+    plain = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], []))
+    with pytest.raises(ValueError, match="arrayrope.rotary"):
+        validate(plain)
+    with pytest.raises(ValueError, match="unknown provider 'tpu'"):
+        validate(rotary_model(8, max_positions=8), providers="tpu")
+
+
+def test_cuda_provider_is_tried_first_or_skipped_cleanly():
+    model = rotary_model(16, max_positions=16)
+    report = validate(model, providers=["cuda", "cpu"])
+    cuda = [c for c in report.checks if "CUDA" in c.name]
+    assert len(cuda) == 2 and report.checks.index(cuda[0]) < min(
+        i for i, c in enumerate(report.checks) if "CPU" in c.name)
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        assert all(c.passed is None and "not available" in c.detail for c in cuda)
+    else:
+        assert all(c.passed for c in cuda)
+
+
+def test_cli_export_then_check(tmp_path, capsys):
+    path = tmp_path / "rope.onnx"
+    assert cli.main(["export", "--head-dim", "64", "--num-heads", "4", "--layout", "half", "--target", "portable",
+                     "--max-positions", "512", "--dtype", "float16", "-o", str(path)]) == 0
+    assert "11 nodes, opsets ai.onnx 17, IR version 8" in capsys.readouterr().out  # 9 + two float32 casts
+    assert cli.main(["check", str(path), "--provider", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: valid" in out and "onnxruntime CPU optimisation all" in out
+    expected = 0 if "CUDAExecutionProvider" in ort.get_available_providers() else 2
+    assert cli.main(["check", str(path), "--provider", "cuda"]) == expected
+
+
+def test_cli_export_from_config(tmp_path, capsys):
+    import json
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"hidden_size": 256, "num_attention_heads": 4, "rope_theta": 500000.0,
+                               "partial_rotary_factor": 0.5, "max_position_embeddings": 256}))
+    path = tmp_path / "rope.onnx"
+    assert cli.main(["export", "--config", str(cfg), "--rank", "3", "--target", "onnx23", "-o", str(path)]) == 0
+    model = onnx.load(path)
+    node = model.graph.node[0]
+    attrs = {a.name: a.i for a in node.attribute}
+    assert attrs["num_heads"] == 4 and attrs["rotary_embedding_dim"] == 32  # head_dim 64, half of it rotates
+    cos = numpy_helper.to_array(model.graph.initializer[0])
+    np.testing.assert_allclose(cos[1, 1], np.cos(500000.0 ** (-2 / 32)), rtol=1e-6)
+    assert cli.main(["check", str(path), "--provider", "cpu"]) == 0
+
+
+def test_cli_errors_and_help_without_onnx(tmp_path):
+    garbage = tmp_path / "bad.onnx"
+    garbage.write_bytes(b"not a model")
+    with pytest.raises(SystemExit, match="does not load"):
+        cli.main(["check", str(garbage)])
+    with pytest.raises(SystemExit, match="opset=17 is too old"):
+        cli.main(["export", "--head-dim", "8", "--target", "onnx23", "--opset", "17", "-o", str(tmp_path / "x")])
+    code = "import sys; from arrayrope import cli; cli.build_parser(); print('onnx' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_demo_case_row():
+    row = _demo_case(64, max_positions=256)
+    assert row["ok"] and row["max_error"] <= row["tolerance"] <= 1e-6 and row["nodes"] == 1
+
+
+@pytest.mark.parametrize("opset", [13, 21])
+def test_portable_runs_from_opset_13(opset):
+    for kw in ({}, {"rotary_dim": 8, "layout": "interleaved"}, {"position_ids": False, "rank": 3, "num_heads": 2},
+               {"tables": "computed"}):
+        model = rotary_model(16, target="portable", opset=opset, max_positions=64, **kw)
+        assert model.opset_import[0].version == opset
+        report = validate(model, providers="cpu")
+        assert report.ok and not report.skipped
