@@ -5,35 +5,40 @@ Imported as ``arrayrope.export``; it requires the ``onnx`` extra (and
 so exported graphs are as precise as arrayrope itself.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 from ._api import rotary_function, rotary_model
 from ._spec import TARGETS
 from ._splice import add_rotary
-from ._validate import Check, ValidationError, ValidationReport, validate
+from ._validate import Check, ValidationError, ValidationReport, _spec_of, validate
 
 __all__ = ["rotary_model", "rotary_function", "add_rotary", "validate", "ValidationReport", "ValidationError", "Check", "TARGETS"]
 
 
-def _demo_case(head_dim: int = 128, *, target: str = "auto", layout: str = "half", max_positions: int = 8192) -> dict:
-    """One export-and-validate row for ``arrayrope demo``: builds a model, validates it on CPU.
+def _demo_case(head_dim: int = 128, *, target: str = "auto", layout: str = "half", max_positions: int = 8192) -> Any:
+    """The demo's export row: a model built and validated on ONNX Runtime (CUDA first, then CPU).
 
-    Returns ``{"label", "nodes", "max_error", "tolerance", "ok", "seconds"}`` (errors over all
-    ONNX Runtime and reference-evaluator runs); never raises on a mismatch.
+    Returns a :class:`~arrayrope.testing.ParityReport` with one row per run (each provider at
+    both optimisation levels, and ONNX's reference evaluator), each compared with the float64
+    core by :func:`validate`; a mismatch is a failed row, never an exception.
     """
-    import time
+    import math
 
-    t0 = time.perf_counter()
+    from arrayrope.testing import ParityReport, ParityRow
+
     model = rotary_model(head_dim, target=target, layout=layout, max_positions=max_positions)
-    report = validate(model, providers="cpu", raise_on_failure=False)
-    runs = [c for c in report.checks if c.max_error is not None]
-    worst = max(runs, key=lambda c: c.max_error / c.tolerance) if runs else None
-    from ._validate import _spec_of
-
-    spec_target = _spec_of(model).target
-    return {
-        "label": f"onnx export ({spec_target}, {layout}) on onnxruntime CPU",
-        "nodes": len(model.graph.node),
-        "max_error": worst.max_error if worst else float("nan"),
-        "tolerance": worst.tolerance if worst else float("nan"),
-        "ok": report.ok,
-        "seconds": time.perf_counter() - t0,
-    }
+    report = validate(model, raise_on_failure=False)
+    name = f"ONNX export ({_spec_of(model).target}, {layout}, {len(model.graph.node)} node(s)), validated"
+    rows, skipped = [], []
+    for check in report.checks:
+        if check.passed is None:
+            skipped.append((check.name, check.detail))
+        elif check.max_error is not None:
+            runtime, _, where = check.name.partition(" ")
+            rows.append(ParityRow(runtime, where.strip("()") or "-", "float32", check.max_error, math.nan,
+                                  check.tolerance, bool(check.passed), check.detail, name))
+        elif not check.passed:
+            rows.append(ParityRow(check.name, "-", "-", math.nan, math.nan, math.nan, False, check.detail, name))
+    return ParityReport(tuple(rows), tuple(skipped))
