@@ -122,8 +122,10 @@ def test_cli_errors_and_help_without_onnx(tmp_path):
 
 
 def test_demo_case_row():
-    row = _demo_case(64, max_positions=256)
-    assert row["ok"] and row["max_error"] <= row["tolerance"] <= 1e-6 and row["nodes"] == 1
+    report = _demo_case(64, max_positions=256)
+    assert report.ok and len(report.rows) >= 3  # ONNX Runtime at two optimisation levels, reference evaluator
+    assert all(r.max_abs_error <= r.tolerance <= 1e-6 for r in report.rows)
+    assert "1 node(s)" in report.rows[0].case
 
 
 @pytest.mark.parametrize("opset", [13, 21])
