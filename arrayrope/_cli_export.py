@@ -33,28 +33,17 @@ def _freqs_from_config(path: str, args: argparse.Namespace):
     import arrayrope
 
     try:
+        freqs = arrayrope.rope_frequencies_from_config(path)
         with open(path, encoding="utf-8") as fh:
             config = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise SystemExit(f"arrayrope export: --config {path!r} does not load as JSON: {exc}")
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise SystemExit(f"arrayrope export: --config {path!r}: {exc}")
+    config = config.get("text_config", config)
     if args.num_heads is None:
         args.num_heads = config.get("num_attention_heads")
     if args.num_kv_heads is None and args.qk:
         args.num_kv_heads = config.get("num_key_value_heads", args.num_heads)
-    from_config = getattr(arrayrope, "rope_frequencies_from_config", None)
-    if from_config is not None:  # the core's reader, with every scaling type it knows
-        return from_config(config)
-    heads = config.get("num_attention_heads")
-    head_dim = config.get("head_dim") or (config["hidden_size"] // heads if heads and "hidden_size" in config else None)
-    if head_dim is None:
-        raise SystemExit(f"arrayrope export: --config {path!r} gives no head_dim (nor hidden_size and num_attention_heads)")
-    return arrayrope.rope_frequencies(
-        head_dim,
-        base=float(config.get("rope_theta", args.base)),
-        partial_rotary_factor=config.get("partial_rotary_factor"),
-        scaling=config.get("rope_scaling") or None,
-        max_position_embeddings=config.get("max_position_embeddings"),
-    )
+    return freqs
 
 
 def run(args: argparse.Namespace) -> int:
