@@ -12,9 +12,13 @@ Pair ``i`` rotates by the angle whose cos/sin are ``cos[..., i]``/``sin[..., i]`
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from . import _checks, _xp
+import array_api_compat.numpy as _NUMPY_NS  # the namespace NumPy arrays resolve to
+import numpy as np
+
+from . import _checks, _kernels, _xp
 
 __all__ = ["apply_rotary", "to_interleaved", "to_half", "permute_rotary_rows"]
 
@@ -61,7 +65,26 @@ def apply_rotary(x: Any, cos: Any, sin: Any, *, layout: str = "half") -> Any:
     return _rotate(xp, x, cos, sin, layout)
 
 
+def _rotate(xp: Any, x: Any, cos: Any, sin: Any, layout: str) -> Any:
+    """Checked arguments -> rotated copy: a backend kernel where one exists, else the reference.
+
+    ``xp`` may be None (resolved here only when the reference runs). The kernels
+    (:mod:`arrayrope._kernels`: NumPy, PyTorch, Dask, JAX) compute the same values
+    with fewer passes over memory; CuPy, array_api_strict and others use the reference.
+    """
+    kernel = _kernels.select(x)
+    if kernel is None:
+        return _rotate_generic(xp if xp is not None else _xp.namespace(x), x, cos, sin, layout)
+    return kernel(x, cos, sin, layout, functools.partial(_generic_any, xp))
+
+
+def _generic_any(xp: Any, x: Any, cos: Any, sin: Any, layout: str) -> Any:
+    return _rotate_generic(xp if xp is not None else _xp.namespace(x), x, cos, sin, layout)
+
+
 def _check_rotary_args(x: Any, cos: Any, sin: Any) -> Any:
+    if type(x) is np.ndarray and type(cos) is np.ndarray and type(sin) is np.ndarray:
+        return _check_numpy(x, cos, sin)
     _xp.check_array(x, "x")
     _xp.check_array(cos, "cos")
     _xp.check_array(sin, "sin")
@@ -93,7 +116,32 @@ def _check_rotary_args(x: Any, cos: Any, sin: Any) -> Any:
     return xp
 
 
-def _rotate(xp: Any, x: Any, cos: Any, sin: Any, layout: str) -> Any:
+def _check_numpy(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> Any:
+    """The checks of :func:`_check_rotary_args` for plain NumPy arrays, without namespace lookups."""
+    for name, a in (("x", x), ("cos", cos), ("sin", sin)):
+        if a.dtype.kind != "f":
+            raise TypeError(f"{name} must have a real floating dtype, got {a.dtype}")
+    xs, cs = x.shape, cos.shape
+    if cs != sin.shape:
+        raise ValueError(f"cos and sin must have one shape, got {cs} and {sin.shape}")
+    if not xs or not cs:
+        raise ValueError(f"x and cos need a feature axis; got x.shape={xs}, cos.shape={cs}")
+    half = cs[-1]
+    if half < 1 or 2 * half > xs[-1]:
+        raise ValueError(
+            f"cos.shape[-1]={half} rotates {2 * half} features but x has {xs[-1]}; "
+            f"expected 1 <= cos.shape[-1] <= {xs[-1] // 2} (rotary_dim // 2)"
+        )
+    n = len(xs) - 1
+    if len(cs) - 1 > n or any(c != 1 and c != s for c, s in zip(reversed(cs[:-1]), reversed(xs[:-1]))):
+        raise ValueError(
+            f"cos/sin of shape {cs} do not broadcast against x of shape {xs}: "
+            f"cos.shape[:-1] must broadcast to x.shape[:-1]={xs[:-1]}"
+        )
+    return _NUMPY_NS
+
+
+def _rotate_generic(xp: Any, x: Any, cos: Any, sin: Any, layout: str) -> Any:
     """The reference implementation, pure Array API (every fast path is tested against it)."""
     dtype = x.dtype
     work = xp.result_type(dtype, cos.dtype)

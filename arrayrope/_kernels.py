@@ -1,0 +1,335 @@
+"""Backend fast paths behind :func:`arrayrope.apply_rotary` and :func:`arrayrope.rope_tables`.
+
+Each kernel computes exactly what the pure Array API reference computes
+(``rotary._rotate_generic``, ``tables.rope_tables``' float64 path) and is tested
+against it on every layout, dtype and broadcasting pattern. They only change how
+memory is used:
+
+* NumPy: a fresh output buffer written by ``out=`` ufuncs in row blocks of about
+  256 KiB, so x is read once and every temporary stays in cache. The half-split
+  swap ``[x2, x1]`` is one copy of two opaque byte blocks per row (a void-dtype
+  view); the interleaved rotation is one complex multiplication on a complex view
+  of x.
+* PyTorch: ``mul`` + ``addcmul_`` into slices of the output (no temporaries) or
+  a complex view; used only when autograd does not need to record the call.
+* Dask: one ``blockwise`` task per chunk of x that runs the kernel above on the
+  chunk's own library.
+* JAX: the reference under ``jax.jit`` (one fused XLA computation, no per-op dispatch).
+
+Backends are imported lazily: nothing here imports torch, jax or dask unless an
+array of that library is passed in.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["select", "numpy_rotate", "torch_rotate", "dask_rotate", "jax_rotate", "numpy_tables"]
+
+#: Bytes of x per block of the NumPy kernel (three such blocks fit in a 1 MiB L2).
+BLOCK_BYTES = 1 << 18
+_SMALL = 1 << 16  # below this many bytes of x, broadcasting ufuncs beat blocking
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+def select(x: Any) -> Callable | None:
+    """The fast kernel for ``x``'s library, or ``None`` (use the reference)."""
+    t = type(x)
+    if t is np.ndarray:
+        return numpy_rotate
+    mod = t.__module__
+    if mod.startswith("torch"):
+        return torch_rotate
+    if mod.startswith("dask"):
+        return dask_rotate
+    if mod.startswith(("jax", "jaxlib")):
+        return jax_rotate
+    return None
+
+
+# --------------------------------------------------------------------------- NumPy
+
+
+def _void(nbytes: int) -> np.dtype:
+    return np.dtype((np.void, nbytes))
+
+
+def _complex_of(work: np.dtype) -> np.dtype | None:
+    return {np.dtype(np.float32): np.dtype(np.complex64), np.dtype(np.float64): np.dtype(np.complex128)}.get(work)
+
+
+def numpy_rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, generic: Callable) -> np.ndarray:
+    """Rotary application on NumPy arrays with a fresh output and no full-size temporaries."""
+    dt = x.dtype
+    work = dt if dt == cos.dtype == sin.dtype else np.result_type(dt, cos.dtype, sin.dtype)
+    if work.kind != "f":
+        return generic(x, cos, sin, layout)
+    if x.nbytes <= _SMALL or x.strides[-1] != x.itemsize:
+        return _numpy_whole(x, cos.astype(work, copy=False), sin.astype(work, copy=False), layout, work)
+    rows = _rows_view(x)
+    period = _period(x.shape[:-1], cos.shape[:-1]) if rows is not None else None
+    if period is None:
+        return _numpy_whole(x, cos.astype(work, copy=False), sin.astype(work, copy=False), layout, work)
+    h = cos.shape[-1]
+    out = np.empty(x.shape, dtype=dt)
+    cos = cos.astype(work, copy=False).reshape(period, h)
+    sin = sin.astype(work, copy=False).reshape(period, h)
+    _numpy_blocks(rows, out.reshape(rows.shape), cos, sin, layout, work, period)
+    return out
+
+
+def _rows_view(x: np.ndarray) -> np.ndarray | None:
+    """x as a (rows, features) view, or None when its leading axes do not flatten without a copy."""
+    try:
+        return np.reshape(x, (math.prod(x.shape[:-1]), x.shape[-1]), copy=False)
+    except ValueError:
+        return None
+
+
+def _period(lead: tuple, table_lead: tuple) -> int | None:
+    """Rows after which the tables repeat along flattened ``lead``, or None if they do not.
+
+    The tables must equal ``lead``'s trailing axes and be 1 on all axes before them
+    (e.g. ``(S, h)`` against ``(B, H, S)``): row ``i`` of x then uses table row ``i % period``.
+    """
+    tl = (1,) * (len(lead) - len(table_lead)) + tuple(table_lead)
+    k = len(lead)
+    while k > 0 and tl[k - 1] == lead[k - 1]:
+        k -= 1
+    if any(n != 1 for n in tl[:k]):
+        return None
+    return math.prod(lead[k:])
+
+
+_SIGN = {np.dtype(t): np.array([[-1.0], [1.0]], dtype=t) for t in (np.float16, np.float32, np.float64)}
+
+
+def _numpy_whole(x, cos, sin, layout, work) -> np.ndarray:
+    """Small or irregular arrays: a few broadcasting ufuncs over the whole array."""
+    h = cos.shape[-1]
+    r, d = 2 * h, x.shape[-1]
+    lead = x.shape[:-1]
+    xr = x[..., :r] if r < d else x
+    if xr.dtype != work:
+        xr = xr.astype(work)
+    cplx = _complex_of(work) if layout == "interleaved" else None
+    if layout == "half":
+        x3 = xr.reshape(lead + (2, h))
+        y = np.multiply(x3, cos[..., None, :])
+        t = np.multiply(x3[..., ::-1, :], np.multiply(sin[..., None, :], _SIGN[work]))
+        np.add(y, t, out=y)  # [x1 cos - x2 sin, x2 cos + x1 sin]
+    elif cplx is not None and xr.strides[-1] == xr.itemsize:
+        tab = np.empty(cos.shape, cplx)
+        tab.real, tab.imag = cos, sin
+        y = np.multiply(xr.view(cplx), tab).view(work)
+    else:
+        xe, xo = xr[..., 0::2], xr[..., 1::2]
+        y = np.empty(lead + (h, 2), work)
+        ye, yo = y[..., 0], y[..., 1]
+        t = np.multiply(xo, sin)
+        np.multiply(xe, cos, out=ye)
+        np.subtract(ye, t, out=ye)
+        np.multiply(xe, sin, out=t)
+        np.multiply(xo, cos, out=yo)
+        np.add(yo, t, out=yo)
+    y = y.reshape(lead + (r,))
+    if r == d:
+        return y if y.dtype == x.dtype else y.astype(x.dtype)
+    out = np.empty(x.shape, x.dtype)
+    np.copyto(out[..., :r], y, casting="same_kind")
+    np.copyto(out[..., r:], x[..., r:])
+    return out
+
+
+def _numpy_blocks(xf, of, cos, sin, layout, work, period) -> None:
+    """Large arrays: row blocks of about BLOCK_BYTES; tables sliced (or tiled) per block."""
+    h = cos.shape[-1]
+    r, d = 2 * h, xf.shape[1]
+    n = xf.shape[0]
+    step = max(1, BLOCK_BYTES // (d * work.itemsize))
+    if period < step:  # tile the tables so one block covers whole periods
+        reps = step // period
+        step = reps * period
+        cos, sin = np.tile(cos, (reps, 1)), np.tile(sin, (reps, 1))
+    cast_in = xf.dtype != work
+    cast_out = of.dtype != work
+    xbuf = np.empty((step, r), work) if cast_in else None
+    obuf = np.empty((step, r), work) if cast_out else None
+    cplx = _complex_of(work)
+    if layout == "half":
+        cos_t = np.concatenate([cos, cos], axis=-1)
+        sin_t = np.concatenate([-sin, sin], axis=-1)  # sign folded: y = x*cos_t + [x2, x1]*sin_t
+        tbuf = np.empty((step, r), work)
+        swap = tbuf.view(_void(h * work.itemsize))[:, ::-1]
+        vdt = swap.dtype
+    else:
+        if cplx is None:  # float16 work (float16 x and tables): compute in float32
+            work, cplx = np.dtype(np.float32), np.dtype(np.complex64)
+            cast_in = cast_out = True
+            xbuf, obuf = np.empty((step, r), work), np.empty((step, r), work)
+        tab = np.empty(cos.shape, cplx)
+        tab.real, tab.imag = cos, sin
+    for p0 in range(0, n, period if period >= step else step):
+        span = min(period if period >= step else step, n - p0)
+        for s0 in range(0, span, step):
+            m = min(step, span - s0)
+            a = p0 + s0
+            xb = xf[a : a + m, :r]
+            ob = of[a : a + m, :r]
+            if cast_in:
+                np.copyto(xbuf[:m], xb, casting="same_kind")
+                xb = xbuf[:m]
+            o = obuf[:m] if cast_out else ob
+            if layout == "half":
+                np.multiply(xb, cos_t[s0 : s0 + m], out=o)
+                np.copyto(swap[:m], xb.view(vdt))
+                t = tbuf[:m]
+                np.multiply(t, sin_t[s0 : s0 + m], out=t)
+                np.add(o, t, out=o)
+            else:
+                np.multiply(xb.view(cplx), tab[s0 : s0 + m], out=o.view(cplx))
+            if cast_out:
+                np.copyto(ob, o, casting="same_kind")
+            if r < d:
+                np.copyto(of[a : a + m, r:], xf[a : a + m, r:])
+
+
+# --------------------------------------------------------------------------- PyTorch
+
+
+def torch_rotate(x: Any, cos: Any, sin: Any, layout: str, generic: Callable) -> Any:
+    """``mul`` + ``addcmul_`` into a fresh output; the reference when autograd records."""
+    import torch
+
+    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
+        return generic(x, cos, sin, layout)  # out= ops are not differentiable
+    work = torch.promote_types(torch.promote_types(x.dtype, cos.dtype), sin.dtype)
+    h = cos.shape[-1]
+    r, d = 2 * h, x.shape[-1]
+    lead = tuple(x.shape[:-1])
+    cos, sin = cos.to(work), sin.to(work)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    xr = x[..., :r]
+    if x.dtype != work:
+        xr = xr.to(work)
+        o = torch.empty(lead + (r,), dtype=work, device=x.device)
+    else:
+        o = out[..., :r]
+    if layout == "half":
+        x1, x2, o1, o2 = xr[..., :h], xr[..., h:], o[..., :h], o[..., h:]
+        torch.mul(x1, cos, out=o1)
+        o1.addcmul_(x2, sin, value=-1)
+        torch.mul(x2, cos, out=o2)
+        o2.addcmul_(x1, sin)
+    elif work in (torch.float32, torch.float64) and _complex_view_ok(xr) and _complex_view_ok(o):
+        xc = torch.view_as_complex(xr.unflatten(-1, (h, 2)))
+        oc = torch.view_as_complex(o.unflatten(-1, (h, 2)))
+        torch.mul(xc, torch.complex(cos, sin), out=oc)
+    else:
+        xe, xo, oe, oo = xr[..., 0::2], xr[..., 1::2], o[..., 0::2], o[..., 1::2]
+        torch.mul(xe, cos, out=oe)
+        oe.addcmul_(xo, sin, value=-1)
+        torch.mul(xo, cos, out=oo)
+        oo.addcmul_(xe, sin)
+    if x.dtype != work:
+        out[..., :r].copy_(o)
+    if r < d:
+        out[..., r:].copy_(x[..., r:])
+    return out
+
+
+def _complex_view_ok(t: Any) -> bool:
+    s = t.stride()
+    return s[-1] == 1 and all(v % 2 == 0 for v in s[:-1]) and t.storage_offset() % 2 == 0
+
+
+# --------------------------------------------------------------------------- Dask
+
+
+def dask_rotate(x: Any, cos: Any, sin: Any, layout: str, generic: Callable) -> Any:
+    """One blockwise task per chunk of x; the tables are rechunked to x's chunks (they are small)."""
+    import dask.array as da
+
+    if len(x.chunks[-1]) != 1 or any(math.isnan(c) for cs in x.chunks for c in cs):
+        return generic(x, cos, sin, layout)
+    nd, td = x.ndim, cos.ndim
+    letters = "abcdefghijklmnopqrstuvwxy"[:nd]
+    t_ind = letters[nd - td : nd - 1] + "z"
+    chunks = []
+    for i, n in enumerate(cos.shape[:-1]):
+        axis = nd - td + i
+        chunks.append(x.chunks[axis] if n == x.shape[axis] and n != 1 else (n,))
+    chunks.append((cos.shape[-1],))
+    cos, sin = cos.rechunk(tuple(chunks)), sin.rechunk(tuple(chunks))
+
+    def kernel(xb: Any, cb: Any, sb: Any) -> Any:
+        return rotate_block(xb, cb, sb, layout)
+
+    return da.blockwise(
+        kernel, letters, x, letters, cos, t_ind, sin, t_ind,
+        dtype=x.dtype, meta=x._meta, concatenate=True,
+    )
+
+
+def rotate_block(xb: Any, cb: Any, sb: Any, layout: str) -> Any:
+    """Rotate one in-memory chunk with its own library's kernel (set by arrayrope.rotary)."""
+    from . import rotary
+
+    return rotary._rotate(None, xb, cb, sb, layout)
+
+
+# --------------------------------------------------------------------------- JAX
+
+_jitted: dict[str, Callable] = {}
+
+
+def jax_rotate(x: Any, cos: Any, sin: Any, layout: str, generic: Callable) -> Any:
+    """The reference compiled by ``jax.jit`` (cached per layout; inlined when already tracing)."""
+    fn = _jitted.get(layout)
+    if fn is None:
+        import jax
+
+        fn = _jitted[layout] = jax.jit(lambda a, c, s: generic(a, c, s, layout))
+    return fn(x, cos, sin)
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def numpy_tables(inv_freq: np.ndarray, n: int, dtype: np.dtype, factor: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin of ``p * inv_freq`` for p = 0..n-1 by angle addition, float64 arithmetic, in blocks.
+
+    ``p = 1024 * a + b``: the rotations of ``1024 * a`` and ``b`` are float64 cos/sin on
+    the host, composed with ``cos(u + v) = cos u cos v - sin u sin v`` in float64
+    and cast: the same values as float64 angles up to one float64 rounding, at a
+    fraction of the transcendental calls.
+    """
+    h = inv_freq.shape[0]
+    lo_n = 1024
+    hi_n = -(-n // lo_n)
+    lo = np.arange(lo_n, dtype=np.float64)[:, None] * inv_freq
+    hi = (np.arange(hi_n, dtype=np.float64) * lo_n)[:, None] * inv_freq
+    cl, sl, ch, sh = np.cos(lo), np.sin(lo), np.cos(hi), np.sin(hi)
+    if factor != 1.0:
+        ch, sh = ch * factor, sh * factor
+    cos = np.empty((hi_n * lo_n, h), dtype)
+    sin = np.empty((hi_n * lo_n, h), dtype)
+    c3, s3 = cos.reshape(hi_n, lo_n, h), sin.reshape(hi_n, lo_n, h)
+    t1 = np.empty((lo_n, h))
+    t2 = np.empty((lo_n, h))
+    for i in range(hi_n):
+        a, b = ch[i], sh[i]
+        np.multiply(cl, a, out=t1)
+        np.multiply(sl, b, out=t2)
+        np.subtract(t1, t2, out=t1)
+        np.copyto(c3[i], t1, casting="same_kind")
+        np.multiply(sl, a, out=t1)
+        np.multiply(cl, b, out=t2)
+        np.add(t1, t2, out=t1)
+        np.copyto(s3[i], t1, casting="same_kind")
+    return cos[:n], sin[:n]
