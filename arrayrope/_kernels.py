@@ -5,11 +5,12 @@ Each kernel computes exactly what the pure Array API reference computes
 against it on every layout, dtype and broadcasting pattern. They only change how
 memory is used:
 
-* NumPy: a fresh output buffer written by ``out=`` ufuncs in row blocks of about
-  256 KiB, so x is read once and every temporary stays in cache. The half-split
-  swap ``[x2, x1]`` is one copy of two opaque byte blocks per row (a void-dtype
-  view); the interleaved rotation is one complex multiplication on a complex view
-  of x.
+* NumPy: the interleaved rotation is one complex multiplication on a complex
+  view of x (one pass, no temporary). The half-split layout writes a fresh output
+  with ``out=`` ufuncs in row blocks of about 256 KiB, so x is read once and every
+  temporary stays in cache; its swap ``[x2, x1]`` is one copy of two opaque byte
+  blocks per row (a void-dtype view). Arrays up to 1 MiB use a few broadcasting
+  ufuncs instead (fewer calls).
 * PyTorch: ``mul`` + ``addcmul_`` into slices of the output (no temporaries) or
   a complex view; used only when autograd does not need to record the call.
 * Dask: one ``blockwise`` task per chunk of x that runs the kernel above on the
@@ -31,7 +32,7 @@ __all__ = ["select", "numpy_rotate", "torch_rotate", "dask_rotate", "jax_rotate"
 
 #: Bytes of x per block of the NumPy kernel (three such blocks fit in a 1 MiB L2).
 BLOCK_BYTES = 1 << 18
-_SMALL = 1 << 16  # below this many bytes of x, broadcasting ufuncs beat blocking
+_SMALL = 1 << 20  # up to this many bytes of x, broadcasting ufuncs beat blocking (measured)
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -69,7 +70,8 @@ def numpy_rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, g
     work = dt if dt == cos.dtype == sin.dtype else np.result_type(dt, cos.dtype, sin.dtype)
     if work.kind != "f":
         return generic(x, cos, sin, layout)
-    if x.nbytes <= _SMALL or x.strides[-1] != x.itemsize:
+    one_pass = layout == "interleaved" and work == dt and _complex_of(work) is not None
+    if one_pass or x.nbytes <= _SMALL or x.strides[-1] != x.itemsize:
         return _numpy_whole(x, cos.astype(work, copy=False), sin.astype(work, copy=False), layout, work)
     rows = _rows_view(x)
     period = _period(x.shape[:-1], cos.shape[:-1]) if rows is not None else None
@@ -147,15 +149,23 @@ def _numpy_whole(x, cos, sin, layout, work) -> np.ndarray:
 
 
 def _numpy_blocks(xf, of, cos, sin, layout, work, period) -> None:
-    """Large arrays: row blocks of about BLOCK_BYTES; tables sliced (or tiled) per block."""
+    """Large arrays: row blocks of about BLOCK_BYTES with the matching table rows.
+
+    Row ``i`` uses table row ``i % period``. Long periods are cut into blocks;
+    short ones (e.g. one decode position for all heads) are broadcast over
+    blocks of whole periods, seen as ``(-1, period, features)``.
+    """
     h = cos.shape[-1]
     r, d = 2 * h, xf.shape[1]
     n = xf.shape[0]
     step = max(1, BLOCK_BYTES // (d * work.itemsize))
-    if period < step:  # tile the tables so one block covers whole periods
-        reps = step // period
-        step = reps * period
-        cos, sin = np.tile(cos, (reps, 1)), np.tile(sin, (reps, 1))
+    short = period < step
+    if short:
+        step = (step // period) * period
+
+    def fold(a: np.ndarray) -> np.ndarray:
+        return a.reshape(-1, period, a.shape[-1]) if short else a
+
     cast_in = xf.dtype != work
     cast_out = of.dtype != work
     xbuf = np.empty((step, r), work) if cast_in else None
@@ -174,8 +184,9 @@ def _numpy_blocks(xf, of, cos, sin, layout, work, period) -> None:
             xbuf, obuf = np.empty((step, r), work), np.empty((step, r), work)
         tab = np.empty(cos.shape, cplx)
         tab.real, tab.imag = cos, sin
-    for p0 in range(0, n, period if period >= step else step):
-        span = min(period if period >= step else step, n - p0)
+    outer = step if short else period
+    for p0 in range(0, n, outer):
+        span = min(outer, n - p0)
         for s0 in range(0, span, step):
             m = min(step, span - s0)
             a = p0 + s0
@@ -186,13 +197,14 @@ def _numpy_blocks(xf, of, cos, sin, layout, work, period) -> None:
                 xb = xbuf[:m]
             o = obuf[:m] if cast_out else ob
             if layout == "half":
-                np.multiply(xb, cos_t[s0 : s0 + m], out=o)
+                np.multiply(fold(xb), cos_t if short else cos_t[s0 : s0 + m], out=fold(o))
                 np.copyto(swap[:m], xb.view(vdt))
-                t = tbuf[:m]
-                np.multiply(t, sin_t[s0 : s0 + m], out=t)
-                np.add(o, t, out=o)
+                t = fold(tbuf[:m])
+                np.multiply(t, sin_t if short else sin_t[s0 : s0 + m], out=t)
+                np.add(o, tbuf[:m], out=o)
             else:
-                np.multiply(xb.view(cplx), tab[s0 : s0 + m], out=o.view(cplx))
+                tb = tab if short else tab[s0 : s0 + m]
+                np.multiply(fold(xb.view(cplx)), tb, out=fold(o.view(cplx)))
             if cast_out:
                 np.copyto(ob, o, casting="same_kind")
             if r < d:
