@@ -60,8 +60,11 @@ def _void(nbytes: int) -> np.dtype:
     return np.dtype((np.void, nbytes))
 
 
+_COMPLEX = {np.dtype(np.float32): np.dtype(np.complex64), np.dtype(np.float64): np.dtype(np.complex128)}
+
+
 def _complex_of(work: np.dtype) -> np.dtype | None:
-    return {np.dtype(np.float32): np.dtype(np.complex64), np.dtype(np.float64): np.dtype(np.complex128)}.get(work)
+    return _COMPLEX.get(work)
 
 
 def numpy_rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, generic: Callable) -> np.ndarray:
@@ -279,11 +282,11 @@ def dask_rotate(x: Any, cos: Any, sin: Any, layout: str, generic: Callable) -> A
     chunks.append((cos.shape[-1],))
     cos, sin = cos.rechunk(tuple(chunks)), sin.rechunk(tuple(chunks))
 
-    def kernel(xb: Any, cb: Any, sb: Any) -> Any:
+    def rotary(xb: Any, cb: Any, sb: Any) -> Any:
         return rotate_block(xb, cb, sb, layout)
 
     return da.blockwise(
-        kernel, letters, x, letters, cos, t_ind, sin, t_ind,
+        rotary, letters, x, letters, cos, t_ind, sin, t_ind,
         dtype=x.dtype, meta=x._meta, concatenate=True,
     )
 
