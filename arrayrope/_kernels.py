@@ -12,7 +12,8 @@ memory is used:
   blocks per row (a void-dtype view). Arrays up to 1 MiB use a few broadcasting
   ufuncs instead (fewer calls).
 * PyTorch: ``mul`` + ``addcmul_`` into slices of the output (no temporaries) or
-  a complex view; used only when autograd does not need to record the call.
+  a complex view; used only when autograd does not need to record the call, and
+  from 1 MiB (half-split) or 64 KiB (interleaved) of x, where it measured faster.
 * Dask: one ``blockwise`` task per chunk of x that runs the kernel above on the
   chunk's own library.
 * JAX: the reference under ``jax.jit`` (one fused XLA computation, no per-op dispatch).
@@ -33,6 +34,9 @@ __all__ = ["select", "numpy_rotate", "torch_rotate", "dask_rotate", "jax_rotate"
 #: Bytes of x per block of the NumPy kernel (three such blocks fit in a 1 MiB L2).
 BLOCK_BYTES = 1 << 18
 _SMALL = 1 << 20  # up to this many bytes of x, broadcasting ufuncs beat blocking (measured)
+# Below these sizes of x the PyTorch reference (fewer kernel launches) is faster (measured on CPU).
+_TORCH_MIN_HALF = 1 << 20
+_TORCH_MIN_INTERLEAVED = 1 << 16
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -131,6 +135,11 @@ def _numpy_whole(x, cos, sin, layout, work) -> np.ndarray:
     elif cplx is not None and xr.strides[-1] == xr.itemsize:
         tab = np.empty(cos.shape, cplx)
         tab.real, tab.imag = cos, sin
+        if r < d and x.dtype == work:  # write the rotated part straight into the output
+            out = np.empty(x.shape, x.dtype)
+            np.multiply(xr.view(cplx), tab, out=out[..., :r].view(cplx))
+            np.copyto(out[..., r:], x[..., r:])
+            return out
         y = np.multiply(xr.view(cplx), tab).view(work)
     else:
         xe, xo = xr[..., 0::2], xr[..., 1::2]
@@ -223,6 +232,8 @@ def torch_rotate(x: Any, cos: Any, sin: Any, layout: str, generic: Callable) -> 
 
     if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
         return generic(x, cos, sin, layout)  # out= ops are not differentiable
+    if x.numel() * x.element_size() < (_TORCH_MIN_HALF if layout == "half" else _TORCH_MIN_INTERLEAVED):
+        return generic(x, cos, sin, layout)  # fewer, larger ops win on small tensors (measured)
     work = torch.promote_types(torch.promote_types(x.dtype, cos.dtype), sin.dtype)
     h = cos.shape[-1]
     r, d = 2 * h, x.shape[-1]

@@ -78,9 +78,20 @@ def cases(draw, dtypes):
     return lead, head_dim, rotary_dim, pattern, layout, dtype
 
 
+@pytest.fixture(params=["default", "forced"])
+def thresholds(request, monkeypatch):
+    """Default size thresholds, or none: every array takes the blocked/PyTorch kernels, in tiny blocks."""
+    if request.param == "forced":
+        monkeypatch.setattr(_kernels, "_SMALL", 0)
+        monkeypatch.setattr(_kernels, "BLOCK_BYTES", 96)
+        monkeypatch.setattr(_kernels, "_TORCH_MIN_HALF", 0)
+        monkeypatch.setattr(_kernels, "_TORCH_MIN_INTERLEAVED", 0)
+    return request.param
+
+
 @FIXTURE_OK
 @given(data=st.data())
-def test_dispatch_matches_reference(backend, data):
+def test_dispatch_matches_reference(backend, thresholds, data):
     """Small arrays of any shape, layout, partial rotary, table broadcasting and dtype."""
     if backend.name == "jax":
         pytest.skip("test_dispatch_matches_reference_jax: fewer examples, each shape compiles")
@@ -126,6 +137,7 @@ LARGE = [
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("shape,rotary_dim,pattern", LARGE)
 def test_large_arrays_match_reference(backend, shape, rotary_dim, pattern, layout):
+    """Arrays above the kernels' size thresholds, with the default block size."""
     dtype = "float32" if "float32" in backend.dtypes else backend.dtypes[0]
     (x, cos, sin), _ = _case(backend, shape[:-1], shape[-1], rotary_dim, pattern, dtype)
     out = arrayrope.apply_rotary(x, cos, sin, layout=layout)
@@ -140,7 +152,7 @@ def test_mixed_dtypes_large(backend, dtype, table_dtype, layout):
     """Casting kernels (x narrower or wider than the tables) on block-sized arrays."""
     if dtype not in backend.dtypes or table_dtype not in backend.dtypes:
         pytest.skip(f"{backend.name} lacks {dtype} or {table_dtype}")
-    (x, cos, sin), _ = _case(backend, (2, 3, 1200), 128, 96, "seq", dtype, table_dtype)
+    (x, cos, sin), _ = _case(backend, (2, 3, 2400), 128, 96, "seq", dtype, table_dtype)
     out = arrayrope.apply_rotary(x, cos, sin, layout=layout)
     check_like(out, backend, dtype, tuple(x.shape))
     assert_close(out, rotary._rotate_generic(backend.xp, x, cos, sin, layout), **_tolerance(dtype))
