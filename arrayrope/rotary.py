@@ -83,8 +83,15 @@ def _generic_any(xp: Any, x: Any, cos: Any, sin: Any, layout: str) -> Any:
 
 
 def _check_rotary_args(x: Any, cos: Any, sin: Any) -> Any:
-    if type(x) is np.ndarray and type(cos) is np.ndarray and type(sin) is np.ndarray:
-        return _check_numpy(x, cos, sin)
+    t = type(x)
+    if t is type(cos) and t is type(sin):  # plain NumPy arrays or torch tensors: no namespace lookups
+        if t is np.ndarray:
+            return _check_plain(x, cos, sin, _NUMPY_NS)
+        if t.__module__ == "torch" and t.__name__ == "Tensor":
+            if x.device != cos.device or x.device != sin.device:
+                _xp.same_device(x, cos, "x", "cos")
+                _xp.same_device(x, sin, "x", "sin")
+            return _check_plain(x, cos, sin, _torch_namespace())
     _xp.check_array(x, "x")
     _xp.check_array(cos, "cos")
     _xp.check_array(sin, "sin")
@@ -116,14 +123,32 @@ def _check_rotary_args(x: Any, cos: Any, sin: Any) -> Any:
     return xp
 
 
-def _check_numpy(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> Any:
-    """The checks of :func:`_check_rotary_args` for plain NumPy arrays, without namespace lookups."""
+def _torch_namespace() -> Any:
+    global _TORCH_NS
+    if _TORCH_NS is None:
+        import array_api_compat.torch as ns
+
+        _TORCH_NS = ns
+    return _TORCH_NS
+
+
+_TORCH_NS = None
+
+
+def _real_floating(a: Any) -> bool:
+    dt = a.dtype
+    kind = getattr(dt, "kind", None)  # NumPy
+    return kind == "f" if kind is not None else bool(dt.is_floating_point)  # torch
+
+
+def _check_plain(x: Any, cos: Any, sin: Any, xp: Any) -> Any:
+    """The checks of :func:`_check_rotary_args` for NumPy arrays or torch tensors on one device."""
     for name, a in (("x", x), ("cos", cos), ("sin", sin)):
-        if a.dtype.kind != "f":
+        if not _real_floating(a):
             raise TypeError(f"{name} must have a real floating dtype, got {a.dtype}")
-    xs, cs = x.shape, cos.shape
-    if cs != sin.shape:
-        raise ValueError(f"cos and sin must have one shape, got {cs} and {sin.shape}")
+    xs, cs = tuple(x.shape), tuple(cos.shape)
+    if cs != tuple(sin.shape):
+        raise ValueError(f"cos and sin must have one shape, got {cs} and {tuple(sin.shape)}")
     if not xs or not cs:
         raise ValueError(f"x and cos need a feature axis; got x.shape={xs}, cos.shape={cs}")
     half = cs[-1]
@@ -138,7 +163,7 @@ def _check_numpy(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> Any:
             f"cos/sin of shape {cs} do not broadcast against x of shape {xs}: "
             f"cos.shape[:-1] must broadcast to x.shape[:-1]={xs[:-1]}"
         )
-    return _NUMPY_NS
+    return xp
 
 
 def _rotate_generic(xp: Any, x: Any, cos: Any, sin: Any, layout: str) -> Any:
