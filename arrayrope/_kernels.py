@@ -57,6 +57,14 @@ def select(x: Any) -> Callable | None:
     return None
 
 
+def _reference(xp: Any, x: Any, cos: Any, sin: Any, layout: str) -> Any:
+    """The pure Array API path, for the cases a kernel leaves to it."""
+    from .rotary import _rotate_generic
+    from ._xp import namespace
+
+    return _rotate_generic(xp if xp is not None else namespace(x), x, cos, sin, layout)
+
+
 # --------------------------------------------------------------------------- NumPy
 
 
@@ -71,12 +79,12 @@ def _complex_of(work: np.dtype) -> np.dtype | None:
     return _COMPLEX.get(work)
 
 
-def numpy_rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, generic: Callable) -> np.ndarray:
+def numpy_rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, xp: Any = None) -> np.ndarray:
     """Rotary application on NumPy arrays with a fresh output and no full-size temporaries."""
     dt = x.dtype
     work = dt if dt == cos.dtype == sin.dtype else np.result_type(dt, cos.dtype, sin.dtype)
     if work.kind != "f":
-        return generic(x, cos, sin, layout)
+        return _reference(xp, x, cos, sin, layout)
     one_pass = layout == "interleaved" and work == dt and _complex_of(work) is not None
     if one_pass or x.nbytes <= _SMALL or x.strides[-1] != x.itemsize:
         return _numpy_whole(x, cos.astype(work, copy=False), sin.astype(work, copy=False), layout, work)
@@ -226,14 +234,14 @@ def _numpy_blocks(xf, of, cos, sin, layout, work, period) -> None:
 # --------------------------------------------------------------------------- PyTorch
 
 
-def torch_rotate(x: Any, cos: Any, sin: Any, layout: str, generic: Callable) -> Any:
+def torch_rotate(x: Any, cos: Any, sin: Any, layout: str, xp: Any = None) -> Any:
     """``mul`` + ``addcmul_`` into a fresh output; the reference when autograd records."""
     import torch
 
     if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
-        return generic(x, cos, sin, layout)  # out= ops are not differentiable
+        return _reference(xp, x, cos, sin, layout)  # out= ops are not differentiable
     if x.numel() * x.element_size() < (_TORCH_MIN_HALF if layout == "half" else _TORCH_MIN_INTERLEAVED):
-        return generic(x, cos, sin, layout)  # fewer, larger ops win on small tensors (measured)
+        return _reference(xp, x, cos, sin, layout)  # fewer, larger ops win on small tensors (measured)
     work = torch.promote_types(torch.promote_types(x.dtype, cos.dtype), sin.dtype)
     h = cos.shape[-1]
     r, d = 2 * h, x.shape[-1]
@@ -277,12 +285,12 @@ def _complex_view_ok(t: Any) -> bool:
 # --------------------------------------------------------------------------- Dask
 
 
-def dask_rotate(x: Any, cos: Any, sin: Any, layout: str, generic: Callable) -> Any:
+def dask_rotate(x: Any, cos: Any, sin: Any, layout: str, xp: Any = None) -> Any:
     """One blockwise task per chunk of x; the tables are rechunked to x's chunks (they are small)."""
     import dask.array as da
 
     if len(x.chunks[-1]) != 1 or any(math.isnan(c) for cs in x.chunks for c in cs):
-        return generic(x, cos, sin, layout)
+        return _reference(xp, x, cos, sin, layout)
     nd, td = x.ndim, cos.ndim
     letters = "abcdefghijklmnopqrstuvwxy"[:nd]
     t_ind = letters[nd - td : nd - 1] + "z"
@@ -314,13 +322,13 @@ def rotate_block(xb: Any, cb: Any, sb: Any, layout: str) -> Any:
 _jitted: dict[str, Callable] = {}
 
 
-def jax_rotate(x: Any, cos: Any, sin: Any, layout: str, generic: Callable) -> Any:
+def jax_rotate(x: Any, cos: Any, sin: Any, layout: str, xp: Any = None) -> Any:
     """The reference compiled by ``jax.jit`` (cached per layout; inlined when already tracing)."""
     fn = _jitted.get(layout)
     if fn is None:
         import jax
 
-        fn = _jitted[layout] = jax.jit(lambda a, c, s: generic(a, c, s, layout))
+        fn = _jitted[layout] = jax.jit(lambda a, c, s: _reference(None, a, c, s, layout))
     return fn(x, cos, sin)
 
 

@@ -12,7 +12,6 @@ Pair ``i`` rotates by the angle whose cos/sin are ``cos[..., i]``/``sin[..., i]`
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import array_api_compat.numpy as _NUMPY_NS  # the namespace NumPy arrays resolve to
@@ -61,7 +60,8 @@ def apply_rotary(x: Any, cos: Any, sin: Any, *, layout: str = "half") -> Any:
     True
     """
     xp = _check_rotary_args(x, cos, sin)
-    _checks.layout(layout)
+    if layout not in _checks.LAYOUTS:
+        _checks.layout(layout)
     return _rotate(xp, x, cos, sin, layout)
 
 
@@ -75,18 +75,16 @@ def _rotate(xp: Any, x: Any, cos: Any, sin: Any, layout: str) -> Any:
     kernel = _kernels.select(x)
     if kernel is None:
         return _rotate_generic(xp if xp is not None else _xp.namespace(x), x, cos, sin, layout)
-    return kernel(x, cos, sin, layout, functools.partial(_generic_any, xp))
-
-
-def _generic_any(xp: Any, x: Any, cos: Any, sin: Any, layout: str) -> Any:
-    return _rotate_generic(xp if xp is not None else _xp.namespace(x), x, cos, sin, layout)
+    return kernel(x, cos, sin, layout, xp)
 
 
 def _check_rotary_args(x: Any, cos: Any, sin: Any) -> Any:
     t = type(x)
     if t is type(cos) and t is type(sin):  # plain NumPy arrays or torch tensors: no namespace lookups
         if t is np.ndarray:
-            return _check_plain(x, cos, sin, _NUMPY_NS)
+            if _numpy_ok(x, cos, sin):
+                return _NUMPY_NS
+            return _check_plain(x, cos, sin, _NUMPY_NS)  # raises the error that applies
         if t.__module__ == "torch" and t.__name__ == "Tensor":
             if x.device != cos.device or x.device != sin.device:
                 _xp.same_device(x, cos, "x", "cos")
@@ -121,6 +119,20 @@ def _check_rotary_args(x: Any, cos: Any, sin: Any) -> Any:
             f"cos.shape[:-1] must broadcast to x.shape[:-1]={xs[:-1]}"
         )
     return xp
+
+
+def _numpy_ok(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> bool:
+    """Whether NumPy arguments pass every check (the common case, answered in a few comparisons)."""
+    xs, cs = x.shape, cos.shape
+    n = len(cs)
+    if not (x.dtype.kind == cos.dtype.kind == sin.dtype.kind == "f" and cs == sin.shape and 0 < n <= len(xs)):
+        return False
+    if not 0 < 2 * cs[-1] <= xs[-1]:
+        return False
+    for i in range(2, n + 1):
+        if cs[-i] != 1 and cs[-i] != xs[-i]:
+            return False
+    return True
 
 
 def _torch_namespace() -> Any:
