@@ -13,7 +13,8 @@ memory is used:
   ufuncs instead (fewer calls).
 * PyTorch: ``mul`` + ``addcmul_`` into slices of the output (no temporaries) or
   a complex view; used only when autograd does not need to record the call, and
-  from 1 MiB (half-split) or 64 KiB (interleaved) of x, where it measured faster.
+  from 1 MiB (half-split) or 64 KiB (interleaved) of x, where it measured faster;
+  smaller tensors take a few whole-tensor ops (a sign-folded flip, or the complex view).
 * Dask: one ``blockwise`` task per chunk of x that runs the kernel above on the
   chunk's own library.
 * JAX: the reference under ``jax.jit`` (one fused XLA computation, no per-op dispatch).
@@ -240,13 +241,15 @@ def torch_rotate(x: Any, cos: Any, sin: Any, layout: str, xp: Any = None) -> Any
 
     if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
         return _reference(xp, x, cos, sin, layout)  # out= ops are not differentiable
+    dt = x.dtype
+    work = dt if dt == cos.dtype == sin.dtype else torch.promote_types(torch.promote_types(dt, cos.dtype), sin.dtype)
+    if cos.dtype != work or sin.dtype != work:
+        cos, sin = cos.to(work), sin.to(work)
     if x.numel() * x.element_size() < (_TORCH_MIN_HALF if layout == "half" else _TORCH_MIN_INTERLEAVED):
-        return _reference(xp, x, cos, sin, layout)  # fewer, larger ops win on small tensors (measured)
-    work = torch.promote_types(torch.promote_types(x.dtype, cos.dtype), sin.dtype)
+        return _torch_small(torch, x, cos, sin, layout, work)
     h = cos.shape[-1]
     r, d = 2 * h, x.shape[-1]
     lead = tuple(x.shape[:-1])
-    cos, sin = cos.to(work), sin.to(work)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     xr = x[..., :r]
     if x.dtype != work:
@@ -275,6 +278,33 @@ def torch_rotate(x: Any, cos: Any, sin: Any, layout: str, xp: Any = None) -> Any
     if r < d:
         out[..., r:].copy_(x[..., r:])
     return out
+
+
+_TORCH_SIGN: dict = {}
+
+
+def _torch_small(torch: Any, x: Any, cos: Any, sin: Any, layout: str, work: Any) -> Any:
+    """Small tensors: a few whole-tensor ops (out= slices cost more than they save here)."""
+    h = cos.shape[-1]
+    r, d = 2 * h, x.shape[-1]
+    xr = x[..., :r] if r < d else x
+    if xr.dtype != work:
+        xr = xr.to(work)
+    if layout == "half":
+        key = (work, x.device)
+        sign = _TORCH_SIGN.get(key)
+        if sign is None:
+            sign = _TORCH_SIGN[key] = torch.tensor([[-1.0], [1.0]], dtype=work, device=x.device)
+        x3 = xr.unflatten(-1, (2, h))
+        y = (x3 * cos.unsqueeze(-2) + x3.flip(-2) * (sin.unsqueeze(-2) * sign)).flatten(-2)
+    elif work in (torch.float32, torch.float64) and _complex_view_ok(xr):
+        y = torch.view_as_real(torch.view_as_complex(xr.unflatten(-1, (h, 2))) * torch.complex(cos, sin)).flatten(-2)
+    else:
+        xe, xo = xr[..., 0::2], xr[..., 1::2]
+        y = torch.stack((xe * cos - xo * sin, xo * cos + xe * sin), -1).flatten(-2)
+    if y.dtype != x.dtype:
+        y = y.to(x.dtype)
+    return y if r == d else torch.cat((y, x[..., r:]), -1)
 
 
 def _complex_view_ok(t: Any) -> bool:

@@ -34,6 +34,7 @@ def run(args: Any, say: Callable[[str], None]) -> int:
     records: list[dict] = []
     rounds = 3 if quick else 7
     prefill = _run.QUICK_PREFILL if quick else _run.PREFILL
+    meta["prefill"] = [list(p) for p in prefill]
     say(f"backends: {[lib.name for lib in libs]}; missing: {missing or 'none'}")
 
     for lib in libs:

@@ -57,7 +57,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="threads for every library (default 1)")
     parser.add_argument("--backends", default=",".join(ALL_BACKENDS), help="comma-separated subset of " + ",".join(ALL_BACKENDS))
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"), help="output folder")
+    parser.add_argument("--report", action="store_true", help="rewrite results.md from results.json (no measuring)")
     args = parser.parse_args(argv)
+    if args.report:
+        from . import _report
+
+        out = Path(args.out)
+        data = json.loads((out / "results.json").read_text())
+        prefill = [tuple(p) for p in data["machine"].get("prefill", PREFILL)]
+        tgts = _report.targets(data["records"], prefill)
+        write(out, data["machine"], data["records"], tgts, _report.markdown(data["machine"], data["records"], tgts))
+        return 0
     _pin_threads(args.threads)
     from . import _suite  # imports the libraries, after the thread settings
 
