@@ -228,7 +228,7 @@ def memory(libs, shape, say) -> list[dict]:
 
 
 _RSS_CODE = """
-import resource, numpy as np, torch, arrayrope
+import numpy as np, torch, arrayrope
 from arrayrope import rotary
 torch.set_num_threads(1)
 shape, layout, name = {shape!r}, {layout!r}, {name!r}
@@ -245,10 +245,14 @@ def run(a):
         return a * cf + torch.cat([-a[..., a.shape[-1] // 2:], a[..., : a.shape[-1] // 2]], -1) * sf
     e, o = a[..., 0::2], a[..., 1::2]
     return torch.stack([e * c - o * s, e * s + o * c], -1).flatten(-2)
+def hwm():  # this process's peak resident memory (VmHWM; ru_maxrss would include the parent's)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
 run(x[:, :1].clone())
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+before = hwm()
 y = run(x)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+after = hwm()
 print(max(after - before - y.nbytes, 0) / x.nbytes)  # pages freed earlier may be reused: a lower bound
 """
 
