@@ -311,3 +311,28 @@ def test_tables_same_on_every_backend(backend):
     tol = 2e-7 if "float64" not in backend.dtypes else 1.2e-7
     assert_close(cos, ref_c, rtol=0, atol=tol)
     assert_close(sin, ref_s, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("rotary_dim", [64, 32])
+def test_numpy_kernels_against_onnx_reference(layout, rotary_dim):
+    """NumPy kernels above the block threshold against ONNX's reference RotaryEmbedding (opset 23)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    b, n, s, d, h = 2, 4, 520, 64, rotary_dim // 2
+    x = RNG.standard_normal((b, n, s, d)).astype(np.float32)
+    f = arrayrope.rope_frequencies(d, rotary_dim=rotary_dim)
+    cos, sin = arrayrope.rope_tables(f, np.arange(7, 7 + s))
+    assert x.nbytes > _kernels._SMALL
+    tensors = [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+               for name, shape in (("X", [b, n, s, d]), ("cos", [b, s, h]), ("sin", [b, s, h]))]
+    node = helper.make_node("RotaryEmbedding", ["X", "cos", "sin"], ["Y"],
+                            interleaved=int(layout == "interleaved"), rotary_embedding_dim=rotary_dim)
+    graph = helper.make_graph([node], "rotary", tensors,
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [b, n, s, d])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    feeds = {"X": x, "cos": np.broadcast_to(cos, (b, s, h)).copy(), "sin": np.broadcast_to(sin, (b, s, h)).copy()}
+    (expected,) = ReferenceEvaluator(model).run(None, feeds)
+    assert_close(arrayrope.apply_rotary(x, cos, sin, layout=layout), expected, rtol=1e-6, atol=1e-6)
