@@ -86,6 +86,7 @@ def thresholds(request, monkeypatch):
         monkeypatch.setattr(_kernels, "BLOCK_BYTES", 96)
         monkeypatch.setattr(_kernels, "_TORCH_MIN_HALF", 0)
         monkeypatch.setattr(_kernels, "_TORCH_MIN_INTERLEAVED", 0)
+        monkeypatch.setattr(_kernels, "_TORCH_BLOCK", 96)
     return request.param
 
 
@@ -336,3 +337,16 @@ def test_numpy_kernels_against_onnx_reference(layout, rotary_dim):
     feeds = {"X": x, "cos": np.broadcast_to(cos, (b, s, h)).copy(), "sin": np.broadcast_to(sin, (b, s, h)).copy()}
     (expected,) = ReferenceEvaluator(model).run(None, feeds)
     assert_close(arrayrope.apply_rotary(x, cos, sin, layout=layout), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_torch_strided_inputs(layout):
+    """Tensors the blocked kernel must not flatten (transposed, sliced) take the slice kernel."""
+    torch = pytest.importorskip("torch")
+    base = torch.from_numpy(RNG.standard_normal((2, 900, 4, 160)).astype(np.float32))
+    cos, sin = (torch.from_numpy(t) for t in arrayrope.rope_tables(arrayrope.rope_frequencies(128), 900))
+    for x in (base.transpose(1, 2)[..., :128], base.transpose(1, 2)[..., 32:]):
+        before = x.clone()
+        out = arrayrope.apply_rotary(x, cos, sin, layout=layout)
+        assert_close(out, rotary._rotate_generic(arrayrope._xp.namespace(x), x, cos, sin, layout))
+        assert torch.equal(x, before)
