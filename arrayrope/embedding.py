@@ -11,8 +11,8 @@ import numpy as np
 
 from . import _checks, _xp
 from .frequencies import RopeFrequencies, rope_frequencies
+from .rotary import _NUMPY_NS, _rotate
 from .scaling import SEQ_LEN_DEPENDENT
-from .rotary import _check_rotary_args, _rotate
 from .tables import rope_tables
 
 __all__ = ["RotaryEmbedding"]
@@ -164,7 +164,10 @@ class RotaryEmbedding:
         array or tuple of arrays
             Rotated ``q``, or ``(q, k)`` when ``k`` is given.
         """
-        xp = _xp.namespace(q, k, names=("q", "k"))
+        if type(q) is np.ndarray and (k is None or type(k) is np.ndarray):
+            xp = _NUMPY_NS  # what namespace() returns for NumPy, without its per-array lookups
+        else:
+            xp = _xp.namespace(q, k, names=("q", "k"))
         self._check_input(q, "q")
         if k is not None:
             self._check_input(k, "k")
@@ -175,8 +178,8 @@ class RotaryEmbedding:
                     f"q and k must share batch and sequence sizes ({self.axes}); "
                     f"got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
                 )
+        # The tables are built here to broadcast against q and k: no need to check them again.
         cos, sin = self._tables_for(xp, q, positions, offset, seq_len)
-        _check_rotary_args(q, cos, sin)
         q_rot = _rotate(xp, q, cos, sin, self.layout)
         if k is None:
             return q_rot

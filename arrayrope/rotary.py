@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _checks, _xp
+import array_api_compat.numpy as _NUMPY_NS  # the namespace NumPy arrays resolve to
+import numpy as np
+
+from . import _checks, _kernels, _xp
 
 __all__ = ["apply_rotary", "to_interleaved", "to_half", "permute_rotary_rows"]
 
@@ -57,11 +60,36 @@ def apply_rotary(x: Any, cos: Any, sin: Any, *, layout: str = "half") -> Any:
     True
     """
     xp = _check_rotary_args(x, cos, sin)
-    _checks.layout(layout)
+    if layout not in _checks.LAYOUTS:
+        _checks.layout(layout)
     return _rotate(xp, x, cos, sin, layout)
 
 
+def _rotate(xp: Any, x: Any, cos: Any, sin: Any, layout: str) -> Any:
+    """Checked arguments -> rotated copy: a backend kernel where one exists, else the reference.
+
+    ``xp`` may be None (resolved here only when the reference runs). The kernels
+    (:mod:`arrayrope._kernels`: NumPy, PyTorch, Dask, JAX) compute the same values
+    with fewer passes over memory; CuPy, array_api_strict and others use the reference.
+    """
+    kernel = _kernels.select(x)
+    if kernel is None:
+        return _rotate_generic(xp if xp is not None else _xp.namespace(x), x, cos, sin, layout)
+    return kernel(x, cos, sin, layout, xp)
+
+
 def _check_rotary_args(x: Any, cos: Any, sin: Any) -> Any:
+    t = type(x)
+    if t is type(cos) and t is type(sin):  # plain NumPy arrays or torch tensors: no namespace lookups
+        if t is np.ndarray:
+            if _numpy_ok(x, cos, sin):
+                return _NUMPY_NS
+            return _check_plain(x, cos, sin, _NUMPY_NS)  # raises the error that applies
+        if t.__module__ == "torch" and t.__name__ == "Tensor":
+            if x.device != cos.device or x.device != sin.device:
+                _xp.same_device(x, cos, "x", "cos")
+                _xp.same_device(x, sin, "x", "sin")
+            return _check_plain(x, cos, sin, _torch_namespace())
     _xp.check_array(x, "x")
     _xp.check_array(cos, "cos")
     _xp.check_array(sin, "sin")
@@ -93,7 +121,64 @@ def _check_rotary_args(x: Any, cos: Any, sin: Any) -> Any:
     return xp
 
 
-def _rotate(xp: Any, x: Any, cos: Any, sin: Any, layout: str) -> Any:
+def _numpy_ok(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> bool:
+    """Whether NumPy arguments pass every check (the common case, answered in a few comparisons)."""
+    xs, cs = x.shape, cos.shape
+    n = len(cs)
+    if not (x.dtype.kind == cos.dtype.kind == sin.dtype.kind == "f" and cs == sin.shape and 0 < n <= len(xs)):
+        return False
+    if not 0 < 2 * cs[-1] <= xs[-1]:
+        return False
+    for i in range(2, n + 1):
+        if cs[-i] != 1 and cs[-i] != xs[-i]:
+            return False
+    return True
+
+
+def _torch_namespace() -> Any:
+    global _TORCH_NS
+    if _TORCH_NS is None:
+        import array_api_compat.torch as ns
+
+        _TORCH_NS = ns
+    return _TORCH_NS
+
+
+_TORCH_NS = None
+
+
+def _real_floating(a: Any) -> bool:
+    dt = a.dtype
+    kind = getattr(dt, "kind", None)  # NumPy
+    return kind == "f" if kind is not None else bool(dt.is_floating_point)  # torch
+
+
+def _check_plain(x: Any, cos: Any, sin: Any, xp: Any) -> Any:
+    """The checks of :func:`_check_rotary_args` for NumPy arrays or torch tensors on one device."""
+    for name, a in (("x", x), ("cos", cos), ("sin", sin)):
+        if not _real_floating(a):
+            raise TypeError(f"{name} must have a real floating dtype, got {a.dtype}")
+    xs, cs = tuple(x.shape), tuple(cos.shape)
+    if cs != tuple(sin.shape):
+        raise ValueError(f"cos and sin must have one shape, got {cs} and {tuple(sin.shape)}")
+    if not xs or not cs:
+        raise ValueError(f"x and cos need a feature axis; got x.shape={xs}, cos.shape={cs}")
+    half = cs[-1]
+    if half < 1 or 2 * half > xs[-1]:
+        raise ValueError(
+            f"cos.shape[-1]={half} rotates {2 * half} features but x has {xs[-1]}; "
+            f"expected 1 <= cos.shape[-1] <= {xs[-1] // 2} (rotary_dim // 2)"
+        )
+    n = len(xs) - 1
+    if len(cs) - 1 > n or any(c != 1 and c != s for c, s in zip(reversed(cs[:-1]), reversed(xs[:-1]))):
+        raise ValueError(
+            f"cos/sin of shape {cs} do not broadcast against x of shape {xs}: "
+            f"cos.shape[:-1] must broadcast to x.shape[:-1]={xs[:-1]}"
+        )
+    return xp
+
+
+def _rotate_generic(xp: Any, x: Any, cos: Any, sin: Any, layout: str) -> Any:
     """The reference implementation, pure Array API (every fast path is tested against it)."""
     dtype = x.dtype
     work = xp.result_type(dtype, cos.dtype)

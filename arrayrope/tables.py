@@ -19,9 +19,10 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
+import array_api_compat.numpy as _NUMPY_NS
 import numpy as np
 
-from . import _xp
+from . import _kernels, _xp
 from .frequencies import RopeFrequencies
 
 __all__ = ["rope_tables"]
@@ -86,6 +87,10 @@ def rope_tables(
     xp, pos, device = _positions(positions, xp, device)
     dtype = _dtype(xp, dtype, device)
     factor = freqs.attention_factor if apply_attention_factor else 1.0
+    if isinstance(pos, int) and xp is _NUMPY_NS and dtype != xp.float64:
+        # positions 0..n-1 on NumPy: float64 angle addition in cache-sized blocks
+        # (same values as the float64 angles below, about 10x faster; see _kernels)
+        return _kernels.numpy_tables(freqs.inv_freq, pos, np.dtype(dtype), factor)
     if _xp.has_float64(xp, device):
         if isinstance(pos, int):
             pos = xp.arange(pos, dtype=xp.float64, device=device)
