@@ -103,7 +103,8 @@ def test_layouts_agree_through_the_permutation(backend):
     c, s = ar.rope_tables(f, backend.asarray(pos))
     inter = ar.apply_rotary(ar.to_interleaved(xb, rotary_dim=8), c, s, layout="interleaved")
     half = ar.apply_rotary(xb, c, s, layout="half")
-    np.testing.assert_array_equal(to_numpy(ar.to_half(inter, rotary_dim=8)), to_numpy(half))
+    # one rotation, computed by different kernels: equal to within float32 rounding
+    np.testing.assert_allclose(to_numpy(ar.to_half(inter, rotary_dim=8)), to_numpy(half), rtol=5e-7, atol=5e-7)
     # the permutation itself, against its definition P = [0, 2, 4, ..., 1, 3, 5, ...]
     P = np.r_[0:8:2, 1:8:2, 8:12]
     np.testing.assert_array_equal(to_numpy(ar.to_half(xb, rotary_dim=8)), to_numpy(xb)[..., P])
