@@ -172,6 +172,27 @@ def _numpy_whole(x, cos, sin, layout, work) -> np.ndarray:
     return out
 
 
+def _row_blocks(n: int, period: int, step: int) -> Any:
+    """The block schedule shared by the blocked kernels.
+
+    Rows ``0..n-1`` of x use table row ``i % period``. Returns ``(step, short, blocks)``:
+    ``short`` when whole periods fit in a block (tables broadcast over ``(-1, period, ...)``),
+    and ``blocks`` yields ``(a, m, s0)``: rows ``a..a+m-1`` use table rows ``s0..s0+m-1``.
+    """
+    short = period < step
+    if short:
+        step = (step // period) * period
+    outer = step if short else period
+
+    def blocks() -> Any:
+        for p0 in range(0, n, outer):
+            span = min(outer, n - p0)
+            for s0 in range(0, span, step):
+                yield p0 + s0, min(step, span - s0), s0
+
+    return step, short, blocks()
+
+
 def _numpy_blocks(xf, of, cos, sin, layout, work, period) -> None:
     """Large arrays: row blocks of about BLOCK_BYTES with the matching table rows.
 
@@ -182,10 +203,7 @@ def _numpy_blocks(xf, of, cos, sin, layout, work, period) -> None:
     h = cos.shape[-1]
     r, d = 2 * h, xf.shape[1]
     n = xf.shape[0]
-    step = max(1, BLOCK_BYTES // (d * work.itemsize))
-    short = period < step
-    if short:
-        step = (step // period) * period
+    step, short, blocks = _row_blocks(n, period, max(1, BLOCK_BYTES // (d * work.itemsize)))
 
     def fold(a: np.ndarray) -> np.ndarray:
         return a.reshape(-1, period, a.shape[-1]) if short else a
@@ -208,31 +226,26 @@ def _numpy_blocks(xf, of, cos, sin, layout, work, period) -> None:
             xbuf, obuf = np.empty((step, r), work), np.empty((step, r), work)
         tab = np.empty(cos.shape, cplx)
         tab.real, tab.imag = cos, sin
-    outer = step if short else period
-    for p0 in range(0, n, outer):
-        span = min(outer, n - p0)
-        for s0 in range(0, span, step):
-            m = min(step, span - s0)
-            a = p0 + s0
-            xb = xf[a : a + m, :r]
-            ob = of[a : a + m, :r]
-            if cast_in:
-                np.copyto(xbuf[:m], xb, casting="same_kind")
-                xb = xbuf[:m]
-            o = obuf[:m] if cast_out else ob
-            if layout == "half":
-                np.multiply(fold(xb), cos_t if short else cos_t[s0 : s0 + m], out=fold(o))
-                np.copyto(swap[:m], xb.view(vdt))
-                t = fold(tbuf[:m])
-                np.multiply(t, sin_t if short else sin_t[s0 : s0 + m], out=t)
-                np.add(o, tbuf[:m], out=o)
-            else:
-                tb = tab if short else tab[s0 : s0 + m]
-                np.multiply(fold(xb.view(cplx)), tb, out=fold(o.view(cplx)))
-            if cast_out:
-                np.copyto(ob, o, casting="same_kind")
-            if r < d:
-                np.copyto(of[a : a + m, r:], xf[a : a + m, r:])
+    for a, m, s0 in blocks:
+        xb = xf[a : a + m, :r]
+        ob = of[a : a + m, :r]
+        if cast_in:
+            np.copyto(xbuf[:m], xb, casting="same_kind")
+            xb = xbuf[:m]
+        o = obuf[:m] if cast_out else ob
+        if layout == "half":
+            np.multiply(fold(xb), cos_t if short else cos_t[s0 : s0 + m], out=fold(o))
+            np.copyto(swap[:m], xb.view(vdt))
+            t = fold(tbuf[:m])
+            np.multiply(t, sin_t if short else sin_t[s0 : s0 + m], out=t)
+            np.add(o, tbuf[:m], out=o)
+        else:
+            tb = tab if short else tab[s0 : s0 + m]
+            np.multiply(fold(xb.view(cplx)), tb, out=fold(o.view(cplx)))
+        if cast_out:
+            np.copyto(ob, o, casting="same_kind")
+        if r < d:
+            np.copyto(of[a : a + m, r:], xf[a : a + m, r:])
 
 
 # --------------------------------------------------------------------------- PyTorch
@@ -297,28 +310,20 @@ def _torch_half_blocks(torch: Any, x: Any, cos: Any, sin: Any, period: int) -> A
     xf = x.view(-1, d)
     out = torch.empty_like(xf)
     n = xf.shape[0]
-    step = max(1, _TORCH_BLOCK // (d * x.element_size()))
-    short = period < step
-    if short:
-        step = (step // period) * period
-    outer = step if short else period
-    for p0 in range(0, n, outer):
-        span = min(outer, n - p0)
-        for s0 in range(0, span, step):
-            m = min(step, span - s0)
-            a = p0 + s0
-            xb, ob = xf[a : a + m], out[a : a + m]
-            if short:
-                xb, ob, cb, sb = xb.view(-1, period, d), ob.view(-1, period, d), cos, sin
-            else:
-                cb, sb = cos[s0 : s0 + m], sin[s0 : s0 + m]
-            x1, x2, o1, o2 = xb[..., :h], xb[..., h:r], ob[..., :h], ob[..., h:r]
-            torch.mul(x1, cb, out=o1)
-            o1.addcmul_(x2, sb, value=-1)
-            torch.mul(x2, cb, out=o2)
-            o2.addcmul_(x1, sb)
-            if r < d:
-                ob[..., r:].copy_(xb[..., r:])
+    _, short, blocks = _row_blocks(n, period, max(1, _TORCH_BLOCK // (d * x.element_size())))
+    for a, m, s0 in blocks:
+        xb, ob = xf[a : a + m], out[a : a + m]
+        if short:
+            xb, ob, cb, sb = xb.view(-1, period, d), ob.view(-1, period, d), cos, sin
+        else:
+            cb, sb = cos[s0 : s0 + m], sin[s0 : s0 + m]
+        x1, x2, o1, o2 = xb[..., :h], xb[..., h:r], ob[..., :h], ob[..., h:r]
+        torch.mul(x1, cb, out=o1)
+        o1.addcmul_(x2, sb, value=-1)
+        torch.mul(x2, cb, out=o2)
+        o2.addcmul_(x1, sb)
+        if r < d:
+            ob[..., r:].copy_(xb[..., r:])
     return out.view(x.shape)
 
 
