@@ -8,6 +8,21 @@ from arrayrope.testing import assert_close, to_numpy
 import array_api_compat
 
 
+#: ulps by which two math libraries' float64 ``pow`` (or ``exp``/``log``) may differ: each is within an ulp
+#: or two of the exact value (glibc's pow is correctly rounded in nearly all cases; NumPy's vectorised
+#: AVX-512 power is within 1 ulp), so results of one formula may differ by up to 4.
+POW_ULPS = 4
+
+
+def ulps(dtype: str, n: int = 16) -> dict:
+    """``rtol``/``atol`` of ``n`` units in the last place of ``dtype``: for two results of the same
+    operations on the same values that differ only in order or in the math library's last bits."""
+    tol = n * float(np.finfo(np.dtype("float32" if dtype == "bfloat16" else dtype)).eps)
+    if dtype == "bfloat16":
+        tol *= 2.0**16
+    return {"rtol": tol, "atol": tol}
+
+
 def check_like(out, backend, dtype: str, shape: tuple) -> None:
     """``out`` is an array of ``backend``'s namespace and device, with this dtype and shape."""
     assert array_api_compat.array_namespace(out) is backend.xp, type(out)
@@ -63,5 +78,5 @@ def inv_freq_formula(rotary_dim: int, base: float) -> np.ndarray:
     return np.array([base ** (-(2.0 * i) / rotary_dim) for i in range(rotary_dim // 2)])
 
 
-__all__ = ["check_like", "xp_assert_close", "rotation_matrix", "rope_by_matrix", "rope_by_complex",
+__all__ = ["POW_ULPS", "ulps", "check_like", "xp_assert_close", "rotation_matrix", "rope_by_matrix", "rope_by_complex",
            "inv_freq_formula", "to_numpy"]
