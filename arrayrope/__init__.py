@@ -6,15 +6,24 @@ built on these stages. Importing arrayrope imports no optional backend.
 """
 
 from .frequencies import RopeFrequencies, rope_frequencies
-from .tables import rope_tables
 from .config import rope_frequencies_from_config
-from .rerotate import rerotate
-from .xpos import xpos_scales, xpos_tables
-from .rotary import apply_rotary, permute_rotary_rows, to_half, to_interleaved
-from .embedding import RotaryEmbedding
-from .sinusoidal import sinusoidal_embedding
-from .axial import axial_rope_tables, mixed_rope_frequencies, mixed_rope_tables, mrope_tables
-from .bias import alibi_bias, alibi_slopes, t5_relative_bias, t5_relative_buckets
+from .tables import rope_tables
+from .apply import apply_rotary, permute_rotary_rows, to_half, to_interleaved
+from .encodings import (
+    RotaryEmbedding,
+    alibi_bias,
+    alibi_slopes,
+    axial_rope_tables,
+    mixed_rope_frequencies,
+    mixed_rope_tables,
+    mrope_tables,
+    rerotate,
+    sinusoidal_embedding,
+    t5_relative_bias,
+    t5_relative_buckets,
+    xpos_scales,
+    xpos_tables,
+)
 
 __version__ = "0.1.0"
 

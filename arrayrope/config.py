@@ -8,11 +8,9 @@ import os
 from typing import Any, Mapping
 
 from .frequencies import RopeFrequencies, rope_frequencies
-from .scaling import rope_type_of
+from .scaling import rope_type
 
 __all__ = ["rope_frequencies_from_config", "rope_config"]
-
-_ORIGINAL_LENGTH_TYPES = ("llama3", "yarn", "longrope")
 
 
 def rope_frequencies_from_config(
@@ -118,11 +116,11 @@ def rope_config(config: Mapping[str, Any] | str | os.PathLike, *, layer_type: st
     if scaling is not None:
         scaling.pop("rope_theta", None)
         scaling.pop("partial_rotary_factor", None)
-        rope_type = rope_type_of(scaling)
+        entry = rope_type(scaling)
         original = config.get("original_max_position_embeddings")
-        if rope_type in _ORIGINAL_LENGTH_TYPES and original is not None:
+        if entry.reads_original_length and original is not None:
             scaling["original_max_position_embeddings"] = original
-        if rope_type == "default" and not (set(scaling) - {"rope_type", "type"}):
+        if entry.name == "default" and not (set(scaling) - {"rope_type", "type"}):
             scaling = None
     return {
         "head_dim": head_dim,

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
-from . import _checks, scaling as _scaling
+from . import scaling as _scaling
+from ._lib import checks
 
 __all__ = ["RopeFrequencies", "rope_frequencies"]
 
@@ -105,8 +107,8 @@ def rope_frequencies(
     >>> arrayrope.rope_frequencies(64, partial_rotary_factor=0.5).rotary_dim
     32
     """
-    head_dim = _checks.positive_int(head_dim, "head_dim", even=True)
-    base = _checks.positive_real(base, "base")
+    head_dim = checks.positive_int(head_dim, "head_dim", even=True)
+    base = checks.positive_real(base, "base")
     if partial_rotary_factor is not None:
         if rotary_dim is not None:
             raise ValueError("pass rotary_dim or partial_rotary_factor, not both")
@@ -120,7 +122,7 @@ def rope_frequencies(
                 f"partial_rotary_factor={partial_rotary_factor} gives rotary_dim={rotary_dim} for "
                 f"head_dim={head_dim}; it must be even and >= 2"
             )
-    rotary = _checks.rotary_dim(rotary_dim, head_dim)
+    rotary = checks.rotary_dim(rotary_dim, head_dim)
     inv_freq = base ** (-np.arange(0, rotary, 2, dtype=np.float64) / rotary)
     if scaling is None:
         return RopeFrequencies(inv_freq, head_dim, rotary, 1.0, base, "default")

@@ -2,10 +2,14 @@
 
 Long-context checkpoints stretch RoPE with a scaling dict, the ``rope_scaling``
 (transformers v4) or ``rope_parameters`` (v5) entry of their ``config.json``.
-Each rope type is one function registered in :data:`ROPE_TYPES`; it receives the
-unscaled float64 ``inv_freq`` (``base ** (-2i / d)``, ``d = rotary_dim``), the
-dict and the context lengths, and returns the scaled ``inv_freq`` and the
-attention factor. Notation: ``s = factor``, ``L0 = original_max_position_embeddings``,
+Each rope type is one :class:`RopeType` entry of :data:`ROPE_TYPES`, and
+everything arrayrope knows about a rope type is in its entry: the dict keys it
+requires and reads (which also tell what a config supplies, such as
+``original_max_position_embeddings``), the function that receives the unscaled
+float64 ``inv_freq`` (``base ** (-2i / d)``, ``d = rotary_dim``), the dict and the
+context lengths and returns the scaled ``inv_freq`` and the attention factor, and,
+for the types that depend on the sequence length, the rule by which
+:class:`~arrayrope.RotaryEmbedding` follows it during calls. Notation: ``s = factor``, ``L0 = original_max_position_embeddings``,
 ``Lmax = max_position_embeddings``, ``L = seq_len``.
 
 * default: ``theta``; attention factor 1.
@@ -35,7 +39,7 @@ right raises: an unknown ``rope_type``, a missing required key, ``factor < 1``,
 of the wrong length. Keys a rope type does not read are left out of the math
 and reported in one warning.
 
-Adding a rope type is one function and one entry::
+Adding a rope type is one function and its entry::
 
     @register("mine", required=("factor",), optional=("beta",))
     def _mine(inv_freq, params, *, base, rotary_dim, max_position_embeddings, seq_len, **context):
@@ -44,45 +48,106 @@ Adding a rope type is one function and one entry::
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import warnings
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
-__all__ = ["ROPE_TYPES", "ALIASES", "register", "scale", "yarn_mscale", "SEQ_LEN_DEPENDENT"]
+__all__ = ["ROPE_TYPES", "ALIASES", "COMMON_KEYS", "RopeType", "register", "rope_type", "scale", "yarn_mscale"]
 
 ScalingFn = Callable[..., "tuple[np.ndarray, float]"]
+#: ``(length, current, max_position_embeddings, original_max_position_embeddings) -> length``:
+#: the sequence length the frequencies of a call are for, given the call's length and the
+#: length the current frequencies are for.
+LengthRule = Callable[[int, int, int, int], int]
 
 # Keys every rope type accepts: the type itself and the two values that v5's
 # ``rope_parameters`` carries along (checked against the call's own arguments).
 COMMON_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
 
-# Rope types whose frequencies depend on the current sequence length.
-SEQ_LEN_DEPENDENT = frozenset({"dynamic", "longrope"})
 
-ROPE_TYPES: dict[str, ScalingFn] = {}
+@dataclasses.dataclass(frozen=True)
+class RopeType:
+    """What arrayrope knows about one rope type.
+
+    Attributes
+    ----------
+    name : str
+        The ``rope_type`` of configs.
+    frequencies : callable
+        ``frequencies(inv_freq, params, *, base, head_dim, rotary_dim, max_position_embeddings,
+        seq_len) -> (inv_freq, attention_factor)``.
+    required, optional : frozenset of str
+        Dict keys it needs and may read; missing required keys raise before
+        ``frequencies`` runs, other keys (beyond :data:`COMMON_KEYS`) are reported in
+        one warning.
+    length : callable or None
+        For types whose frequencies depend on the sequence length: how a
+        :class:`~arrayrope.RotaryEmbedding` picks the length of its frequencies at
+        each call (see :data:`LengthRule`); None for fixed frequencies.
+    """
+
+    name: str
+    frequencies: ScalingFn
+    required: frozenset[str] = frozenset()
+    optional: frozenset[str] = frozenset()
+    length: LengthRule | None = None
+
+    @property
+    def keys(self) -> frozenset[str]:
+        """Every key the type reads."""
+        return self.required | self.optional | COMMON_KEYS
+
+    @property
+    def reads_original_length(self) -> bool:
+        """Whether ``original_max_position_embeddings`` matters (a config's top-level one then wins)."""
+        return "original_max_position_embeddings" in self.keys
+
+    @property
+    def carries_attention_factor(self) -> bool:
+        """Whether the type may scale cos and sin (an ``attention_factor`` other than 1)."""
+        return "attention_factor" in self.keys
+
+
+ROPE_TYPES: dict[str, RopeType] = {}
 
 # Older names transformers rewrites when it loads a config: Phi-3's "su" is LongRoPE;
 # Qwen2-VL's "mrope" computes default frequencies (its sections split the head by axis).
 ALIASES: dict[str, str] = {"su": "longrope", "mrope": "default"}
 
 
-def register(name: str, *, required: tuple[str, ...] = (), optional: tuple[str, ...] = ()) -> Callable[[ScalingFn], ScalingFn]:
-    """Register ``fn`` as rope type ``name``; ``required``/``optional`` are the dict keys it reads.
-
-    Missing required keys raise ``ValueError`` before ``fn`` runs; keys outside
-    both lists (and :data:`COMMON_KEYS`) are reported in one warning.
-    """
+def register(
+    name: str,
+    *,
+    required: tuple[str, ...] = (),
+    optional: tuple[str, ...] = (),
+    length: LengthRule | None = None,
+) -> Callable[[ScalingFn], ScalingFn]:
+    """Register ``fn`` as rope type ``name``: its dict keys and, if any, its sequence-length rule."""
 
     def deco(fn: ScalingFn) -> ScalingFn:
-        fn.required_keys = frozenset(required)  # type: ignore[attr-defined]
-        fn.optional_keys = frozenset(optional)  # type: ignore[attr-defined]
-        ROPE_TYPES[name] = fn
+        ROPE_TYPES[name] = RopeType(name, fn, frozenset(required), frozenset(optional), length)
         return fn
 
     return deco
+
+
+def _dynamic_length(length: int, current: int, max_len: int, original: int) -> int:
+    """Dynamic NTK: grow with the longest length seen; back to the original below ``max_len``."""
+    if length > current:
+        return length
+    if length < max_len:
+        return max_len
+    return current
+
+
+def _longrope_length(length: int, current: int, max_len: int, original: int) -> int:
+    """LongRoPE: one set beyond the original length (the long factors), one at or below it."""
+    return original + 1 if length > original else original
 
 
 def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
@@ -181,7 +246,7 @@ def _linear(inv_freq: np.ndarray, params: Mapping[str, Any], **context: Any) -> 
     return inv_freq / _factor(params), 1.0
 
 
-@register("dynamic", required=("factor",))
+@register("dynamic", required=("factor",), length=_dynamic_length)
 def _dynamic(
     inv_freq: np.ndarray,
     params: Mapping[str, Any],
@@ -205,8 +270,7 @@ def _dynamic(
 
 @register(
     "yarn",
-    required=("factor",),
-    optional=("original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
+    optional=("factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
               "mscale_all_dim", "truncate"),
 )
 def _yarn(
@@ -277,6 +341,7 @@ def _yarn(
     "longrope",
     required=("short_factor", "long_factor"),
     optional=("factor", "original_max_position_embeddings", "attention_factor"),
+    length=_longrope_length,
 )
 def _longrope(
     inv_freq: np.ndarray,
@@ -342,21 +407,28 @@ def _llama3(
 # ---------------------------------------------------------------- dispatch
 
 
-def rope_type_of(scaling: Mapping[str, Any]) -> str:
-    """The rope type a scaling dict names (``rope_type``, else ``type``, else ``"default"``)."""
+def rope_type(scaling: Mapping[str, Any]) -> RopeType:
+    """The registry entry a scaling dict names (``rope_type``, else ``type``, else ``"default"``).
+
+    Examples
+    --------
+    >>> from arrayrope.scaling import rope_type
+    >>> rope_type({"type": "su", "short_factor": [1.0], "long_factor": [1.0]}).name
+    'longrope'
+    """
     if not isinstance(scaling, Mapping):
         raise TypeError(f"scaling must be a dict such as {{'rope_type': 'linear', 'factor': 2.0}}, got {scaling!r}")
-    rope_type = scaling.get("rope_type")
-    if rope_type is None:
-        rope_type = scaling.get("type")
-    if rope_type is None:
-        return "default"
-    if not isinstance(rope_type, str):
-        raise TypeError(f"scaling['rope_type'] must be a string, got {rope_type!r}")
-    rope_type = ALIASES.get(rope_type, rope_type)
-    if rope_type not in ROPE_TYPES:
-        raise ValueError(f"scaling: unknown rope_type {rope_type!r}; known: {sorted(ROPE_TYPES)}")
-    return rope_type
+    name = scaling.get("rope_type")
+    if name is None:
+        name = scaling.get("type")
+    if name is None:
+        return ROPE_TYPES["default"]
+    if not isinstance(name, str):
+        raise TypeError(f"scaling['rope_type'] must be a string, got {name!r}")
+    name = ALIASES.get(name, name)
+    if name not in ROPE_TYPES:
+        raise ValueError(f"scaling: unknown rope_type {name!r}; known: {sorted(ROPE_TYPES)}")
+    return ROPE_TYPES[name]
 
 
 def scale(
@@ -370,18 +442,17 @@ def scale(
     seq_len: int | None,
 ) -> tuple[str, np.ndarray, float]:
     """Apply the scaling dict ``scaling``; returns ``(rope_type, inv_freq, attention_factor)``."""
-    rope_type = rope_type_of(scaling)
-    fn = ROPE_TYPES[rope_type]
+    entry = rope_type(scaling)
     if max_position_embeddings is not None:
         max_position_embeddings = _length(max_position_embeddings, "max_position_embeddings")
     if seq_len is not None:
         if isinstance(seq_len, bool) or not isinstance(seq_len, numbers.Integral) or seq_len < 0:
             raise ValueError(f"seq_len must be an int >= 0, got {seq_len!r}")
         seq_len = int(seq_len)
-    _check_keys(scaling, rope_type, fn, base=base, head_dim=head_dim, rotary_dim=rotary_dim)
+    _check_keys(scaling, entry, base=base, head_dim=head_dim, rotary_dim=rotary_dim)
     params = {k: v for k, v in scaling.items() if v is not None}
-    params.setdefault("rope_type", rope_type)
-    new_inv, factor = fn(
+    params.setdefault("rope_type", entry.name)
+    new_inv, factor = entry.frequencies(
         np.array(inv_freq, dtype=np.float64),
         params,
         base=base,
@@ -390,26 +461,20 @@ def scale(
         max_position_embeddings=max_position_embeddings,
         seq_len=seq_len,
     )
-    return rope_type, np.asarray(new_inv, dtype=np.float64), float(factor)
+    return entry.name, np.asarray(new_inv, dtype=np.float64), float(factor)
 
 
-def _check_keys(scaling: Mapping[str, Any], rope_type: str, fn: ScalingFn, *, base: float, head_dim: int,
-                rotary_dim: int) -> None:
-    required = getattr(fn, "required_keys", None)
-    optional = getattr(fn, "optional_keys", frozenset())
+def _check_keys(scaling: Mapping[str, Any], entry: RopeType, *, base: float, head_dim: int, rotary_dim: int) -> None:
     present = {k for k, v in scaling.items() if v is not None}
-    if required is not None:
-        missing = sorted(set(required) - present)
-        if rope_type in ("yarn", "longrope"):
-            missing = [k for k in missing if k != "factor"]  # derived from the context lengths
-        if missing:
-            raise ValueError(f"scaling for rope_type {rope_type!r} is missing required key(s) {missing}")
-        unknown = sorted(set(scaling) - required - optional - COMMON_KEYS)
-        if unknown:
-            warnings.warn(
-                f"scaling: key(s) {unknown} are not used by rope_type {rope_type!r} and were ignored",
-                stacklevel=4,
-            )
+    missing = sorted(entry.required - present)
+    if missing:
+        raise ValueError(f"scaling for rope_type {entry.name!r} is missing required key(s) {missing}")
+    unknown = sorted(set(scaling) - entry.keys)
+    if unknown:
+        warnings.warn(
+            f"scaling: key(s) {unknown} are not used by rope_type {entry.name!r} and were ignored",
+            stacklevel=4,
+        )
     theta = _real(scaling, "rope_theta")
     if theta is not None and not math.isclose(theta, base, rel_tol=1e-12):
         raise ValueError(

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 import arrayrope
-from arrayrope import rotary
+from arrayrope import apply as rotary
 
 from . import _backends, _ort, _report, run as _run
 from ._timing import measure
@@ -88,7 +88,7 @@ def apply_case(lib, shape, layout: str, dtype: str, rdim: int, rounds: int, say)
     cf, sf = lib.array(np.concatenate([cos, cos], -1), dtype), lib.array(np.concatenate([sin, sin], -1), dtype)
     cx, sx = lib.array(cos, dtype), lib.array(sin, dtype)
     ready = lib.ready
-    xp = arrayrope._xp.namespace(x)
+    xp = arrayrope.backends.namespace(x)
     variants: dict[str, Callable] = {"copy": lambda: ready(lib.copy(x))}
     if lib.copy_into is not None:
         dst = lib.copy(x)
@@ -179,7 +179,7 @@ def memory(libs, shape, say) -> list[dict]:
     for layout in ("half", "interleaved"):
         fns = {
             "arrayrope": lambda: arrayrope.apply_rotary(x_np, cos, sin, layout=layout),
-            "reference path": lambda: rotary._rotate_generic(rotary._NUMPY_NS, x_np, cos, sin, layout),
+            "reference path": lambda: rotary._rotate_generic(arrayrope.backends.namespace(x_np), x_np, cos, sin, layout),
             "naive": (lambda: _backends.naive_half(np_lib, x_np, cf, sf, shape[-1])) if layout == "half"
             else (lambda: _backends.naive_interleaved(np_lib, x_np, cos, sin, shape[-1])),
         }
@@ -213,7 +213,7 @@ def memory(libs, shape, say) -> list[dict]:
             for layout in ("half", "interleaved"):
                 for name, fn in {
                     "arrayrope": lambda: arrayrope.apply_rotary(x, c, s, layout=layout),
-                    "reference path": lambda: rotary._rotate_generic(arrayrope._xp.namespace(x), x, c, s, layout),
+                    "reference path": lambda: rotary._rotate_generic(arrayrope.backends.namespace(x), x, c, s, layout),
                 }.items():
                     torch.cuda.synchronize()
                     torch.cuda.reset_peak_memory_stats()
@@ -229,7 +229,7 @@ def memory(libs, shape, say) -> list[dict]:
 
 _RSS_CODE = """
 import numpy as np, torch, arrayrope
-from arrayrope import rotary
+from arrayrope import apply as rotary
 torch.set_num_threads(1)
 shape, layout, name = {shape!r}, {layout!r}, {name!r}
 x = torch.empty(shape).normal_()  # no temporary: the peak so far is x itself
@@ -240,7 +240,7 @@ def run(a):
     if name == "arrayrope":
         return arrayrope.apply_rotary(a, c, s, layout=layout)
     if name == "reference path":
-        return rotary._rotate_generic(arrayrope._xp.namespace(a), a, c, s, layout)
+        return rotary._rotate_generic(arrayrope.backends.namespace(a), a, c, s, layout)
     if layout == "half":
         return a * cf + torch.cat([-a[..., a.shape[-1] // 2:], a[..., : a.shape[-1] // 2]], -1) * sf
     e, o = a[..., 0::2], a[..., 1::2]
@@ -350,8 +350,8 @@ def tables(libs, quick: bool, say) -> list[dict]:
                 "reference path": lambda: arrayrope.rope_tables(f, np.arange(n)),
             }
         else:
-            xp = arrayrope._xp.namespace(lib.put(np.zeros(1, np.float32)))
-            dev = arrayrope._xp.device_of(lib.put(np.zeros(1, np.float32)))
+            xp = arrayrope.backends.namespace(lib.put(np.zeros(1, np.float32)))
+            dev = arrayrope.backends.device_of(lib.put(np.zeros(1, np.float32)))
             inv = lib.put(inv32)
             mod = lib.mod
 

@@ -15,7 +15,8 @@ from typing import Any, Mapping
 import numpy as np
 
 import arrayrope
-from arrayrope import _checks
+from arrayrope._lib import checks as _checks
+from arrayrope._lib.digits import DIGIT_BITS
 from arrayrope.frequencies import RopeFrequencies
 
 TARGETS = ("auto", "onnx23", "ort", "portable")
@@ -33,8 +34,7 @@ TARGET_DTYPES = {
 MIN_OPSET = {"onnx23": 23, "ort": 13, "portable": 13}
 DEFAULT_OPSET = {"onnx23": 23, "ort": 17, "portable": 17}
 
-# "computed" tables split positions into base-1024 digits: positions < 1024**3.
-DIGIT_BITS = 10
+# "computed" tables split positions into the core's base-1024 digits: positions < 1024**3.
 DIGIT_LEVELS = 3
 COMPUTED_LIMIT = 1 << (DIGIT_BITS * DIGIT_LEVELS)
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Sequence
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
 
 import arrayrope
+from arrayrope.testing import Report, Row, tolerance_at
 
 from ._api import load_model
 from ._spec import META_KEY, MS_DOMAIN, Spec, np_dtype
@@ -19,53 +21,13 @@ PROVIDER_NAMES = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"
 class ValidationError(AssertionError):
     """An exported model disagrees with the core, or fails a structural check; ``.report`` has every row."""
 
-    def __init__(self, message: str, report: "ValidationReport"):
+    def __init__(self, message: str, report: Report):
         super().__init__(message)
         self.report = report
 
 
-@dataclasses.dataclass
-class Check:
-    """One row of a :class:`ValidationReport`; ``passed`` is None when the check was skipped."""
-
-    name: str
-    passed: bool | None
-    max_error: float | None = None
-    tolerance: float | None = None
-    detail: str = ""
-
-
-@dataclasses.dataclass
-class ValidationReport:
-    """What :func:`validate` checked and found."""
-
-    description: str
-    checks: list[Check]
-
-    @property
-    def ok(self) -> bool:
-        return all(c.passed is not False for c in self.checks)
-
-    @property
-    def skipped(self) -> list[Check]:
-        return [c for c in self.checks if c.passed is None]
-
-    def worst(self) -> Check | None:
-        """The failed row with the largest error relative to its tolerance (or the first failed)."""
-        failed = [c for c in self.checks if c.passed is False]
-        if not failed:
-            return None
-        return max(failed, key=lambda c: (c.max_error or np.inf) / (c.tolerance or 1.0) if c.max_error is not None else np.inf)
-
-    def __str__(self) -> str:
-        lines = [self.description, f"{'check':<44} {'max error':>10} {'tolerance':>10}  result"]
-        for c in self.checks:
-            err = f"{c.max_error:10.2e}" if c.max_error is not None else f"{'-':>10}"
-            tol = f"{c.tolerance:10.2e}" if c.tolerance is not None else f"{'-':>10}"
-            res = {True: "ok", False: "FAILED", None: "skipped"}[c.passed]
-            lines.append(f"{c.name:<44} {err} {tol}  {res}{': ' + c.detail if c.detail else ''}")
-        lines.append("verdict: " + ("valid" if self.ok else "INVALID"))
-        return "\n".join(lines)
+#: Validation reports are :class:`arrayrope.testing.Report` objects (one row per check).
+ValidationReport = Report
 
 
 def _spec_of(model: onnx.ModelProto) -> Spec:
@@ -137,68 +99,75 @@ def reference(spec: Spec, x: np.ndarray, positions: np.ndarray, heads: int, tabl
     return np.asarray(y).reshape(b, s, -1)
 
 
-def _compare(spec: Spec, run: Any, cases: list[dict[str, Any]], roundings: float = 1.5) -> tuple[float, float, str]:
-    """Worst (error, tolerance, where) over all cases, against the core on the values fed."""
+def _tolerance(spec: Spec, expected: np.ndarray, positions: np.ndarray) -> float:
+    """The error allowed for one output: the dtype's rule at the scale of the result (see validate)."""
+    scale = float(np.max(np.abs(expected), initial=0.0))
+    tol = tolerance_at(spec.dtype, scale)
+    if spec.dtype == "float64":  # float64 angles p * theta (in the graph or the core) round by ~eps * p * theta
+        tol += 4 * float(np.finfo(np.float64).eps) * float(np.max(positions, initial=0)) * scale
+    return tol
+
+
+def _compare(spec: Spec, run: Callable[[dict[str, Any]], Any], cases: list[dict[str, Any]]) -> tuple[float, float, float, str]:
+    """Worst (error, relative error, tolerance, where) over all cases, against the core on the values fed."""
     dt = np_dtype(spec.dtype)
-    worst = (-1.0, 1.0, "")
+    worst = (-1.0, math.nan, 1.0, "")
     outputs = ["q_rot", "k_rot"] if spec.qk else ["y"]
     for i, case in enumerate(cases):
         feed = {k: v.astype(dt) for k, v in case["x64"].items()}
         if spec.position_ids:
             feed["position_ids"] = case["positions"]
         got = run(feed)
-        for (name, x64), out_name, y in zip(case["x64"].items(), outputs, got):
-            heads = case["heads"][name]
+        for name, out_name, y in zip(case["x64"], outputs, got, strict=True):
             fed = feed[name].astype(np.float64)
-            expected = reference(spec, fed, case["positions"], heads)
-            if spec.dtype in ("float32", "float64"):
-                tol = (1e-6 if spec.dtype == "float32" else 1e-12) * max(1.0, spec.freqs.attention_factor)
-                if spec.dtype == "float64":  # float64 angles p * theta themselves round by ~eps * p
-                    tol += 4 * np.finfo(np.float64).eps * float(np.max(case["positions"], initial=0)) * float(
-                        np.max(np.abs(fed), initial=0))
-            else:  # 1.5x the error of rounding the float64 result to the dtype ...
-                rounded = expected.astype(dt).astype(np.float64)
-                tol = roundings * max(float(np.max(np.abs(rounded - expected))), 1e-7)
-                if spec.target != "portable":  # ... plus what rounding the caches (typed like x) causes
-                    tol += float(np.max(np.abs(reference(spec, fed, case["positions"], heads, dt) - expected)))
+            expected = reference(spec, fed, case["positions"], case["heads"][name])
+            tol = _tolerance(spec, expected, case["positions"])
             diff = np.abs(np.asarray(y).astype(np.float64) - expected)
             err = float(np.max(diff)) if diff.size else 0.0
             if not np.isfinite(err):
-                err = np.inf
-            if err / tol > worst[0] / worst[1]:
+                err = math.inf
+            if err / tol > worst[0] / worst[2]:
                 at = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.size else ()
-                worst = (err, tol, f"case {i} {out_name}{list(map(int, at))}")
+                scale = float(np.max(np.abs(expected), initial=0.0))
+                rel = err / scale if scale > 0 else math.nan
+                worst = (err, rel, tol, f"case {i} {out_name}{list(map(int, at))}")
     return worst
 
 
-def _ort_runs(model: onnx.ModelProto, providers: list[str], bfloat16: bool) -> list[tuple[str, Any, str | None]]:
+Run = tuple[str, str, Callable[[dict[str, Any]], Any] | None, str]
+"""(runtime, device, run or None when it cannot run here, why not)."""
+
+
+def _ort_runs(model: onnx.ModelProto, providers: list[str], bfloat16: bool) -> list[Run]:
     import onnxruntime as ort
 
     available = ort.get_available_providers()
     data = model.SerializeToString()
-    runs = []
+    runs: list[Run] = []
     for prov in providers:
         for level_name, level in (("off", ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
                                   ("all", ort.GraphOptimizationLevel.ORT_ENABLE_ALL)):
-            label = f"onnxruntime {prov.replace('ExecutionProvider', '')} optimisation {level_name}"
+            device = f"{prov.replace('ExecutionProvider', '')} (optimisation {level_name})"
             if prov not in available:
-                runs.append((label, None, f"{prov} is not available in this onnxruntime build"))
+                runs.append(("onnxruntime", device, None, f"{prov} is not available in this onnxruntime build"))
                 continue
             opts = ort.SessionOptions()
             opts.graph_optimization_level = level
             opts.log_severity_level = 3
+            fallback = ["CPUExecutionProvider"] if prov != "CPUExecutionProvider" else []
             try:
-                sess = ort.InferenceSession(data, opts, providers=[prov] + (["CPUExecutionProvider"] if prov != "CPUExecutionProvider" else []))
+                sess = ort.InferenceSession(data, opts, providers=[prov, *fallback])
             except Exception as exc:  # e.g. no kernel for this dtype on this provider
-                runs.append((label, None, f"session not created: {str(exc).splitlines()[0][:120]}"))
+                runs.append(("onnxruntime", device, None, f"session not created: {str(exc).splitlines()[0][:120]}"))
                 continue
             if bfloat16:
-                runs.append((label, None, "session created; onnxruntime's Python API cannot return bfloat16 arrays"))
+                why = "session created; onnxruntime's Python API cannot return bfloat16 arrays"
+                runs.append(("onnxruntime", device, None, why))
                 continue
             if sess.get_providers()[0] != prov:
-                runs.append((label, None, f"{prov} did not take the graph"))
+                runs.append(("onnxruntime", device, None, f"{prov} did not take the graph"))
                 continue
-            runs.append((label, lambda feed, s=sess: s.run(None, feed), None))
+            runs.append(("onnxruntime", device, lambda feed, s=sess: s.run(None, feed), ""))
     return runs
 
 
@@ -235,21 +204,23 @@ def validate(
 
     Returns
     -------
-    ValidationReport
-        Rows of (check, max error, tolerance, result); ``str()`` prints a table.
+    arrayrope.testing.Report
+        One row per check (runtime, device, dtype, max error, tolerance, result),
+        ``skipped`` for the runs that cannot happen here; ``str()`` prints a table.
 
     Notes
     -----
     Every run is compared with the core applied in float64 to the very values fed
-    to the model. Tolerances: float32 within 1e-6 (times the attention factor when
-    it exceeds 1); float64 within 1e-12 plus the rounding of float64 angles at
-    large positions; float16 and bfloat16 within 1.5 times the largest error made
-    by rounding that float64 result to the dtype (checked on a larger sample),
-    plus, for the fused targets, whose caches must have the dtype of ``x``, the
-    error that rounding the caches to it causes. Portable graphs compute
-    float16/bfloat16 in float32 and round once, so they need no such allowance.
-    The reference evaluator computes the standard op in float16 itself (three
-    roundings), so its float16 rows allow 3 times the rounding error.
+    to the model, by the rule of :func:`arrayrope.testing.check_parity`: the error
+    may reach :func:`arrayrope.testing.tolerance_at` of the dtype at the scale of
+    the result, ``default_tolerance(dtype) * (1 + max|y|)``, that is 4 units in the
+    last place of the dtype for float32, float16 and bfloat16. That budget covers
+    what the dtype's rounding costs: the input and the output (half an ulp each),
+    the tables (half an ulp of cos and of sin, which the fused targets must store
+    in the dtype of ``x``) and the intermediate roundings of a runtime that
+    computes in that dtype (ONNX's reference evaluator rounds after each multiply
+    and add). Float64 graphs also allow the rounding of float64 angles
+    ``p * theta``, about ``4 eps p`` at position ``p``.
 
     Examples
     --------
@@ -260,62 +231,78 @@ def validate(
     """
     model = load_model(model)
     spec = _spec_of(model)
-    desc = (
+    title = (
         f"rotary model: target={spec.target} layout={spec.layout} head_dim={spec.head_dim} "
         f"rotary_dim={spec.rotary_dim} rank={spec.rank} dtype={spec.dtype} tables={spec.tables} "
         f"positions<{spec.position_limit} opset={spec.opset} ir={model.ir_version} nodes={len(model.graph.node)}"
     )
-    checks: list[Check] = []
+    rows: list[Row] = []
+    skipped: list[tuple[str, str]] = []
     try:
         onnx.checker.check_model(model, full_check=True)
-        checks.append(Check("onnx.checker (full)", True))
+        rows.append(_structure("onnx.checker (full)", spec, True))
     except Exception as exc:
-        checks.append(Check("onnx.checker (full)", False, detail=str(exc).splitlines()[0][:160]))
-    checks.append(_shape_check(model, spec))
+        rows.append(_structure("onnx.checker (full)", spec, False, str(exc).splitlines()[0][:160]))
+    shape = _shape_check(model, spec)
+    if isinstance(shape, Row):
+        rows.append(shape)
+    else:
+        skipped.append(shape)
     rng = np.random.default_rng(seed)
     cases = _cases(spec, rng)
-    for label, run, why in _ort_runs(model, _providers(providers), spec.dtype == "bfloat16"):
-        checks.append(_numeric(label, spec, run, cases) if run is not None else Check(label, None, detail=why))
+    runs = _ort_runs(model, _providers(providers), spec.dtype == "bfloat16")
     if reference_evaluator:
         if any(n.domain == MS_DOMAIN for n in model.graph.node):
-            checks.append(Check("onnx reference evaluator", None, detail="it has no com.microsoft ops"))
+            runs.append(("onnx reference evaluator", "-", None, "it has no com.microsoft ops"))
         else:
             from onnx.reference import ReferenceEvaluator
 
             ev = ReferenceEvaluator(model)
-            # It computes a fused op in the dtype itself, rounding after each multiply and add.
-            roundings = 3.0 if spec.target == "onnx23" else 1.5
-            checks.append(_numeric("onnx reference evaluator", spec, lambda feed: ev.run(None, feed), cases, roundings))
-    report = ValidationReport(desc, checks)
+            runs.append(("onnx reference evaluator", "-", lambda feed: ev.run(None, feed), ""))
+    for runtime, device, run, why in runs:
+        if run is None:
+            skipped.append((f"{runtime} {device}".replace(" -", ""), why))
+        else:
+            rows.append(_numeric(runtime, device, spec, run, cases))
+    report = Report(tuple(rows), tuple(skipped), title)
     if raise_on_failure and not report.ok:
         w = report.worst()
-        extra = f"max error {w.max_error:.3e} > tolerance {w.tolerance:.3e} " if w.max_error is not None else ""
-        raise ValidationError(f"{w.name}: {extra}{w.detail}\n{report}", report)
+        assert w is not None
+        extra = f"max error {w.max_abs_error:.3e} > tolerance {w.tolerance:.3e} " if not math.isnan(w.max_abs_error) else ""
+        raise ValidationError(f"{w.backend} {w.device}: {extra}{w.note}\n{report}", report)
     return report
 
 
-def _numeric(label: str, spec: Spec, run: Any, cases: list, roundings: float = 1.5) -> Check:
+def _structure(check: str, spec: Spec, ok: bool, note: str = "") -> Row:
+    nan = math.nan
+    return Row("onnx", "-", spec.dtype, nan, nan, nan, ok, note, check)
+
+
+def _numeric(runtime: str, device: str, spec: Spec, run: Callable[[dict[str, Any]], Any], cases: list[dict[str, Any]]) -> Row:
+    nan = math.nan
     try:
-        err, tol, where = _compare(spec, run, cases, roundings)
+        err, rel, tol, where = _compare(spec, run, cases)
     except Exception as exc:
-        return Check(label, False, detail=f"run failed: {str(exc).splitlines()[0][:160]}")
-    return Check(label, err <= tol, err, tol, "" if err <= tol else f"worst at {where}")
+        return Row(runtime, device, spec.dtype, nan, nan, nan, False, f"run failed: {str(exc).splitlines()[0][:160]}")
+    ok = err <= tol
+    return Row(runtime, device, spec.dtype, err, rel, tol, ok, "" if ok else f"error above tolerance, worst at {where}")
 
 
-def _shape_check(model: onnx.ModelProto, spec: Spec) -> Check:
+def _shape_check(model: onnx.ModelProto, spec: Spec) -> Row | tuple[str, str]:
     from onnx import shape_inference
 
+    check = "shape inference (strict)"
     if any(n.domain == MS_DOMAIN for n in model.graph.node):
-        return Check("shape inference (strict)", None, detail="onnx cannot infer com.microsoft ops")
+        return check, "onnx cannot infer com.microsoft ops"
     try:
         inferred = shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
     except Exception as exc:
-        return Check("shape inference (strict)", False, detail=str(exc).splitlines()[0][:160])
+        return _structure(check, spec, False, str(exc).splitlines()[0][:160])
     by_name = {v.name: v for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
     inputs = {i.name: i for i in inferred.graph.input}
     pairs = [("q", "q_rot"), ("k", "k_rot")] if spec.qk else [("x", "y")]
     for i, o in pairs:
         t_in, t_out = inputs[i].type.tensor_type, by_name[o].type.tensor_type
         if t_out.elem_type != t_in.elem_type or len(t_out.shape.dim) != len(t_in.shape.dim):
-            return Check("shape inference (strict)", False, detail=f"{o} has type/rank other than {i}")
-    return Check("shape inference (strict)", True)
+            return _structure(check, spec, False, f"{o} has type/rank other than {i}")
+    return _structure(check, spec, True)

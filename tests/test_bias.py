@@ -69,7 +69,7 @@ def test_slopes_on_every_backend(backend):
     for dtype in _dtypes(backend):
         s = arrayrope.alibi_slopes(12, xp=backend.xp, dtype=dtype, device=backend.device)
         assert _module(s) == _module(backend.asarray(np.zeros(1, np.float32))) and str(s.dtype).endswith(dtype)
-        assert_close(s, np.array(paper_slopes(12)))
+        assert_close(s, np.array(paper_slopes(12)), check_namespace=False, check_dtype=False)
 
 
 def alibi_reference(num_heads, q_len, k_len, offset, causal):
@@ -95,7 +95,7 @@ def test_alibi_bias_matches_loops(backend, q_len, k_len, offset):
             got, ref = to_numpy(b).astype(np.float64), alibi_reference(6, q_len, k_len, expected_offset, causal)
             np.testing.assert_array_equal(np.isneginf(got), np.isneginf(ref))  # the causal mask
             finite = np.isfinite(ref)
-            assert_close(got[finite], ref[finite], rtol=4 * np.finfo(dtype).eps, atol=0)
+            assert_close(got[finite], ref[finite], rtol=4 * np.finfo(dtype).eps, atol=0, check_namespace=False, check_dtype=False)
 
 
 def test_alibi_softmax_matches_key_position_form():
@@ -179,7 +179,7 @@ def test_t5_bias_matches_loops(backend, q_len, k_len, offset):
             b = arrayrope.t5_relative_bias(table, q_len, k_len, bidirectional=bidirectional, max_distance=20, offset=offset)
             assert _module(b) == _module(table) and str(b.dtype).endswith(dtype)
             ref = t5_bias_reference(to_numpy(table).astype(np.float64), q_len, k_len, expected_offset, bidirectional, 20)
-            assert_close(b, ref, rtol=0, atol=0)
+            assert_close(b, ref, rtol=0, atol=0, check_namespace=False, check_dtype=False)
 
 
 def test_t5_bias_trains_the_table_with_torch_autograd():
@@ -206,7 +206,7 @@ def test_t5_bias_trains_the_table_with_torch_autograd():
         (lambda: arrayrope.alibi_bias(-1, 2, 2), ValueError, "num_heads must be positive, got -1"),
         (lambda: arrayrope.alibi_bias(2, 0, 2), ValueError, "q_len must be positive"),
         (lambda: arrayrope.alibi_bias(2, 2, 2, offset=1.5), TypeError, "offset must be an int"),
-        (lambda: arrayrope.alibi_bias(2, 2, 2, causal="yes"), TypeError, "causal must be a bool"),
+        (lambda: arrayrope.alibi_bias(2, 2, 2, causal="yes"), TypeError, "causal must be True or False"),
         (lambda: arrayrope.alibi_bias(2, 2, 2, dtype="int32"), TypeError, "dtype must be a real floating"),
         (lambda: arrayrope.t5_relative_buckets(np.arange(3), num_buckets=1), ValueError, "num_buckets must be >= 2"),
         (lambda: arrayrope.t5_relative_buckets(np.arange(3), num_buckets=3), ValueError, "num_buckets must be >= 4 for bidirectional"),

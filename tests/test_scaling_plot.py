@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from arrayrope import cli
-from arrayrope._plot import relative_decay_bound
+from arrayrope.cli.plot import relative_decay_bound
 
 
 def test_bound_matches_its_definition():

@@ -11,17 +11,20 @@ import types
 import numpy as np
 import pytest
 
-from arrayrope import _demo, cli
-from arrayrope.testing import ParityCase, _backends, pytest_plugin
+from arrayrope import cli
+from arrayrope.backends import registry as _backends
+from arrayrope.cli import demo as _demo
+from arrayrope.testing import ParityCase, pytest_plugin
 from arrayrope.testing._cases import builtin_cases
 
 
 def test_parity_command_prints_the_table_and_passes(capsys):
     assert cli.main(["parity", "--backends", "numpy", "--dtypes", "float32,float16"]) == 0
     out = capsys.readouterr().out
-    assert "[1/4] RoPE half-split" in out and "[4/4] token embeddings + sinusoidal embedding" in out
-    assert out.count("numpy ") == 8 and "FAIL" not in out
-    assert "8 of 8 rows agree with the float64 references" in out
+    assert "[1/5] RoPE half-split" in out and "[4/5] token embeddings + sinusoidal embedding" in out
+    assert "[5/5] 2-D axial RoPE" in out
+    assert out.count("numpy ") == 10 and "FAIL" not in out
+    assert "10 of 10 rows agree with the float64 references" in out
 
 
 def test_parity_command_exits_1_when_a_row_fails(capsys, monkeypatch):
@@ -57,49 +60,49 @@ def _extra_module(monkeypatch, name, make):
     monkeypatch.setitem(sys.modules, name, module)
 
 
-def test_demo_verdict_and_optional_rows(capsys, monkeypatch):
-    monkeypatch.setattr(_demo, "EXTRA_ROWS", {"fake_export": "ONNX row", "fake_axial": "axial row", "fake_absent": "x"})
-    _extra_module(monkeypatch, "fake_export", lambda: {"ok": True, "backend": "onnxruntime", "device": "cpu",
-                                                       "dtype": "float32", "max_abs_error": 2e-7})
-    case = ParityCase("", lambda x: x + 1.0, (np.zeros(3),), reference=lambda x: x + 1.0, dtypes=("float32",))
-    _extra_module(monkeypatch, "fake_axial", lambda: case)
+def test_demo_verdict_and_export_row(capsys, monkeypatch):
+    from arrayrope.testing import Report, Row
+
+    row = Row("onnxruntime", "cpu", "float32", 2e-7, 1e-7, 1e-6, True, "", "ONNX export")
+    monkeypatch.setattr(_demo, "_export_case", lambda **kw: Report((row,)))
     assert cli.main(["demo", "--backends", "numpy"]) == 0
     out = capsys.readouterr().out
-    assert "[5/6] ONNX row" in out and "onnxruntime  cpu     float32     2.00e-07" in out
-    assert "[6/6] axial row" in out
+    assert "[6/6] " in out and "onnxruntime  cpu     float32     2.00e-07" in out
+    assert "[5/6] 2-D axial RoPE" in out
     assert out.rstrip().splitlines()[-1].startswith("verdict: PASS: all 8 rows agree")
 
 
-def test_demo_failing_extra_is_a_failed_row(capsys, monkeypatch):
-    monkeypatch.setattr(_demo, "EXTRA_ROWS", {"fake_export": "ONNX row"})
+def test_demo_failing_export_is_a_failed_row(capsys, monkeypatch):
+    import arrayrope.export
 
-    def make():
+    def refuse(model, **kw):
         raise RuntimeError("onnxruntime refused the model")
 
-    _extra_module(monkeypatch, "fake_export", make)
+    monkeypatch.setattr(arrayrope.export, "validate", refuse)
     assert cli.main(["demo", "--backends", "numpy"]) == 1
     last = capsys.readouterr().out.rstrip().splitlines()[-1]
-    assert last.startswith("verdict: FAIL: 1 of 7 rows disagree (ONNX row on - -: raised RuntimeError: onnxruntime")
+    assert last.startswith("verdict: FAIL: 1 of 8 rows disagree (ONNX export, validated on ONNX Runtime on - -: raised "
+                           "RuntimeError: onnxruntime refused the model")
 
 
-def test_demo_lists_an_extra_whose_dependency_is_missing(capsys, monkeypatch):
-    monkeypatch.setattr(_demo, "EXTRA_ROWS", {"fake_needs_onnx": "ONNX row"})
-
+def test_demo_lists_the_export_row_when_onnx_is_missing(capsys, monkeypatch):
     class Finder:
         def find_spec(self, name, path=None, target=None):
-            if name == "fake_needs_onnx":
+            if name == "arrayrope.export":
                 raise ModuleNotFoundError("No module named 'onnx'", name="onnx")
 
+    monkeypatch.delitem(sys.modules, "arrayrope.export", raising=False)
     monkeypatch.setattr(sys, "meta_path", [Finder()] + sys.meta_path)
     assert cli.main(["demo", "--backends", "numpy"]) == 0
-    assert "not run here: ONNX row: No module named 'onnx'" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "not run here: ONNX export, validated on ONNX Runtime: No module named 'onnx' (install the 'onnx' extra)" in out
 
 
 def test_plugin_skips_a_missing_library_with_its_reason(monkeypatch):
     def absent():
         raise ImportError("No module named 'fancyarrays'")
 
-    monkeypatch.setitem(_backends.KNOWN_BACKENDS, "fancyarrays", absent)
+    monkeypatch.setitem(_backends.PROBES, "fancyarrays", absent)
     monkeypatch.setenv("ARRAYROPE_BACKENDS", "numpy,fancyarrays")
     monkeypatch.setattr(pytest_plugin, "_params", None)
     params = pytest_plugin.backend_params()

@@ -15,7 +15,7 @@ from hypothesis import given, strategies as st
 
 import arrayrope
 from arrayrope.testing import ParityCase, ParityReport, ParityRow, check_parity
-from arrayrope.testing import _backends
+from arrayrope.backends import registry as _backends
 from helpers import inv_freq_formula, rope_by_matrix
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
@@ -116,7 +116,7 @@ def test_outputs_of_wrong_namespace_shape_or_dtype_are_reported():
     cases = {
         "is a numpy ndarray, expected an array of array_api_strict": lambda x: to_numpy(x) * 1.0,
         "has shape (2, 3, 12, 15), the reference (2, 3, 12, 16)": lambda x: x[..., 1:] if not isinstance(x, np.ndarray) else x,
-        "has dtype float64, expected float32": lambda x: x if isinstance(x, np.ndarray) else arrayrope._xp.namespace(x).astype(x, arrayrope._xp.namespace(x).float64),
+        "has dtype float64, expected float32": lambda x: x if isinstance(x, np.ndarray) else arrayrope.backends.namespace(x).astype(x, arrayrope.backends.namespace(x).float64),
         "returned 2 outputs, the reference 1": lambda x: x if isinstance(x, np.ndarray) else (x, x),
         "has NaN where the reference has none": lambda x: x if isinstance(x, np.ndarray) else x / 0.0 * 0.0,
     }
@@ -132,7 +132,7 @@ def test_missing_backend_is_skipped_with_its_reason(monkeypatch):
     def absent():
         raise ImportError("No module named 'fancyarrays'")
 
-    monkeypatch.setitem(_backends.KNOWN_BACKENDS, "fancyarrays", absent)
+    monkeypatch.setitem(_backends.PROBES, "fancyarrays", absent)
     report = check_parity(lambda x: x + 1.0, X, backends=["numpy", "fancyarrays"], dtypes=["float64"])
     assert report.ok and [r.backend for r in report.rows] == ["numpy"]
     assert report.skipped == (("fancyarrays", "fancyarrays unavailable: ImportError: No module named 'fancyarrays'"),)

@@ -1,4 +1,4 @@
-"""Cross-backend testing: the backends on this machine, dtype-aware comparison, parity reports
+"""Cross-backend testing: the backends on this machine, strict comparison, parity reports
 and identification of foreign RoPE implementations.
 
 Backends are imported when :func:`backends` is called, never when arrayrope is.
@@ -6,21 +6,30 @@ Backends are imported when :func:`backends` is called, never when arrayrope is.
 
 from __future__ import annotations
 
-from ._backends import Backend, backends, to_numpy
-from ._compare import assert_close, default_tolerance
+from ..backends import Backend, to_numpy
+from ..backends import available as backends
+from ._compare import assert_close, default_tolerance, tolerance_at
 from ._identify import RopeConvention, identify_rope
-from ._parity import ParityCase, ParityReport, ParityRow, check_parity
+from ._parity import ParityCase, check_parity
+from ._report import Report, Row
+
+#: The former names of :class:`Report` and :class:`Row`.
+ParityReport = Report
+ParityRow = Row
 
 __all__ = [
     "Backend",
-    "backends",
-    "to_numpy",
-    "assert_close",
-    "default_tolerance",
-    "check_parity",
+    "ParityCase",
     "ParityReport",
     "ParityRow",
-    "ParityCase",
-    "identify_rope",
+    "Report",
     "RopeConvention",
+    "Row",
+    "assert_close",
+    "backends",
+    "check_parity",
+    "default_tolerance",
+    "identify_rope",
+    "to_numpy",
+    "tolerance_at",
 ]

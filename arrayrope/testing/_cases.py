@@ -7,6 +7,8 @@ checks the library against the definitions and not only against itself.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ._parity import ParityCase
@@ -97,4 +99,28 @@ def builtin_cases(*, seed: int = 0) -> list[ParityCase]:
             reference=lambda e, p: e + _sinusoid(p, 64),
         )
     )
+    cases.append(_axial_case())
     return cases
+
+
+def _axial_case(*, width: int = 14, head_dim: int = 128) -> ParityCase:
+    """Axial RoPE of a ``width x width`` grid (x = t mod W, y = t div W), against the complex form."""
+    import arrayrope
+    from arrayrope.backends import namespace
+
+    t = np.arange(width * width)
+    coords = np.stack([t % width, t // width], axis=-1).astype(np.int64)
+
+    def rotate(x: Any, c: Any) -> Any:
+        ns = namespace(x)
+        cos, sin = arrayrope.axial_rope_tables(c, head_dim, dtype=ns.float64 if x.dtype == ns.float64 else ns.float32)
+        return arrayrope.apply_rotary(x, cos, sin, layout="interleaved")
+
+    def reference(x: np.ndarray, c: np.ndarray) -> np.ndarray:
+        theta = 100.0 ** (-np.arange(0, head_dim, 4) / head_dim)  # base^(-4i/d), i < d/4 (the 2-D notes)
+        angle = np.concatenate([np.outer(c[:, 0], theta), np.outer(c[:, 1], theta)], axis=-1)
+        z = (x[..., 0::2] + 1j * x[..., 1::2]) * np.exp(1j * angle)
+        return np.stack([z.real, z.imag], axis=-1).reshape(x.shape)
+
+    x = np.random.default_rng(0).standard_normal((2, width * width, head_dim))
+    return ParityCase(f"2-D axial RoPE, {width}x{width} grid, interleaved", rotate, (x, coords), reference=reference)

@@ -1,4 +1,4 @@
-"""Comparison of arrays across namespaces and devices with tolerances by dtype."""
+"""Comparison of arrays, with tolerances derived from the dtype: one rule for every check."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from ._backends import to_numpy
+from .. import backends
+from ..backends import to_numpy
 
-__all__ = ["assert_close", "default_tolerance"]
+__all__ = ["assert_close", "default_tolerance", "tolerance_at"]
 
 _EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}
 #: Units in the last place that a correct result may differ by, per dtype (see default_tolerance).
@@ -61,28 +62,94 @@ def default_tolerance(dtype: Any) -> tuple[float, float]:
     return tol, tol
 
 
-def assert_close(actual: Any, desired: Any, *, rtol: float | None = None, atol: float | None = None) -> None:
-    """Assert ``|actual - desired| <= atol + rtol * |desired|`` elementwise, whatever the backends.
+def tolerance_at(dtype: Any, scale: float, *, rtol: float | None = None, atol: float | None = None) -> float:
+    """The absolute error allowed for results of ``dtype`` whose largest magnitude is ``scale``.
 
-    Tolerances default to :func:`default_tolerance` of the coarser of the two dtypes.
-    On failure the message gives the count of mismatches, the worst index and both values there.
+    ``atol + rtol * scale``, with :func:`default_tolerance` of ``dtype`` where
+    ``rtol`` or ``atol`` is not given: the rule of :func:`check_parity` rows and of
+    :func:`arrayrope.export.validate`.
+
+    Examples
+    --------
+    >>> from arrayrope.testing import tolerance_at
+    >>> tolerance_at("float32", 3.0) == 4 * 2**-23 * (1 + 3.0)
+    True
+    """
+    d_rtol, d_atol = default_tolerance(dtype)
+    return (d_atol if atol is None else atol) + (d_rtol if rtol is None else rtol) * scale
+
+
+def assert_close(
+    actual: Any,
+    desired: Any,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    check_namespace: bool = True,
+    check_dtype: bool = True,
+    check_shape: bool = True,
+    check_device: bool = True,
+) -> None:
+    """Assert that ``actual`` is ``desired``: same library, dtype, shape and device, and close values.
+
+    Values pass where ``|actual - desired| <= atol + rtol * |desired|``, elementwise;
+    equal infinities and NaN against NaN agree. Tolerances default to
+    :func:`default_tolerance` of the coarser of the two dtypes. On failure the
+    message gives the count of mismatches, the worst index and both values there.
+
+    Parameters
+    ----------
+    actual, desired : array
+        Arrays of any library (compared on the host in float64).
+    rtol, atol : float, optional
+        Relative and absolute tolerance.
+    check_namespace, check_dtype, check_shape, check_device : bool
+        Relax one of the checks, e.g. to compare a torch result with a float64 NumPy
+        oracle (``check_namespace=False, check_dtype=False``). Devices are compared
+        between arrays of one library. Shapes must always broadcast; with
+        ``check_shape=False`` they need not be equal.
 
     Examples
     --------
     >>> import numpy as np
     >>> from arrayrope.testing import assert_close
-    >>> assert_close(np.float32([1.0, 2.0]), np.array([1.0, 2.0000001]))
-    >>> assert_close(np.array([-np.inf, np.nan]), np.array([-np.inf, np.nan]))
+    >>> assert_close(np.float32([1.0, 2.0]), np.float32([1.0, 2.0000002]))
+    >>> assert_close(np.float32([1.0, 2.0]), np.array([1.0, 2.0]))
+    Traceback (most recent call last):
+    ...
+    AssertionError: dtypes differ: actual float32, desired float64 (pass check_dtype=False to compare values only)
+    >>> assert_close(np.float32([1.0, 2.0]), np.array([1.0, 2.0]), check_dtype=False)
     """
+    lib_a, lib_d = backends.library_of(actual), backends.library_of(desired)
+    if check_namespace and lib_a != lib_d:
+        raise AssertionError(
+            f"namespaces differ: actual is a {lib_a or type(actual).__name__} array, desired a "
+            f"{lib_d or type(desired).__name__} array (pass check_namespace=False to compare values only)"
+        )
     names = [_dtype_name(actual), _dtype_name(desired)]
+    if check_dtype and str(getattr(actual, "dtype", "")) != str(getattr(desired, "dtype", "")):
+        raise AssertionError(
+            f"dtypes differ: actual {names[0]}, desired {names[1]} (pass check_dtype=False to compare values only)"
+        )
+    if check_device and lib_a == lib_d and lib_a is not None:
+        dev_a, dev_d = backends.device_of(actual), backends.device_of(desired)
+        if dev_a is not None and dev_d is not None and dev_a != dev_d:
+            raise AssertionError(f"devices differ: actual on {dev_a}, desired on {dev_d}")
+    shape_a, shape_d = tuple(np.shape(actual) if lib_a is None else actual.shape), tuple(
+        np.shape(desired) if lib_d is None else desired.shape
+    )
+    if check_shape and shape_a != shape_d:
+        raise AssertionError(f"shapes differ: actual {shape_a}, desired {shape_d}")
     coarse = max(names, key=lambda n: _EPS[n])
     d_rtol, d_atol = default_tolerance(coarse)
     rtol = d_rtol if rtol is None else rtol
     atol = d_atol if atol is None else atol
     a = to_numpy(actual).astype(np.float64)
     d = to_numpy(desired).astype(np.float64)
-    if a.shape != d.shape:
-        raise AssertionError(f"shapes differ: actual {a.shape}, desired {d.shape}")
+    try:
+        a, d = np.broadcast_arrays(a, d)
+    except ValueError:
+        raise AssertionError(f"shapes do not broadcast: actual {a.shape}, desired {d.shape}") from None
     with np.errstate(invalid="ignore"):
         err = np.abs(a - d)
         bound = atol + rtol * np.abs(d)

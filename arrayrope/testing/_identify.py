@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
-from .. import _checks
-from ._backends import to_numpy
+from .._lib import checks
+from ..backends import to_numpy
 
 __all__ = ["RopeConvention", "identify_rope"]
 
@@ -148,11 +149,11 @@ def identify_rope(
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable as fn(x, positions), got {type(fn).__name__}")
-    head_dim = _checks.positive_int(head_dim, "head_dim", even=True)
-    seq_len = _checks.positive_int(seq_len, "seq_len")
+    head_dim = checks.positive_int(head_dim, "head_dim", even=True)
+    seq_len = checks.positive_int(seq_len, "seq_len")
     if seq_len < 4:
         raise ValueError(f"seq_len must be >= 4 to measure frequencies, got {seq_len}")
-    max_offset = _checks.non_negative_int(max_offset, "max_offset")
+    max_offset = checks.non_negative_int(max_offset, "max_offset")
     dt = np.dtype(dtype)
     if dt.kind != "f":
         raise ValueError(f"dtype must be a NumPy floating dtype name, got {dtype!r}")
@@ -395,7 +396,7 @@ def _candidates(omega: np.ndarray, r: int, d: int, g: float):
                     continue  # these parameters change nothing: not evidence of this scaling
                 factor = freqs.attention_factor
                 if abs(factor - g) > 1e-6 * g:
-                    if rope_type != "yarn":  # only yarn (and longrope) carry an attention factor
+                    if not ROPE_TYPES[rope_type].carries_attention_factor:
                         continue
                     scaling = dict(scaling, attention_factor=_snap(g, 1e-9))
                     factor = g
@@ -404,8 +405,8 @@ def _candidates(omega: np.ndarray, r: int, d: int, g: float):
 
 def _verify(fn: Callable, found: _Found, ndim: int, dt: np.dtype, n: int, tol: float) -> RopeConvention:
     """Random inputs at positions ``n .. 2n-1``: ``fn`` against the convention found."""
+    from ..apply import apply_rotary
     from ..frequencies import RopeFrequencies
-    from ..rotary import apply_rotary
     from ..tables import rope_tables
 
     d, r = found.head_dim, found.rotary_dim

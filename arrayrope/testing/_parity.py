@@ -4,105 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
+from typing import Any
 
-import array_api_compat as compat
 import numpy as np
 
-from ._backends import Backend, backends as _available, to_numpy
-from ._compare import default_tolerance
+from .. import backends as _backends
+from ..backends import Backend, to_numpy
+from ._compare import tolerance_at
+from ._report import Report, Row
 
-__all__ = ["ParityRow", "ParityReport", "ParityCase", "check_parity", "DTYPES"]
+__all__ = ["ParityCase", "check_parity", "DTYPES"]
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")
-
-
-@dataclasses.dataclass(frozen=True)
-class ParityRow:
-    """One backend, device and dtype compared with the reference.
-
-    ``max_rel_error`` is the largest absolute error divided by the largest absolute
-    reference value (elementwise relative errors are meaningless where the reference
-    crosses zero); ``ok`` means ``max_abs_error <= tolerance`` and that the output had
-    the expected namespace, device, dtype and shape. ``note`` says why a row failed.
-    """
-
-    backend: str
-    device: str
-    dtype: str
-    max_abs_error: float
-    max_rel_error: float
-    tolerance: float
-    ok: bool
-    note: str = ""
-    case: str = ""
-
-
-@dataclasses.dataclass(frozen=True)
-class ParityReport:
-    """Rows of a parity check; prints as a table. ``ok`` is true when every row passed.
-
-    ``skipped`` lists ``(what, reason)`` for backends or dtypes that could not run here;
-    a skip is not a failure. Reports of several checks combine with ``+``.
-    """
-
-    rows: tuple[ParityRow, ...] = ()
-    skipped: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return all(r.ok for r in self.rows)
-
-    @property
-    def failures(self) -> tuple[ParityRow, ...]:
-        return tuple(r for r in self.rows if not r.ok)
-
-    def __add__(self, other: "ParityReport") -> "ParityReport":
-        if not isinstance(other, ParityReport):
-            return NotImplemented
-        skipped = self.skipped + tuple(s for s in other.skipped if s not in self.skipped)
-        return ParityReport(self.rows + other.rows, skipped)
-
-    def format(self, *, header: bool = True, skipped: bool = True) -> str:
-        """The table as text (what ``str(report)`` gives), with or without column titles and skips."""
-        with_case = any(r.case for r in self.rows)
-        cols = (["case"] if with_case else []) + ["backend", "device", "dtype", "max abs err", "max rel err", "tolerance", "ok"]
-        lines = []
-        for r in self.rows:
-            cells = ([r.case] if with_case else []) + [
-                r.backend,
-                r.device,
-                r.dtype,
-                _num(r.max_abs_error),
-                _num(r.max_rel_error),
-                _num(r.tolerance),
-                "yes" if r.ok else "FAIL" + (f": {r.note}" if r.note else ""),
-            ]
-            lines.append(cells)
-        widths = [max([len(c)] + [len(cells[i]) for cells in lines]) for i, c in enumerate(cols)]
-        widths[-1] = 0
-        text = []
-        if header and lines:
-            text.append(_line(cols, widths))
-        text.extend(_line(cells, widths) for cells in lines)
-        for what, reason in self.skipped if skipped else ():
-            text.append(f"skipped {what}: {reason}")
-        return "\n".join(text)
-
-    def __str__(self) -> str:
-        return self.format()
-
-
-def _num(v: float) -> str:
-    return "-" if v is None or math.isnan(v) else f"{v:.2e}"
-
-
-def _line(cells: Sequence[str], widths: Sequence[int]) -> str:
-    out = []
-    for i, (c, w) in enumerate(zip(cells, widths)):
-        right = 3 <= i - (len(cells) - 7) <= 5  # the numeric columns
-        out.append(c.rjust(w) if right else c.ljust(w))
-    return "  ".join(out).rstrip()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,12 +35,12 @@ class ParityCase:
     rtol: float | None = None
     atol: float | None = None
 
-    def run(self, *, backends: Any = None, dtypes: Iterable[str] | None = None) -> ParityReport:
+    def run(self, *, backends: Any = None, dtypes: Iterable[str] | None = None) -> Report:
         """:func:`check_parity` of this case; the rows carry the case's name."""
         if dtypes is not None and self.dtypes is not None:
             dtypes = [d for d in dtypes if d in self.dtypes]
             if not dtypes:  # none of the requested dtypes applies to this case
-                return ParityReport()
+                return Report()
         report = check_parity(
             self.fn,
             *self.args,
@@ -137,7 +51,7 @@ class ParityCase:
             atol=self.atol,
         )
         rows = tuple(dataclasses.replace(r, case=self.name) for r in report.rows)
-        return ParityReport(rows, report.skipped)
+        return Report(rows, report.skipped)
 
 
 def check_parity(
@@ -149,7 +63,7 @@ def check_parity(
     rtol: float | None = None,
     atol: float | None = None,
     check_dtype: bool = True,
-) -> ParityReport:
+) -> Report:
     """Run ``fn(*args)`` on every backend and dtype and compare each with a float64 NumPy run.
 
     Floating NumPy arrays in ``args`` are converted to each backend (on its device) in
@@ -185,7 +99,7 @@ def check_parity(
 
     Returns
     -------
-    ParityReport
+    Report
         ``report.ok`` is true only when every row passed; ``print(report)`` shows the table.
 
     Notes
@@ -212,10 +126,10 @@ def check_parity(
     if not (reference == "float64" if isinstance(reference, str) else callable(reference)):
         raise ValueError(f"reference must be 'float64' or a callable oracle, got {reference!r}")
     wanted = _dtypes(dtypes)
-    selected, skipped = _backends(backends)
+    selected, skipped = _selected(backends)
     ref_fn = fn if isinstance(reference, str) else reference
     refs: dict[str, list[np.ndarray]] = {}
-    rows: list[ParityRow] = []
+    rows: list[Row] = []
     for b in selected:
         for dtype in wanted:
             if dtype not in b.dtypes:
@@ -225,7 +139,7 @@ def check_parity(
             if dtype not in refs:
                 refs[dtype] = _flatten(ref_fn(*[_rounded(a, dtype) for a in args]), "reference")
             rows.append(_row(fn, args, b, dtype, refs[dtype], rtol, atol, check_dtype))
-    return ParityReport(tuple(rows), tuple(skipped))
+    return Report(tuple(rows), tuple(skipped))
 
 
 def _dtypes(dtypes: Iterable[str] | None) -> tuple[str, ...]:
@@ -240,9 +154,9 @@ def _dtypes(dtypes: Iterable[str] | None) -> tuple[str, ...]:
     return dtypes
 
 
-def _backends(spec: Any) -> tuple[list[Backend], list[tuple[str, str]]]:
+def _selected(spec: Any) -> tuple[list[Backend], list[tuple[str, str]]]:
     if spec is None:
-        found, missing = _available(with_reasons=True)
+        found, missing = _backends.available(with_reasons=True)
         return found, list(missing.items())
     if isinstance(spec, (str, Backend)):
         spec = [spec]
@@ -251,7 +165,7 @@ def _backends(spec: Any) -> tuple[list[Backend], list[tuple[str, str]]]:
     for s in names:
         if not isinstance(s, str):
             raise TypeError(f"backends must be names or Backend objects, got {s!r}")
-    found, missing = _available(names, with_reasons=True) if names else ([], {})
+    found, missing = _backends.available(names, with_reasons=True) if names else ([], {})
     return objs + found, list(missing.items())
 
 
@@ -281,19 +195,20 @@ def _flatten(out: Any, what: str) -> list[Any]:
     return items
 
 
-def _library(x: Any) -> str:
-    mod = type(x).__module__.split(".")[0]
-    return {"jaxlib": "jax"}.get(mod, mod)
-
-
-def _row(fn, args, b: Backend, dtype: str, ref: list[np.ndarray], rtol, atol, check_dtype) -> ParityRow:
-    d_rtol, d_atol = default_tolerance(dtype)
-    rtol = d_rtol if rtol is None else rtol
-    atol = d_atol if atol is None else atol
+def _row(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    b: Backend,
+    dtype: str,
+    ref: list[Any],
+    rtol: float | None,
+    atol: float | None,
+    check_dtype: bool,
+) -> Row:
     nan = float("nan")
 
-    def fail(note: str, err: float = nan, rel: float = nan, tol: float = nan) -> ParityRow:
-        return ParityRow(b.name, b.device_label, dtype, err, rel, tol, False, note)
+    def fail(note: str, err: float = nan, rel: float = nan, tol: float = nan) -> Row:
+        return Row(b.name, b.device_label, dtype, err, rel, tol, False, note)
 
     try:
         out = _flatten(fn(*[_convert(a, b, dtype) for a in args]), "fn")
@@ -301,14 +216,15 @@ def _row(fn, args, b: Backend, dtype: str, ref: list[np.ndarray], rtol, atol, ch
         return fail(f"raised {type(exc).__name__}: {_short(exc)}")
     if len(out) != len(ref):
         return fail(f"returned {len(out)} outputs, the reference {len(ref)}")
-    lib = _library(b.asarray(np.zeros(1, dtype=np.float32)))
+    lib = b.library
     worst_abs, worst_rel, worst_tol, ok = 0.0, 0.0, 0.0, True
     excess = -math.inf
-    for i, (o, r) in enumerate(zip(out, ref)):
+    for i, (o, r) in enumerate(zip(out, ref, strict=True)):
         which = f"output {i} " if len(out) > 1 else ""
-        if not compat.is_array_api_obj(o) or _library(o) != lib:
-            return fail(f"{which}is a {_library(o)} {type(o).__name__}, expected an array of {lib}")
-        dev = compat.device(o)
+        if not _backends.is_array(o) or _backends.library_of(o) != lib:
+            found = _backends.library_of(o) or type(o).__module__.split(".")[0]
+            return fail(f"{which}is a {found} {type(o).__name__}, expected an array of {lib}")
+        dev = _backends.device_of(o)
         if dev is not None and not _same_device(dev, b.device):
             return fail(f"{which}is on device {dev}, expected {b.device_label}")
         try:
@@ -328,13 +244,13 @@ def _row(fn, args, b: Backend, dtype: str, ref: list[np.ndarray], rtol, atol, ch
         err = np.where(np.isnan(a64) & np.isnan(r64), 0.0, err)
         scale = float(np.nanmax(np.abs(r64))) if r64.size else 0.0
         max_err = float(np.max(err)) if err.size else 0.0
-        tol = atol + rtol * scale
+        tol = tolerance_at(dtype, scale, rtol=rtol, atol=atol)
         rel = max_err / scale if scale > 0 else (0.0 if max_err == 0 else math.inf)
         ok = ok and max_err <= tol
         if max_err - tol > excess:
             excess, worst_abs, worst_rel, worst_tol = max_err - tol, max_err, rel, tol
     note = "" if ok else "error above tolerance"
-    return ParityRow(b.name, b.device_label, dtype, worst_abs, worst_rel, worst_tol, ok, note)
+    return Row(b.name, b.device_label, dtype, worst_abs, worst_rel, worst_tol, ok, note)
 
 
 def _same_device(found: Any, expected: Any) -> bool:

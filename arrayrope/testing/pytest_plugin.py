@@ -21,16 +21,16 @@ from typing import Any
 
 import pytest
 
-_params: list | None = None
+_params: list[Any] | None = None
 
 
-def backend_params() -> list:
+def backend_params() -> list[Any]:
     """``pytest.param`` per backend, skipped ones with their reason (computed once)."""
     global _params
     if _params is None:
-        from . import backends
+        from ..backends import available
 
-        found, missing = backends(with_reasons=True)
+        found, missing = available(with_reasons=True)
         _params = [pytest.param(b, id=b.name) for b in found] + [
             pytest.param(None, id=name, marks=pytest.mark.skip(reason=reason)) for name, reason in missing.items()
         ]

@@ -13,14 +13,14 @@ The scales are folded into the cos/sin tables, so the rotation and the scaling a
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
 import numpy as np
 
-from . import _checks, _xp
-from .frequencies import RopeFrequencies
-from .tables import _dtype, _positions, rope_tables
+from .._lib import checks
+from .._lib.dtypes import table_dtype, work_dtype
+from .._lib.positions import as_positions
+from .._lib.types import Array, Device, DType, Namespace
+from ..frequencies import RopeFrequencies
+from ..tables import rope_tables
 
 __all__ = ["xpos_scales", "xpos_tables"]
 
@@ -31,15 +31,15 @@ def _zeta(rotary_dim: int, gamma: float) -> np.ndarray:
 
 def xpos_scales(
     freqs: RopeFrequencies,
-    positions: Any,
+    positions: Array | int,
     *,
     scale_base: float = 512.0,
     gamma: float = 0.4,
     center: float = 0.0,
-    xp: Any = None,
-    dtype: Any = None,
-    device: Any = None,
-) -> tuple[Any, Any]:
+    xp: Namespace | None = None,
+    dtype: DType | None = None,
+    device: Device = None,
+) -> tuple[Array, Array]:
     """Query and key scales of xPos, each ``positions.shape + (rotary_dim // 2,)``.
 
     Parameters
@@ -75,13 +75,12 @@ def xpos_scales(
     """
     if not isinstance(freqs, RopeFrequencies):
         raise TypeError(f"freqs must be a RopeFrequencies from rope_frequencies(), got {type(freqs).__name__}")
-    scale_base = _checks.positive_real(scale_base, "scale_base")
-    gamma = _checks.positive_real(gamma, "gamma")
-    if not isinstance(center, (int, float)) or isinstance(center, bool) or not math.isfinite(center):
-        raise TypeError(f"center must be a finite number, got {center!r}")
-    xp, pos, device = _positions(positions, xp, device)
-    dtype = _dtype(xp, dtype, device)
-    work = xp.float64 if _xp.has_float64(xp, device) else xp.float32
+    scale_base = checks.positive_real(scale_base, "scale_base")
+    gamma = checks.positive_real(gamma, "gamma")
+    center = checks.finite_real(center, "center")
+    xp, pos, device = as_positions(positions, xp=xp, device=device)
+    dtype = table_dtype(xp, dtype, device)
+    work = work_dtype(xp, device)
     if isinstance(pos, int):
         pos = xp.arange(pos, dtype=work, device=device)
     else:
@@ -94,16 +93,16 @@ def xpos_scales(
 
 def xpos_tables(
     freqs: RopeFrequencies,
-    positions: Any,
+    positions: Array | int,
     *,
     scale_base: float = 512.0,
     gamma: float = 0.4,
     center: float = 0.0,
-    xp: Any = None,
-    dtype: Any = None,
-    device: Any = None,
+    xp: Namespace | None = None,
+    dtype: DType | None = None,
+    device: Device = None,
     apply_attention_factor: bool = True,
-) -> tuple[Any, Any, Any, Any]:
+) -> tuple[Array, Array, Array, Array]:
     """Cos/sin tables with the xPos scales folded in: ``(q_cos, q_sin, k_cos, k_sin)``.
 
     Rotate queries with ``apply_rotary(q, q_cos, q_sin)`` and keys with

@@ -32,11 +32,11 @@ def run_cases(cases: Iterable[Any], *, backends: Any = None, dtypes: Any = None,
     A case is a :class:`~arrayrope.testing.ParityCase` or a callable returning a
     :class:`~arrayrope.testing.ParityReport` (given ``backends`` and ``dtypes``).
     """
-    from arrayrope.testing import ParityReport
+    from arrayrope.testing import Report
 
     out = out or sys.stdout
     cases = list(cases)
-    total = ParityReport()
+    total = Report()
     for i, case in enumerate(cases, 1):
         name = getattr(case, "name", None) or getattr(case, "__name__", "case")
         print(f"[{i}/{len(cases)}] {name}", file=out, flush=True)
@@ -61,7 +61,7 @@ def print_skipped(report: Any, out: TextIO | None = None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from arrayrope.testing import backends as available
+    from arrayrope.backends import available
     from arrayrope.testing._cases import builtin_cases
     from arrayrope.testing._parity import _dtypes
 

@@ -5,19 +5,21 @@ from __future__ import annotations
 import numbers
 import threading
 import warnings
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-import numpy as np
-
-from . import _checks, _xp
-from .frequencies import RopeFrequencies, rope_frequencies
-from .rotary import _NUMPY_NS, _rotate
-from .scaling import SEQ_LEN_DEPENDENT
-from .tables import rope_tables
+from .. import backends
+from .._lib import checks
+from .._lib.dtypes import host_dtype, table_dtype_for
+from .._lib.positions import as_positions
+from .._lib.types import AXES, Array, Axes, Layout, Namespace
+from ..apply import rotate
+from ..frequencies import RopeFrequencies, rope_frequencies
+from ..scaling import rope_type
+from ..tables import rope_tables
 
 __all__ = ["RotaryEmbedding"]
 
-_AXES = ("bhsd", "bshd")
 _MIN_CACHE = 256
 
 
@@ -86,25 +88,25 @@ class RotaryEmbedding:
         rotary_dim: int | None = None,
         scaling: Mapping[str, Any] | None = None,
         max_position_embeddings: int | None = None,
-        layout: str = "half",
-        axes: str = "bhsd",
+        layout: Layout = "half",
+        axes: Axes = "bhsd",
     ) -> None:
         self.freqs: RopeFrequencies = rope_frequencies(
             head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling, max_position_embeddings=max_position_embeddings
         )
-        self.layout = _checks.layout(layout)
-        self.axes = _checks.choice(axes, "axes", _AXES)
+        self.layout: Layout = checks.layout(layout)
+        self.axes: Axes = checks.choice(axes, "axes", AXES)
         self._cache: dict[tuple, tuple[Any, Any]] = {}
         self._lock = threading.Lock()
         # sequence-length-dependent types: the cache holds the starting frequencies only
         self._start_freqs = self.freqs
         self._resize = None
-        if self.freqs.rope_type in SEQ_LEN_DEPENDENT:
+        if scaling is not None and rope_type(scaling).length is not None:
             self._resize = _Resizer(self.freqs, scaling, max_position_embeddings)
 
     @classmethod
-    def from_config(cls, config: Any, *, layer_type: str | None = None, layout: str = "half",
-                    axes: str = "bhsd") -> "RotaryEmbedding":
+    def from_config(cls, config: Any, *, layer_type: str | None = None, layout: Layout = "half",
+                    axes: Axes = "bhsd") -> RotaryEmbedding:
         """A rotary embedding from a Hugging Face config (dict or ``config.json`` path).
 
         See :func:`arrayrope.rope_frequencies_from_config` for the fields read.
@@ -117,7 +119,7 @@ class RotaryEmbedding:
         >>> arrayrope.RotaryEmbedding.from_config(cfg).freqs.rope_type
         'dynamic'
         """
-        from .config import rope_config
+        from ..config import rope_config
 
         kw = rope_config(config, layer_type=layer_type)
         rotary = rope_frequencies(**kw).rotary_dim
@@ -140,8 +142,14 @@ class RotaryEmbedding:
         )
 
     def __call__(
-        self, q: Any, k: Any = None, *, positions: Any = None, offset: Any = 0, seq_len: int | None = None
-    ) -> Any:
+        self,
+        q: Array,
+        k: Array | None = None,
+        *,
+        positions: Array | None = None,
+        offset: int | Array = 0,
+        seq_len: int | None = None,
+    ) -> Array | tuple[Array, Array]:
         """Rotate ``q`` (and ``k``) by their positions.
 
         Parameters
@@ -164,14 +172,11 @@ class RotaryEmbedding:
         array or tuple of arrays
             Rotated ``q``, or ``(q, k)`` when ``k`` is given.
         """
-        if type(q) is np.ndarray and (k is None or type(k) is np.ndarray):
-            xp = _NUMPY_NS  # what namespace() returns for NumPy, without its per-array lookups
-        else:
-            xp = _xp.namespace(q, k, names=("q", "k"))
+        xp = backends.namespace(q, k, names=("q", "k"))
         self._check_input(q, "q")
         if k is not None:
             self._check_input(k, "k")
-            _xp.same_device(q, k, "q", "k")
+            backends.same_device(q, k, "q", "k")
             b_ax, s_ax = 0, (2 if self.axes == "bhsd" else 1)
             if q.shape[b_ax] != k.shape[b_ax] or q.shape[s_ax] != k.shape[s_ax]:
                 raise ValueError(
@@ -180,27 +185,28 @@ class RotaryEmbedding:
                 )
         # The tables are built here to broadcast against q and k: no need to check them again.
         cos, sin = self._tables_for(xp, q, positions, offset, seq_len)
-        q_rot = _rotate(xp, q, cos, sin, self.layout)
+        q_rot = rotate(xp, q, cos, sin, self.layout)
         if k is None:
             return q_rot
-        return q_rot, _rotate(xp, k, cos, sin, self.layout)
+        return q_rot, rotate(xp, k, cos, sin, self.layout)
 
-    def _check_input(self, x: Any, name: str) -> None:
-        _xp.check_array(x, name)
+    def _check_input(self, x: Array, name: str) -> None:
         if x.ndim != 4:
             raise ValueError(f"{name} must be 4-D ({self.axes}), got shape {tuple(x.shape)}")
         if x.shape[-1] != self.freqs.head_dim:
             raise ValueError(f"{name}.shape[-1] must be head_dim={self.freqs.head_dim}, got {x.shape[-1]}")
 
-    def _table_dtype(self, xp: Any, x: Any) -> Any:
-        if not xp.isdtype(x.dtype, "real floating"):
+    def _table_dtype(self, xp: Namespace, x: Array) -> Any:
+        if not backends.is_real_floating(xp, x.dtype):
             raise TypeError(f"q and k must have a real floating dtype, got {x.dtype}")
-        return xp.float64 if x.dtype == xp.float64 else xp.float32
+        return table_dtype_for(xp, x.dtype)
 
-    def _tables_for(self, xp: Any, q: Any, positions: Any, offset: Any, seq_len: Any = None) -> tuple[Any, Any]:
+    def _tables_for(
+        self, xp: Namespace, q: Array, positions: Any, offset: Any, seq_len: int | None = None
+    ) -> tuple[Array, Array]:
         batch = q.shape[0]
         seq = q.shape[2] if self.axes == "bhsd" else q.shape[1]
-        device = _xp.device_of(q)
+        device = backends.device_of(q)
         dtype = self._table_dtype(xp, q)
         freqs = self._start_freqs
         if self._resize is not None:
@@ -208,7 +214,7 @@ class RotaryEmbedding:
         if positions is not None:
             if not (isinstance(offset, numbers.Integral) and offset == 0):
                 raise ValueError("pass positions or offset, not both (positions already include any offset)")
-            pos = self._positions_array(xp, positions, "positions", q)
+            _, pos, _ = as_positions(positions, "positions", like=q, count=False)
             if pos.ndim not in (1, 2) or pos.shape[-1] != seq or (pos.ndim == 2 and pos.shape[0] not in (1, batch)):
                 raise ValueError(
                     f"positions must have shape (S,) or (B, S) = ({seq},) or ({batch}, {seq}), got {tuple(pos.shape)}"
@@ -224,7 +230,7 @@ class RotaryEmbedding:
             else:
                 cos, sin = rope_tables(freqs, xp.arange(offset, offset + seq, device=device), dtype=dtype)
         else:
-            off = self._positions_array(xp, offset, "offset", q)
+            _, off, _ = as_positions(offset, "offset", like=q, count=False)
             if off.ndim != 1 or off.shape[0] != batch:
                 raise ValueError(f"offset must be an int or an array of shape (B,) = ({batch},), got {tuple(off.shape)}")
             steps = xp.arange(seq, dtype=off.dtype, device=device)
@@ -235,83 +241,63 @@ class RotaryEmbedding:
             return cos[:, None, :, :], sin[:, None, :, :]
         return cos[:, :, None, :], sin[:, :, None, :]
 
-    @staticmethod
-    def _positions_array(xp: Any, value: Any, name: str, q: Any) -> Any:
-        if isinstance(value, bool) or value is None:
-            raise TypeError(f"{name} must be an integer array, got {value!r}")
-        if not _xp.compat.is_array_api_obj(value):
-            value = xp.asarray(np.asarray(value), device=_xp.device_of(q))
-        _xp.namespace(value, xp=xp, names=(name,))
-        _xp.same_device(q, value, "q", name)
-        if not xp.isdtype(value.dtype, ("integral", "real floating")) or xp.isdtype(value.dtype, "bool"):
-            raise TypeError(f"{name} must have an integer or real dtype, got {value.dtype}")
-        return value
-
-    def _cached(self, xp: Any, device: Any, dtype: Any, needed: int) -> tuple[Any, Any]:
-        key = (id(xp), _xp._key(device), _xp._key(dtype))
+    def _cached(self, xp: Namespace, device: Any, dtype: Any, needed: int) -> tuple[Array, Array]:
+        key = (id(xp), repr(device), repr(dtype))
         with self._lock:
             entry = self._cache.get(key)
             if entry is not None and entry[0].shape[0] >= needed:
                 return entry
             size = max(_MIN_CACHE, 1 << (needed - 1).bit_length())
-            host_dtype = np.float64 if dtype == xp.float64 else np.float32
-            cos, sin = rope_tables(self._start_freqs, size, dtype=host_dtype)
+            cos, sin = rope_tables(self._start_freqs, size, dtype=host_dtype(xp, dtype))
             entry = (xp.asarray(cos, device=device), xp.asarray(sin, device=device))
             if device is not None:  # a JAX tracer's device is None: never cache traced values
                 self._cache[key] = entry
             return entry
 
-    def _select(self, xp: Any, seq: int, positions: Any, offset: Any, seq_len: Any) -> RopeFrequencies:
+    def _select(self, xp: Namespace, seq: int, positions: Any, offset: Any, seq_len: int | None) -> RopeFrequencies:
         """The frequencies for this call's sequence length (dynamic, longrope); updates ``freqs``."""
         if positions is None and isinstance(offset, numbers.Integral) and not isinstance(offset, bool):
             length = int(offset) + seq
         elif seq_len is not None:
-            length = _checks.positive_int(seq_len, "seq_len")
+            length = checks.positive_int(seq_len, "seq_len")
         else:
-            src = positions if positions is not None else offset
-            if not _xp.compat.is_array_api_obj(src):
-                src = np.asarray(src)
-            if _xp.is_lazy(src):
+            _, src, _ = as_positions(positions if positions is not None else offset, "positions", xp=xp, count=False)
+            if backends.is_lazy(src):
                 raise ValueError(
                     f"rope_type {self.freqs.rope_type!r} picks its frequencies by sequence length; with "
                     "JAX or Dask position arrays pass seq_len= (max position + 1)"
                 )
-            ns = _xp.compat.array_namespace(src)
-            length = int(ns.max(src)) + 1 + (seq - 1 if positions is None else 0)
+            length = int(backends.namespace(src).max(src)) + 1 + (seq - 1 if positions is None else 0)
         with self._lock:
-            self.freqs = self._resize(self.freqs, length)
+            self.freqs = self._resize(length)
             return self.freqs
 
 
 class _Resizer:
-    """Hugging Face's update rule for the sequence-length-dependent rope types."""
+    """The frequencies of a sequence-length-dependent rope type, as its registry entry's rule picks them."""
 
-    def __init__(self, start: RopeFrequencies, scaling: Mapping[str, Any] | None, max_len: int | None) -> None:
+    def __init__(self, start: RopeFrequencies, scaling: Mapping[str, Any], max_len: int | None) -> None:
+        entry = rope_type(scaling)
+        assert entry.length is not None
+        self.rule = entry.length
         self.start = start
-        self.scaling = dict(scaling or {})
-        self.max_len = max_len
-        self.longest = max_len  # dynamic: the length the current frequencies were made for
-        self.original = self.scaling.get("original_max_position_embeddings") or max_len
-        self.long: RopeFrequencies | None = None
+        self.scaling = dict(scaling)
+        self.original = int(self.scaling.get("original_max_position_embeddings") or max_len or 0)
+        self.max_position_embeddings = max_len
+        self.max_len = max_len if max_len is not None else self.original
+        # the length the starting frequencies are for, and that of the current ones
+        self.start_length = self.current = self.rule(1, self.max_len, self.max_len, self.original)
+        self.last: tuple[int, RopeFrequencies] | None = None
 
-    def __call__(self, current: RopeFrequencies, length: int) -> RopeFrequencies:
-        if self.start.rope_type == "longrope":
-            if length <= self.original:
-                return self.start
-            if self.long is None:
-                self.long = self._frequencies(self.original + 1)
-            return self.long
-        if length > self.longest:  # dynamic: grow
-            self.longest = length
-            return self._frequencies(length)
-        if length < self.max_len and self.longest > self.max_len:  # back within the original context
-            self.longest = self.max_len
+    def __call__(self, length: int) -> RopeFrequencies:
+        self.current = self.rule(length, self.current, self.max_len, self.original)
+        if self.current == self.start_length:
             return self.start
-        return current
-
-    def _frequencies(self, length: int) -> RopeFrequencies:
-        s = self.start
-        with warnings.catch_warnings():  # reported once, when the instance was made
-            warnings.simplefilter("ignore")
-            return rope_frequencies(s.head_dim, base=s.base, rotary_dim=s.rotary_dim, scaling=self.scaling,
-                                    max_position_embeddings=self.max_len, seq_len=length)
+        if self.last is None or self.last[0] != self.current:
+            s = self.start
+            with warnings.catch_warnings():  # reported once, when the instance was made
+                warnings.simplefilter("ignore")
+                freqs = rope_frequencies(s.head_dim, base=s.base, rotary_dim=s.rotary_dim, scaling=self.scaling,
+                                         max_position_embeddings=self.max_position_embeddings, seq_len=self.current)
+            self.last = (self.current, freqs)
+        return self.last[1]

@@ -42,7 +42,7 @@ def relative_decay_bound(inv_freq: np.ndarray, distances: np.ndarray) -> np.ndar
     Examples
     --------
     >>> import numpy as np
-    >>> from arrayrope._plot import relative_decay_bound
+    >>> from arrayrope.cli.plot import relative_decay_bound
     >>> relative_decay_bound(np.array([1.0, 0.1, 0.01]), np.array([0.0])).tolist()  # (1 + 2 + 3) / 3
     [2.0]
     """

@@ -17,17 +17,20 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-from typing import Any
 
 import numpy as np
 
-from . import _checks, _xp
-from .tables import _dtype
+from .. import backends
+from .._lib import checks
+from .._lib.dtypes import table_dtype, work_dtype
+from .._lib.types import Array, Device, DType, Namespace
 
 __all__ = ["alibi_slopes", "alibi_bias", "t5_relative_buckets", "t5_relative_bias"]
 
 
-def alibi_slopes(num_heads: int, *, xp: Any = None, dtype: Any = None, device: Any = None) -> Any:
+def alibi_slopes(
+    num_heads: int, *, xp: Namespace | None = None, dtype: DType | None = None, device: Device = None
+) -> Array:
     """The ALiBi head slopes, shape ``(num_heads,)``.
 
     For ``n`` a power of two, head ``h = 1..n`` has slope ``2 ** (-8h / n)``.
@@ -51,9 +54,9 @@ def alibi_slopes(num_heads: int, *, xp: Any = None, dtype: Any = None, device: A
     >>> arrayrope.alibi_slopes(6).tolist()[4:]  # after the 4 slopes of 4 heads: 2**-1, 2**-3
     [0.5, 0.125]
     """
-    num_heads = _checks.positive_int(num_heads, "num_heads")
-    ns = _namespace(xp)
-    return _from_host(ns, _slopes(num_heads), _dtype(ns, dtype, device), device)
+    num_heads = checks.positive_int(num_heads, "num_heads")
+    ns = backends.namespace(xp=xp)
+    return _from_host(ns, _slopes(num_heads), table_dtype(ns, dtype, device), device)
 
 
 def _slopes(n: int) -> np.ndarray:
@@ -71,10 +74,10 @@ def alibi_bias(
     *,
     causal: bool = True,
     offset: int | None = None,
-    xp: Any = None,
-    dtype: Any = None,
-    device: Any = None,
-) -> Any:
+    xp: Namespace | None = None,
+    dtype: DType | None = None,
+    device: Device = None,
+) -> Array:
     """The ALiBi bias ``-slope_h * distance``, shape ``(num_heads, q_len, k_len)``.
 
     Parameters
@@ -106,12 +109,11 @@ def alibi_bias(
     >>> b[1].tolist()  # the second of two heads: slope 2**-8
     [[0.0, -inf, -inf], [-0.00390625, 0.0, -inf], [-0.0078125, -0.00390625, 0.0]]
     """
-    num_heads = _checks.positive_int(num_heads, "num_heads")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be a bool, got {causal!r}")
-    ns = _namespace(xp)
-    out_dtype = _dtype(ns, dtype, device)
-    work = ns.float64 if _xp.has_float64(ns, device) else ns.float32
+    num_heads = checks.positive_int(num_heads, "num_heads")
+    causal = checks.boolean(causal, "causal")
+    ns = backends.namespace(xp=xp)
+    out_dtype = table_dtype(ns, dtype, device)
+    work = work_dtype(ns, device)
     rel = _relative(ns, q_len, k_len, offset, device)  # key - query: <= 0 for earlier keys
     slopes = _from_host(ns, _slopes(num_heads), work, device)[:, None, None]
     if causal:
@@ -123,12 +125,12 @@ def alibi_bias(
 
 
 def t5_relative_buckets(
-    relative_position: Any,
+    relative_position: Array,
     *,
     bidirectional: bool = True,
     num_buckets: int = 32,
     max_distance: int = 128,
-) -> Any:
+) -> Array:
     """T5's bucket of each relative position ``key - query``; same shape and dtype.
 
     With ``B = num_buckets`` (halved when bidirectional: ``B/2`` buckets per
@@ -164,15 +166,13 @@ def t5_relative_buckets(
     >>> arrayrope.t5_relative_buckets(rel, bidirectional=False).tolist()
     [31, 17, 3, 0, 0, 0, 0]
     """
-    _xp.check_array(relative_position, "relative_position")
-    ns = _xp.namespace(relative_position, names=("relative_position",))
+    ns = backends.namespace(relative_position, names=("relative_position",))
     rel = relative_position
-    if ns.isdtype(rel.dtype, "bool") or not ns.isdtype(rel.dtype, "integral"):
+    if not backends.is_integral(ns, rel.dtype):
         raise TypeError(f"relative_position must have an integer dtype, got {rel.dtype}")
-    if not isinstance(bidirectional, (bool, np.bool_)):
-        raise TypeError(f"bidirectional must be a bool, got {bidirectional!r}")
-    num_buckets = _checks.positive_int(num_buckets, "num_buckets")
-    max_distance = _checks.positive_int(max_distance, "max_distance")
+    bidirectional = checks.boolean(bidirectional, "bidirectional")
+    num_buckets = checks.positive_int(num_buckets, "num_buckets")
+    max_distance = checks.positive_int(max_distance, "max_distance")
     if num_buckets < 2:
         raise ValueError(f"num_buckets must be >= 2, got {num_buckets}")
     per_side = num_buckets // 2 if bidirectional else num_buckets
@@ -188,7 +188,7 @@ def t5_relative_buckets(
             f"max_distance must exceed the {exact} exact buckets (num_buckets={num_buckets}, "
             f"bidirectional={bidirectional}), got {max_distance}"
         )
-    device = _xp.device_of(rel)
+    device = backends.device_of(rel)
     zero = ns.zeros((), dtype=rel.dtype, device=device)
     if bidirectional:
         n = ns.abs(rel)
@@ -232,14 +232,14 @@ def _bucket_table(num_buckets: int, max_distance: int) -> np.ndarray:
 
 
 def t5_relative_bias(
-    table: Any,
+    table: Array,
     q_len: int,
     k_len: int,
     *,
     bidirectional: bool = True,
     max_distance: int = 128,
     offset: int | None = None,
-) -> Any:
+) -> Array:
     """The bias of a learned T5 table, shape ``(num_heads, q_len, k_len)``.
 
     Parameters
@@ -270,11 +270,10 @@ def t5_relative_bias(
     >>> b[0].tolist()  # head 0: rows are queries at positions 1 and 2
     [[2.0, 0.0, 34.0], [4.0, 2.0, 0.0]]
     """
-    _xp.check_array(table, "table")
-    ns = _xp.namespace(table, names=("table",))
+    ns = backends.namespace(table, names=("table",))
     if table.ndim != 2:
         raise ValueError(f"table must have shape (num_buckets, num_heads), got shape {tuple(table.shape)}")
-    device = _xp.device_of(table)
+    device = backends.device_of(table)
     rel = _relative(ns, q_len, k_len, offset, device)
     buckets = t5_relative_buckets(rel, bidirectional=bidirectional, num_buckets=table.shape[0], max_distance=max_distance)
     q, k = tuple(rel.shape)
@@ -282,14 +281,10 @@ def t5_relative_bias(
     return ns.permute_dims(ns.reshape(values, (q, k, table.shape[1])), (2, 0, 1))
 
 
-def _namespace(xp: Any) -> Any:
-    return _xp.namespace(xp=xp) if xp is not None else _xp.namespace()
-
-
-def _relative(xp: Any, q_len: Any, k_len: Any, offset: Any, device: Any) -> Any:
+def _relative(xp: Namespace, q_len: int, k_len: int, offset: int | None, device: Device) -> Array:
     """``key - query`` positions, shape ``(q_len, k_len)``, default integer dtype."""
-    q_len = _checks.positive_int(q_len, "q_len")
-    k_len = _checks.positive_int(k_len, "k_len")
+    q_len = checks.positive_int(q_len, "q_len")
+    k_len = checks.positive_int(k_len, "k_len")
     if offset is None:
         offset = k_len - q_len
     elif isinstance(offset, bool) or not isinstance(offset, numbers.Integral):
@@ -299,7 +294,7 @@ def _relative(xp: Any, q_len: Any, k_len: Any, offset: Any, device: Any) -> Any:
     return keys[None, :] - queries[:, None]
 
 
-def _from_host(xp: Any, values: np.ndarray, dtype: Any, device: Any) -> Any:
+def _from_host(xp: Namespace, values: np.ndarray, dtype: DType, device: Device) -> Array:
     """A float64 host array on ``device`` in ``dtype`` (through float32 where float64 is missing)."""
     if dtype == xp.float64:
         return xp.asarray(values, dtype=xp.float64, device=device)

@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from . import _checks, _xp
-from .frequencies import RopeFrequencies
-from .rotary import apply_rotary
-from .tables import rope_tables
+from .. import backends
+from .._lib import checks
+from .._lib.dtypes import table_dtype_for
+from .._lib.types import Array, Layout
+from ..apply import apply_rotary
+from ..frequencies import RopeFrequencies
+from ..tables import rope_tables
 
 __all__ = ["rerotate"]
 
 
 def rerotate(
-    x: Any,
+    x: Array,
     *,
-    positions: Any,
+    positions: Array | int,
     from_freqs: RopeFrequencies,
     to_freqs: RopeFrequencies,
-    layout: str = "half",
+    layout: Layout = "half",
     apply_attention_factor: bool = True,
-) -> Any:
+) -> Array:
     """Re-express keys rotated with ``from_freqs`` as if they had been rotated with ``to_freqs``.
 
     Rotations about one plane compose by adding angles, ``R(θ' p) = R((θ' - θ) p) R(θ p)``,
@@ -75,14 +76,14 @@ def rerotate(
             "from_freqs and to_freqs must share head_dim and rotary_dim, got "
             f"({from_freqs.head_dim}, {from_freqs.rotary_dim}) and ({to_freqs.head_dim}, {to_freqs.rotary_dim})"
         )
-    _checks.layout(layout)
-    _xp.check_array(x, "x")
-    xp = _xp.namespace(x, names=("x",))
-    if not xp.isdtype(x.dtype, "real floating"):
+    checks.layout(layout)
+    xp = backends.namespace(x, names=("x",))
+    if not backends.is_real_floating(xp, x.dtype):
         raise TypeError(f"x must have a real floating dtype, got {x.dtype}")
     if x.shape[-1] != from_freqs.head_dim:
         raise ValueError(f"x.shape[-1] must be head_dim={from_freqs.head_dim}, got {x.shape[-1]}")
-    factor = to_freqs.attention_factor / from_freqs.attention_factor if apply_attention_factor else 1.0
+    rescale = checks.boolean(apply_attention_factor, "apply_attention_factor")
+    factor = to_freqs.attention_factor / from_freqs.attention_factor if rescale else 1.0
     delta = RopeFrequencies(
         np.asarray(to_freqs.inv_freq) - np.asarray(from_freqs.inv_freq),
         from_freqs.head_dim,
@@ -91,10 +92,7 @@ def rerotate(
         from_freqs.base,
         "difference",
     )
-    device = _xp.device_of(x)
-    dtype = xp.float64 if x.dtype == xp.float64 else xp.float32
-    if not _xp.compat.is_array_api_obj(positions) and not isinstance(positions, int):
-        positions = xp.asarray(np.asarray(positions), device=device)
-    cos, sin = rope_tables(delta, positions, xp=xp, dtype=dtype, device=device)
+    device = backends.device_of(x)
+    cos, sin = rope_tables(delta, positions, xp=xp, dtype=table_dtype_for(xp, x.dtype), device=device)
     # like the attention factor of rope_tables, the rescaling touches the rotary features only
     return apply_rotary(x, cos, sin, layout=layout)

@@ -12,17 +12,14 @@ Pair ``i`` rotates by the angle whose cos/sin are ``cos[..., i]``/``sin[..., i]`
 
 from __future__ import annotations
 
-from typing import Any
-
-import array_api_compat.numpy as _NUMPY_NS  # the namespace NumPy arrays resolve to
-import numpy as np
-
-from . import _checks, _kernels, _xp
+from . import backends
+from ._lib import checks
+from ._lib.types import LAYOUTS, Array, Layout, Namespace
 
 __all__ = ["apply_rotary", "to_interleaved", "to_half", "permute_rotary_rows"]
 
 
-def apply_rotary(x: Any, cos: Any, sin: Any, *, layout: str = "half") -> Any:
+def apply_rotary(x: Array, cos: Array, sin: Array, *, layout: Layout = "half") -> Array:
     """Rotate the leading ``2 * cos.shape[-1]`` features of ``x``'s last axis.
 
     Parameters
@@ -47,7 +44,9 @@ def apply_rotary(x: Any, cos: Any, sin: Any, *, layout: str = "half") -> Any:
     -----
     Shapes, dtypes, namespaces and devices are checked on every backend, also
     while JAX traces; values are never inspected, so Dask builds the result
-    lazily and ``jax.jit`` traces it.
+    lazily and ``jax.jit`` traces it. NumPy, PyTorch, Dask and JAX arrays take a
+    fast path of their library (:mod:`arrayrope.backends`) that computes the values
+    of the reference below with fewer passes over memory.
 
     Examples
     --------
@@ -59,60 +58,38 @@ def apply_rotary(x: Any, cos: Any, sin: Any, *, layout: str = "half") -> Any:
     >>> bool(np.allclose(y, [[np.cos(1.0), 0.0, np.sin(1.0), 0.0]]))
     True
     """
-    xp = _check_rotary_args(x, cos, sin)
-    if layout not in _checks.LAYOUTS:
-        _checks.layout(layout)
-    return _rotate(xp, x, cos, sin, layout)
+    xp = check_rotary_args(x, cos, sin)
+    if layout not in LAYOUTS:
+        checks.layout(layout)
+    return rotate(xp, x, cos, sin, layout)
 
 
-def _rotate(xp: Any, x: Any, cos: Any, sin: Any, layout: str) -> Any:
-    """Checked arguments -> rotated copy: a backend kernel where one exists, else the reference.
-
-    ``xp`` may be None (resolved here only when the reference runs). The kernels
-    (:mod:`arrayrope._kernels`: NumPy, PyTorch, Dask, JAX) compute the same values
-    with fewer passes over memory; CuPy, array_api_strict and others use the reference.
-    """
-    kernel = _kernels.select(x)
-    if kernel is None:
-        return _rotate_generic(xp if xp is not None else _xp.namespace(x), x, cos, sin, layout)
-    return kernel(x, cos, sin, layout, xp)
+def rotate(xp: Namespace | None, x: Array, cos: Array, sin: Array, layout: str) -> Array:
+    """Checked arguments -> rotated copy, by the fast path of ``x``'s library or the reference."""
+    return backends.rotate(xp, x, cos, sin, layout, _rotate_generic)
 
 
-def _check_rotary_args(x: Any, cos: Any, sin: Any) -> Any:
-    t = type(x)
-    if t is type(cos) and t is type(sin):  # plain NumPy arrays or torch tensors: no namespace lookups
-        if t is np.ndarray:
-            if _numpy_ok(x, cos, sin):
-                return _NUMPY_NS
-            return _check_plain(x, cos, sin, _NUMPY_NS)  # raises the error that applies
-        if t.__module__ == "torch" and t.__name__ == "Tensor":
-            if x.device != cos.device or x.device != sin.device:
-                _xp.same_device(x, cos, "x", "cos")
-                _xp.same_device(x, sin, "x", "sin")
-            return _check_plain(x, cos, sin, _torch_namespace())
-    _xp.check_array(x, "x")
-    _xp.check_array(cos, "cos")
-    _xp.check_array(sin, "sin")
-    xp = _xp.namespace(x, cos, sin, names=("x", "cos", "sin"))
+def check_rotary_args(x: Array, cos: Array, sin: Array) -> Namespace:
+    """The namespace of ``x``, ``cos`` and ``sin`` after checking that they can be applied together."""
+    xp = backends.namespace(x, cos, sin, names=("x", "cos", "sin"))
     for name, a in (("x", x), ("cos", cos), ("sin", sin)):
-        if not xp.isdtype(a.dtype, "real floating"):
+        if not backends.is_real_floating(xp, a.dtype):
             raise TypeError(f"{name} must have a real floating dtype, got {a.dtype}")
-    _xp.same_device(x, cos, "x", "cos")
-    _xp.same_device(x, sin, "x", "sin")
+    backends.same_device(x, cos, "x", "cos")
+    backends.same_device(x, sin, "x", "sin")
     xs, cs = tuple(x.shape), tuple(cos.shape)
     if cs != tuple(sin.shape):
         raise ValueError(f"cos and sin must have one shape, got {cs} and {tuple(sin.shape)}")
-    if x.ndim < 1 or cos.ndim < 1:
+    if not xs or not cs:
         raise ValueError(f"x and cos need a feature axis; got x.shape={xs}, cos.shape={cs}")
-    half = cs[-1]
-    if _xp.known(half) and _xp.known(xs[-1]) and (half < 1 or 2 * half > xs[-1]):
+    half, known = cs[-1], backends.known
+    if known(half) and known(xs[-1]) and (half < 1 or 2 * half > xs[-1]):
         raise ValueError(
             f"cos.shape[-1]={half} rotates {2 * half} features but x has {xs[-1]}; "
             f"expected 1 <= cos.shape[-1] <= {xs[-1] // 2} (rotary_dim // 2)"
         )
-    lead = _xp.broadcast_shapes(xs[:-1], cs[:-1])
-    if lead is None or len(lead) != len(xs) - 1 or any(
-        _xp.known(a) and _xp.known(b) and a != b for a, b in zip(lead, xs[:-1])
+    if len(cs) > len(xs) or any(
+        known(c) and known(s) and c != 1 and c != s for c, s in zip(reversed(cs[:-1]), reversed(xs[:-1]), strict=False)
     ):
         raise ValueError(
             f"cos/sin of shape {cs} do not broadcast against x of shape {xs}: "
@@ -121,65 +98,10 @@ def _check_rotary_args(x: Any, cos: Any, sin: Any) -> Any:
     return xp
 
 
-def _numpy_ok(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> bool:
-    """Whether NumPy arguments pass every check (the common case, answered in a few comparisons)."""
-    xs, cs = x.shape, cos.shape
-    n = len(cs)
-    if not (x.dtype.kind == cos.dtype.kind == sin.dtype.kind == "f" and cs == sin.shape and 0 < n <= len(xs)):
-        return False
-    if not 0 < 2 * cs[-1] <= xs[-1]:
-        return False
-    for i in range(2, n + 1):
-        if cs[-i] != 1 and cs[-i] != xs[-i]:
-            return False
-    return True
-
-
-def _torch_namespace() -> Any:
-    global _TORCH_NS
-    if _TORCH_NS is None:
-        import array_api_compat.torch as ns
-
-        _TORCH_NS = ns
-    return _TORCH_NS
-
-
-_TORCH_NS = None
-
-
-def _real_floating(a: Any) -> bool:
-    dt = a.dtype
-    kind = getattr(dt, "kind", None)  # NumPy
-    return kind == "f" if kind is not None else bool(dt.is_floating_point)  # torch
-
-
-def _check_plain(x: Any, cos: Any, sin: Any, xp: Any) -> Any:
-    """The checks of :func:`_check_rotary_args` for NumPy arrays or torch tensors on one device."""
-    for name, a in (("x", x), ("cos", cos), ("sin", sin)):
-        if not _real_floating(a):
-            raise TypeError(f"{name} must have a real floating dtype, got {a.dtype}")
-    xs, cs = tuple(x.shape), tuple(cos.shape)
-    if cs != tuple(sin.shape):
-        raise ValueError(f"cos and sin must have one shape, got {cs} and {tuple(sin.shape)}")
-    if not xs or not cs:
-        raise ValueError(f"x and cos need a feature axis; got x.shape={xs}, cos.shape={cs}")
-    half = cs[-1]
-    if half < 1 or 2 * half > xs[-1]:
-        raise ValueError(
-            f"cos.shape[-1]={half} rotates {2 * half} features but x has {xs[-1]}; "
-            f"expected 1 <= cos.shape[-1] <= {xs[-1] // 2} (rotary_dim // 2)"
-        )
-    n = len(xs) - 1
-    if len(cs) - 1 > n or any(c != 1 and c != s for c, s in zip(reversed(cs[:-1]), reversed(xs[:-1]))):
-        raise ValueError(
-            f"cos/sin of shape {cs} do not broadcast against x of shape {xs}: "
-            f"cos.shape[:-1] must broadcast to x.shape[:-1]={xs[:-1]}"
-        )
-    return xp
-
-
-def _rotate_generic(xp: Any, x: Any, cos: Any, sin: Any, layout: str) -> Any:
+def _rotate_generic(xp: Namespace | None, x: Array, cos: Array, sin: Array, layout: str) -> Array:
     """The reference implementation, pure Array API (every fast path is tested against it)."""
+    if xp is None:
+        xp = backends.namespace(x)
     dtype = x.dtype
     work = xp.result_type(dtype, cos.dtype)
     h = cos.shape[-1]
@@ -202,16 +124,16 @@ def _rotate_generic(xp: Any, x: Any, cos: Any, sin: Any, layout: str) -> Any:
     return out
 
 
-def _rotary_width(x: Any, rotary_dim: int | None) -> int:
+def _rotary_width(x: Array, rotary_dim: int | None) -> int:
     d = x.shape[-1]
     if rotary_dim is None:
         if d % 2:
             raise ValueError(f"x.shape[-1]={d} is odd; pass an even rotary_dim <= {d}")
         return d
-    return _checks.rotary_dim(rotary_dim, d, "rotary_dim")
+    return checks.rotary_dim(rotary_dim, d, "rotary_dim")
 
 
-def to_interleaved(x: Any, *, rotary_dim: int | None = None) -> Any:
+def to_interleaved(x: Array, *, rotary_dim: int | None = None) -> Array:
     """Reorder features from the half-split layout to the interleaved one.
 
     ``out[..., 2i] = x[..., i]`` and ``out[..., 2i + 1] = x[..., i + r/2]`` for the
@@ -227,8 +149,7 @@ def to_interleaved(x: Any, *, rotary_dim: int | None = None) -> Any:
     >>> arrayrope.to_interleaved(np.arange(6), rotary_dim=4).tolist()
     [0, 2, 1, 3, 4, 5]
     """
-    _xp.check_array(x, "x")
-    xp = _xp.namespace(x, names=("x",))
+    xp = backends.namespace(x, names=("x",))
     r = _rotary_width(x, rotary_dim)
     h = r // 2
     lead = tuple(x.shape[:-1])
@@ -236,7 +157,7 @@ def to_interleaved(x: Any, *, rotary_dim: int | None = None) -> Any:
     return out if r == x.shape[-1] else xp.concat([out, x[..., r:]], axis=-1)
 
 
-def to_half(x: Any, *, rotary_dim: int | None = None) -> Any:
+def to_half(x: Array, *, rotary_dim: int | None = None) -> Array:
     """Reorder features from the interleaved layout to the half-split one (inverse of :func:`to_interleaved`).
 
     Examples
@@ -245,8 +166,7 @@ def to_half(x: Any, *, rotary_dim: int | None = None) -> Any:
     >>> arrayrope.to_half(np.arange(6)).tolist()
     [0, 2, 4, 1, 3, 5]
     """
-    _xp.check_array(x, "x")
-    xp = _xp.namespace(x, names=("x",))
+    xp = backends.namespace(x, names=("x",))
     r = _rotary_width(x, rotary_dim)
     lead = tuple(x.shape[:-1])
     pairs = xp.reshape(x[..., :r], lead + (r // 2, 2))
@@ -255,13 +175,13 @@ def to_half(x: Any, *, rotary_dim: int | None = None) -> Any:
 
 
 def permute_rotary_rows(
-    w: Any,
+    w: Array,
     *,
     num_heads: int,
     head_dim: int,
     rotary_dim: int | None = None,
-    to: str = "half",
-) -> Any:
+    to: Layout = "half",
+) -> Array:
     """Permute the rows of a q or k projection so a checkpoint runs with the other layout.
 
     ``w`` has ``num_heads * head_dim`` rows (axis 0; a weight ``(rows, in)`` or a
@@ -278,12 +198,11 @@ def permute_rotary_rows(
     >>> arrayrope.permute_rotary_rows(w, num_heads=2, head_dim=4)[:, 0].tolist()
     [0, 2, 1, 3, 4, 6, 5, 7]
     """
-    _xp.check_array(w, "w")
-    xp = _xp.namespace(w, names=("w",))
-    num_heads = _checks.positive_int(num_heads, "num_heads")
-    head_dim = _checks.positive_int(head_dim, "head_dim")
-    r = _checks.rotary_dim(rotary_dim, head_dim)
-    _checks.choice(to, "to", ("half", "interleaved"))
+    xp = backends.namespace(w, names=("w",))
+    num_heads = checks.positive_int(num_heads, "num_heads")
+    head_dim = checks.positive_int(head_dim, "head_dim")
+    r = checks.rotary_dim(rotary_dim, head_dim)
+    checks.choice(to, "to", LAYOUTS)
     if w.ndim not in (1, 2) or w.shape[0] != num_heads * head_dim:
         raise ValueError(
             f"w must have num_heads * head_dim = {num_heads * head_dim} rows (axis 0) and 1 or 2 dims, "

@@ -13,11 +13,11 @@ import sys
 
 # command name -> module implementing it
 COMMANDS: dict[str, str] = {
-    "demo": "arrayrope._demo",
-    "parity": "arrayrope._parity_cli",
-    "export": "arrayrope._cli_export",
-    "check": "arrayrope._cli_check",
-    "plot": "arrayrope._plot",
+    "demo": "arrayrope.cli.demo",
+    "parity": "arrayrope.cli.parity",
+    "export": "arrayrope.cli.export",
+    "check": "arrayrope.cli.check",
+    "plot": "arrayrope.cli.plot",
 }
 
 

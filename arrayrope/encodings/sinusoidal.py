@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from . import _checks, _xp
-from .frequencies import rope_frequencies
-from .tables import rope_tables
+from .. import backends
+from .._lib import checks
+from .._lib.types import Array, Device, DType, Namespace, SinusoidalLayout
+from ..frequencies import rope_frequencies
+from ..tables import rope_tables
 
 __all__ = ["sinusoidal_embedding"]
 
 
 def sinusoidal_embedding(
-    positions: Any,
+    positions: Array | int,
     dim: int,
     *,
     base: float = 10000.0,
-    layout: str = "interleaved",
-    xp: Any = None,
-    dtype: Any = None,
-    device: Any = None,
-) -> Any:
+    layout: SinusoidalLayout = "interleaved",
+    xp: Namespace | None = None,
+    dtype: DType | None = None,
+    device: Device = None,
+) -> Array:
     """Sinusoidal embedding ``sin/cos(pos / base ** (2i / dim))``, shape ``positions.shape + (dim,)``.
 
     Parameters
@@ -44,13 +44,13 @@ def sinusoidal_embedding(
     >>> bool(np.allclose(pe[1], [np.sin(1), np.cos(1), np.sin(0.01), np.cos(0.01)]))
     True
     """
-    dim = _checks.positive_int(dim, "dim")
+    dim = checks.positive_int(dim, "dim")
     if dim % 2:
         raise ValueError(f"dim must be even (sin and cos come in pairs), got {dim}")
-    _checks.choice(layout, "layout", ("interleaved", "concat"))
+    checks.choice(layout, "layout", ("interleaved", "concat"))
     freqs = rope_frequencies(dim, base=base)
     cos, sin = rope_tables(freqs, positions, xp=xp, dtype=dtype, device=device)
-    ns = _xp.namespace(cos)
+    ns = backends.namespace(cos)
     if layout == "concat":
         return ns.concat([sin, cos], axis=-1)
     lead = tuple(cos.shape[:-1])

@@ -1,0 +1,50 @@
+"""Dtype rules, in one place: which dtype tables take and in which dtype they are computed.
+
+* Tables default to float32 on every backend (:data:`DEFAULT_TABLE`).
+* Angles are computed in float64 where the namespace and device have it, else by
+  the exact float32 method of :mod:`.digits` (:func:`work_dtype`).
+* Inputs are rotated by tables of float64 when they are float64, else float32:
+  half-precision inputs are rotated in float32 and rounded once (:func:`table_dtype_for`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import backends
+from .types import DType, Namespace
+
+DEFAULT_TABLE = "float32"
+
+
+def table_dtype(xp: Namespace, dtype: DType | None, device: Any) -> DType:
+    """The table dtype a user asked for (a dtype of ``xp`` or its name), checked; float32 when None."""
+    if dtype is None:
+        return xp.float32
+    if isinstance(dtype, str):
+        found = getattr(xp, dtype, None)
+        if found is None:
+            raise ValueError(f"dtype {dtype!r} is not available in {backends.library_name(xp)}")
+        dtype = found
+    if not backends.is_real_floating(xp, dtype):
+        raise TypeError(f"dtype must be a real floating dtype of {backends.library_name(xp)}, got {dtype!r}")
+    if dtype == xp.float64 and not backends.has_float64(xp, device):
+        raise ValueError(f"dtype float64 is not supported by {backends.library_name(xp)} on device {device}")
+    return dtype
+
+
+def work_dtype(xp: Namespace, device: Any) -> DType:
+    """float64 where ``xp`` has it on ``device``, else float32."""
+    return xp.float64 if backends.has_float64(xp, device) else xp.float32
+
+
+def table_dtype_for(xp: Namespace, x_dtype: DType) -> DType:
+    """Tables for rotating an input of ``x_dtype``: float64 for float64 inputs, float32 otherwise."""
+    return xp.float64 if x_dtype == xp.float64 else xp.float32
+
+
+def host_dtype(xp: Namespace, dtype: DType) -> np.dtype[Any]:
+    """The NumPy dtype that holds a float64 or float32 table of ``xp`` on the host."""
+    return np.dtype(np.float64 if dtype == xp.float64 else np.float32)

@@ -1,0 +1,28 @@
+"""Type aliases: arrays of any library, and the ``Literal`` choices of the public API.
+
+An array is typed :data:`Array` (``Any``): the Array API has no static type that
+NumPy, PyTorch, CuPy, JAX, Dask and array_api_strict arrays all satisfy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeAlias, get_args
+
+Array: TypeAlias = Any
+"""An array of any Array API library (NumPy, PyTorch, CuPy, JAX, Dask, array_api_strict)."""
+Namespace: TypeAlias = Any
+"""An Array API namespace (``array_api_compat.numpy``, ``array_api_strict``, ``jax.numpy``...)."""
+Device: TypeAlias = Any
+"""A device of a namespace (``"cpu"``, ``torch.device("cuda")``...)."""
+DType: TypeAlias = Any
+"""A dtype object of a namespace, or its name (``"float32"``)."""
+
+Layout: TypeAlias = Literal["half", "interleaved"]
+"""Which features pair up: ``"half"`` (i with i + r/2) or ``"interleaved"`` (2i with 2i + 1)."""
+Axes: TypeAlias = Literal["bhsd", "bshd"]
+"""Where batch, heads, sequence and features sit in a 4-D query or key."""
+SinusoidalLayout: TypeAlias = Literal["interleaved", "concat"]
+"""Sinusoidal feature order: sin/cos alternating, or all sines then all cosines."""
+
+LAYOUTS: tuple[Layout, ...] = get_args(Layout)
+AXES: tuple[Axes, ...] = get_args(Axes)

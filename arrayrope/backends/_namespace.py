@@ -1,0 +1,229 @@
+"""Which library an array belongs to, its namespace, device and capabilities: decided here, once.
+
+Everything above this package is written against the Array API standard and asks
+these functions what it needs to know about an array. Answers that depend only on
+an array's type or dtype are cached, so that a call costs dictionary lookups, not
+``array_api_compat``'s per-array inspection.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import array_api_compat as compat
+
+__all__ = [
+    "library_of",
+    "is_array",
+    "namespace",
+    "default_namespace",
+    "device_of",
+    "same_device",
+    "to_device",
+    "has_float64",
+    "is_lazy",
+    "is_real_floating",
+    "is_integral",
+    "library_name",
+]
+
+# top-level module of an array type -> the library it belongs to
+_MODULES = {
+    "numpy": "numpy",
+    "torch": "torch",
+    "jax": "jax",
+    "jaxlib": "jax",
+    "dask": "dask",
+    "cupy": "cupy",
+    "array_api_strict": "array_api_strict",
+}
+# libraries whose arrays all live on one device (no device check needed)
+_ONE_DEVICE = frozenset({"numpy", "dask"})
+
+_library_of_type: dict[type, str | None] = {}
+_namespace_of_type: dict[type, Any] = {}
+_normalized: dict[int, Any] = {}
+_float64: dict[tuple[int, Any], bool] = {}
+_real_floating: dict[tuple[int, Any], bool] = {}
+_integral: dict[tuple[int, Any], bool] = {}
+
+
+def library_of(x: object) -> str | None:
+    """``"numpy"``, ``"torch"``, ``"jax"``, ``"dask"``, ``"cupy"``, ``"array_api_strict"`` or None.
+
+    Decided by the array's type alone (cached per type): the one place where a
+    module name tells which library an object comes from.
+    """
+    t = type(x)
+    try:
+        return _library_of_type[t]
+    except KeyError:
+        lib = _MODULES.get(t.__module__.split(".")[0])
+        _library_of_type[t] = lib
+        return lib
+
+
+def is_array(x: object) -> bool:
+    """Whether ``x`` is an array of an Array API library."""
+    return type(x) in _namespace_of_type or compat.is_array_api_obj(x)
+
+
+def _namespace_of(a: Any) -> Any:
+    t = type(a)
+    ns = _namespace_of_type.get(t)
+    if ns is None:
+        ns = compat.array_namespace(a)
+        if library_of(a) is not None:  # a namespace that depends on the type alone
+            _namespace_of_type[t] = ns
+    return ns
+
+
+def default_namespace() -> Any:
+    """The namespace used when no array says otherwise: NumPy's."""
+    import numpy as np
+
+    return _namespace_of(np.empty(0))
+
+
+def namespace(*arrays: Any, xp: Any = None, names: tuple[str, ...] = ()) -> Any:
+    """The array namespace of ``arrays``, or ``xp`` normalised to a compliant one.
+
+    ``xp`` may be a raw module (``numpy``, ``torch``, ``cupy``, ``dask.array``,
+    ``jax.numpy``) or a compliant namespace; raw modules are mapped to their
+    ``array_api_compat`` wrappers. ``None`` entries of ``arrays`` are skipped;
+    ``names`` label the arrays in the ``TypeError`` raised for a non-array or for
+    arrays of different libraries.
+    """
+    ns = None
+    if xp is not None:
+        ns = _normalized.get(id(xp))
+        if ns is None:
+            ns = _namespace_of(xp.asarray(0))
+            _normalized[id(xp)] = ns
+    found = None
+    first_name = ""
+    for i, a in enumerate(arrays):
+        if a is None:
+            continue
+        name = names[i] if i < len(names) else f"argument {i}"
+        t = type(a)
+        this = _namespace_of_type.get(t)
+        if this is None:
+            if not compat.is_array_api_obj(a):
+                raise TypeError(
+                    f"{name} must be an array (NumPy, PyTorch, CuPy, JAX, Dask...), got {type(a).__name__}"
+                )
+            this = _namespace_of(a)
+        if found is None:
+            found, first_name = this, name
+        elif this is not found:
+            raise TypeError(
+                f"{name} is a {library_name(this)} array but {first_name} is a {library_name(found)} array; "
+                "pass arrays of one library"
+            )
+    if found is None:
+        return ns if ns is not None else default_namespace()
+    if ns is not None and found is not ns:
+        raise TypeError(
+            f"{first_name} is a {library_name(found)} array but xp={library_name(ns)}; "
+            "pass xp=None or arrays of that library"
+        )
+    return found
+
+
+def library_name(ns: Any) -> str:
+    """A short name of a namespace for messages (``numpy``, ``torch``, ``array_api_strict``...)."""
+    name = getattr(ns, "__name__", repr(ns))
+    return str(name).replace("array_api_compat.", "")
+
+
+def device_of(x: Any) -> Any:
+    """The device of ``x`` (``None`` for a JAX array being traced)."""
+    return compat.device(x)
+
+
+def same_device(a: Any, b: Any, name_a: str, name_b: str) -> None:
+    """Raise ``ValueError`` when ``a`` and ``b`` live on different devices."""
+    if library_of(a) in _ONE_DEVICE and type(a) is type(b):
+        return
+    da, db = compat.device(a), compat.device(b)
+    if da is None or db is None or da == db:
+        return
+    raise ValueError(f"{name_b} is on device {db} but {name_a} is on device {da}; move one of them")
+
+
+def to_device(x: Any, device: Any) -> Any:
+    """``x`` on ``device`` (itself when it is there already)."""
+    return compat.to_device(x, device)
+
+
+def _key(obj: Any) -> Any:
+    try:
+        hash(obj)
+    except TypeError:
+        return repr(obj)
+    return obj
+
+
+def has_float64(xp: Any, device: Any) -> bool:
+    """Whether ``xp`` computes in float64 on ``device`` (JAX without x64, Apple MPS do not)."""
+    key = (id(xp), _key(device))
+    ok = _float64.get(key)
+    if ok is None:
+        try:
+            info = xp.__array_namespace_info__()
+            ok = "float64" in info.dtypes(device=device, kind="real floating")
+        except Exception:  # a namespace without the inspection API: try it
+            try:
+                ok = xp.asarray(1.0, dtype=xp.float64, device=device).dtype == xp.float64
+            except Exception:
+                ok = False
+        _float64[key] = bool(ok)
+    return bool(ok)
+
+
+def is_lazy(x: Any) -> bool:
+    """Whether values of ``x`` cannot be inspected without forcing computation (JAX, Dask)."""
+    return bool(compat.is_lazy_array(x))
+
+
+def is_real_floating(xp: Any, dtype: Any) -> bool:
+    """``xp.isdtype(dtype, "real floating")``, cached per namespace and dtype."""
+    key = (id(xp), dtype)
+    try:
+        return _real_floating[key]
+    except (KeyError, TypeError):
+        pass
+    try:
+        ok = bool(xp.isdtype(dtype, "real floating"))
+    except Exception:
+        ok = False
+    try:
+        _real_floating[key] = ok
+    except TypeError:  # an unhashable dtype: not cached
+        pass
+    return ok
+
+
+def is_integral(xp: Any, dtype: Any) -> bool:
+    """Whether ``dtype`` is an integer dtype (bool is not), cached per namespace and dtype."""
+    key = (id(xp), dtype)
+    try:
+        return _integral[key]
+    except (KeyError, TypeError):
+        pass
+    try:
+        ok = bool(xp.isdtype(dtype, "integral")) and not bool(xp.isdtype(dtype, "bool"))
+    except Exception:
+        ok = False
+    try:
+        _integral[key] = ok
+    except TypeError:
+        pass
+    return ok
+
+
+def known(n: object) -> bool:
+    """Whether a shape entry is known (the standard says None, Dask gives NaN)."""
+    return n is not None and not (isinstance(n, float) and math.isnan(n))

@@ -1,0 +1,41 @@
+"""JAX: the backend entry, and the reference compiled by ``jax.jit`` behind ``apply_rotary``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+if TYPE_CHECKING:
+    from .registry import Backend
+
+__all__ = ["probe", "to_numpy", "rotate"]
+
+Generic = Callable[[Any, Any, Any, Any, str], Any]
+_jitted: dict[tuple[str, int], Callable[..., Any]] = {}
+
+
+def probe() -> list[Backend]:
+    """JAX on the CPU (float64 only with x64 enabled)."""
+    from .registry import Backend
+
+    dtypes = ("float16", "bfloat16", "float32") + (("float64",) if jax.config.jax_enable_x64 else ())
+    return [Backend("jax", jnp, jax.devices("cpu")[0], dtypes, lazy=True, native=jnp)]
+
+
+def to_numpy(x: jax.Array) -> np.ndarray:
+    arr = np.asarray(x)
+    return arr.astype(np.float32) if arr.dtype.name == "bfloat16" else arr
+
+
+def rotate(xp: Any, x: jax.Array, cos: jax.Array, sin: jax.Array, layout: str, generic: Generic) -> jax.Array:
+    """The reference under ``jax.jit``: one fused XLA computation (inlined when already tracing)."""
+    key = (layout, id(generic))
+    fn = _jitted.get(key)
+    if fn is None:
+        fn = _jitted[key] = jax.jit(lambda a, c, s: generic(jnp, a, c, s, layout))
+    out: jax.Array = fn(x, cos, sin)
+    return out

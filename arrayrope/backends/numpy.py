@@ -1,0 +1,236 @@
+"""NumPy: the backend entry, and the fast paths behind ``apply_rotary`` and ``rope_tables``.
+
+* Interleaved pairs: one complex multiplication on a complex view of ``x`` (one
+  pass, no temporary).
+* Half-split pairs: a fresh output written with ``out=`` ufuncs in row blocks of
+  about 256 KiB, so ``x`` is read once and every temporary stays in cache; the
+  swap ``[x2, x1]`` is one copy of two opaque byte blocks per row (a void-dtype
+  view), and the sign of the rotation is folded into the sin table.
+* Arrays up to 1 MiB: a few broadcasting ufuncs over the whole array (fewer calls).
+* Tables for positions ``0..n-1``: float64 angle addition in cache-sized blocks.
+
+Each computes the values of the pure Array API reference and is tested against it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .blocks import period as _period, row_blocks
+
+if TYPE_CHECKING:
+    from .registry import Backend
+
+__all__ = ["probe", "to_numpy", "rotate", "arange_tables"]
+
+#: Bytes of x per block of the blocked kernel (three such blocks fit in a 1 MiB L2).
+BLOCK_BYTES = 1 << 18
+_SMALL = 1 << 20  # up to this many bytes of x, broadcasting ufuncs beat blocking (measured)
+
+Generic = Callable[[Any, Any, Any, Any, str], Any]
+
+
+def probe() -> list[Backend]:
+    """NumPy on the CPU."""
+    import array_api_compat.numpy as xp
+
+    from .registry import Backend
+
+    return [Backend("numpy", xp, "cpu", ("float16", "float32", "float64"), native=np)]
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    return np.asarray(x)
+
+
+_COMPLEX = {np.dtype(np.float32): np.dtype(np.complex64), np.dtype(np.float64): np.dtype(np.complex128)}
+_SIGN = {np.dtype(t): np.array([[-1.0], [1.0]], dtype=t) for t in (np.float16, np.float32, np.float64)}
+
+
+def _void(nbytes: int) -> np.dtype[np.void]:
+    return np.dtype((np.void, nbytes))
+
+
+def rotate(xp: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, generic: Generic) -> np.ndarray:
+    """Rotary application on NumPy arrays with a fresh output and no full-size temporaries."""
+    dt = x.dtype
+    work = dt if dt == cos.dtype == sin.dtype else np.result_type(dt, cos.dtype, sin.dtype)
+    if work.kind != "f":
+        out: np.ndarray = generic(xp, x, cos, sin, layout)
+        return out
+    one_pass = layout == "interleaved" and work == dt and work in _COMPLEX
+    if one_pass or x.nbytes <= _SMALL or x.strides[-1] != x.itemsize:
+        return _whole(x, cos.astype(work, copy=False), sin.astype(work, copy=False), layout, work)
+    rows = _rows_view(x)
+    period = _period(x.shape[:-1], cos.shape[:-1]) if rows is not None else None
+    if rows is None or period is None:
+        return _whole(x, cos.astype(work, copy=False), sin.astype(work, copy=False), layout, work)
+    h = cos.shape[-1]
+    result = np.empty(x.shape, dtype=dt)
+    _blocks(
+        rows,
+        result.reshape(rows.shape),
+        cos.astype(work, copy=False).reshape(period, h),
+        sin.astype(work, copy=False).reshape(period, h),
+        layout,
+        work,
+        period,
+    )
+    return result
+
+
+def _rows_view(x: np.ndarray) -> np.ndarray | None:
+    """x as a (rows, features) view, or None when its leading axes do not flatten without a copy."""
+    dims = [(n, s) for n, s in zip(x.shape[:-1], x.strides[:-1], strict=True) if n != 1]
+    if any(s != n_next * s_next for (_, s), (n_next, s_next) in zip(dims, dims[1:], strict=False)):
+        return None
+    return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])  # a view: the leading axes are evenly strided
+
+
+def _whole(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, work: np.dtype[Any]) -> np.ndarray:
+    """Small or irregular arrays: a few broadcasting ufuncs over the whole array."""
+    h = cos.shape[-1]
+    r, d = 2 * h, x.shape[-1]
+    lead = x.shape[:-1]
+    xr = x[..., :r] if r < d else x
+    if xr.dtype != work:
+        xr = xr.astype(work)
+    cplx = _COMPLEX.get(work) if layout == "interleaved" else None
+    if layout == "half":
+        x3 = xr.reshape((*lead, 2, h))
+        y = np.multiply(x3, cos[..., None, :])
+        t = np.multiply(x3[..., ::-1, :], np.multiply(sin[..., None, :], _SIGN[work]))
+        np.add(y, t, out=y)  # [x1 cos - x2 sin, x2 cos + x1 sin]
+    elif cplx is not None and xr.strides[-1] == xr.itemsize:
+        tab = np.empty(cos.shape, cplx)
+        tab.real, tab.imag = cos, sin
+        if r < d and x.dtype == work:  # write the rotated part straight into the output
+            out = np.empty(x.shape, x.dtype)
+            np.multiply(xr.view(cplx), tab, out=out[..., :r].view(cplx))
+            np.copyto(out[..., r:], x[..., r:])
+            return out
+        y = np.multiply(xr.view(cplx), tab).view(work)
+    else:
+        xe, xo = xr[..., 0::2], xr[..., 1::2]
+        y = np.empty((*lead, h, 2), work)
+        ye, yo = y[..., 0], y[..., 1]
+        t = np.multiply(xo, sin)
+        np.multiply(xe, cos, out=ye)
+        np.subtract(ye, t, out=ye)
+        np.multiply(xe, sin, out=t)
+        np.multiply(xo, cos, out=yo)
+        np.add(yo, t, out=yo)
+    y = y.reshape((*lead, r))
+    if r == d:
+        return y if y.dtype == x.dtype else y.astype(x.dtype)
+    out = np.empty(x.shape, x.dtype)
+    np.copyto(out[..., :r], y, casting="same_kind")
+    np.copyto(out[..., r:], x[..., r:])
+    return out
+
+
+def _blocks(
+    xf: np.ndarray,
+    of: np.ndarray,
+    cos: np.ndarray,
+    sin: np.ndarray,
+    layout: str,
+    work: np.dtype[Any],
+    period: int,
+) -> None:
+    """Large arrays: row blocks of about BLOCK_BYTES with the matching table rows.
+
+    Row ``i`` uses table row ``i % period``. Long periods are cut into blocks;
+    short ones (e.g. one decode position for all heads) are broadcast over
+    blocks of whole periods, seen as ``(-1, period, features)``.
+    """
+    h = cos.shape[-1]
+    r, d = 2 * h, xf.shape[1]
+    n = xf.shape[0]
+    step, short, blocks = row_blocks(n, period, max(1, BLOCK_BYTES // (d * work.itemsize)))
+
+    def fold(a: np.ndarray) -> np.ndarray:
+        return a.reshape(-1, period, a.shape[-1]) if short else a
+
+    cast_in = xf.dtype != work
+    cast_out = of.dtype != work
+    xbuf = np.empty((step, r), work)
+    obuf = np.empty((step, r), work)
+    if layout == "half":
+        cos_t = np.concatenate([cos, cos], axis=-1)
+        sin_t = np.concatenate([-sin, sin], axis=-1)  # sign folded: y = x*cos_t + [x2, x1]*sin_t
+        tbuf = np.empty((step, r), work)
+        swap = tbuf.view(_void(h * work.itemsize))[:, ::-1]
+        vdt = swap.dtype
+    else:
+        cplx = _COMPLEX.get(work)
+        if cplx is None:  # float16 work (float16 x and tables): compute in float32
+            work, cplx = np.dtype(np.float32), np.dtype(np.complex64)
+            cast_in = cast_out = True
+            xbuf, obuf = np.empty((step, r), work), np.empty((step, r), work)
+        tab = np.empty(cos.shape, cplx)
+        tab.real, tab.imag = cos, sin
+    for a, m, s0 in blocks:
+        xb = xf[a : a + m, :r]
+        ob = of[a : a + m, :r]
+        if cast_in:
+            np.copyto(xbuf[:m], xb, casting="same_kind")
+            xb = xbuf[:m]
+        o = obuf[:m] if cast_out else ob
+        if layout == "half":
+            np.multiply(fold(xb), cos_t if short else cos_t[s0 : s0 + m], out=fold(o))
+            np.copyto(swap[:m], xb.view(vdt))
+            t = fold(tbuf[:m])
+            np.multiply(t, sin_t if short else sin_t[s0 : s0 + m], out=t)
+            np.add(o, tbuf[:m], out=o)
+        else:
+            tb = tab if short else tab[s0 : s0 + m]
+            np.multiply(fold(xb.view(cplx)), tb, out=fold(o.view(cplx)))
+        if cast_out:
+            np.copyto(ob, o, casting="same_kind")
+        if r < d:
+            np.copyto(of[a : a + m, r:], xf[a : a + m, r:])
+
+
+def arange_tables(
+    inv_freq: np.ndarray, n: int, dtype: Any, factor: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """cos/sin of ``p * inv_freq`` for ``p = 0..n-1`` by angle addition in float64, in blocks.
+
+    ``p = 1024 * a + b``: the rotations of ``1024 * a`` and ``b`` are float64 cos/sin on
+    the host, composed with ``cos(u + v) = cos u cos v - sin u sin v`` in float64
+    and cast: the values of float64 angles up to a float64 rounding, at a fraction
+    of the transcendental calls. None (use the reference) for float64 tables,
+    whose last bits would show the difference.
+    """
+    dtype = np.dtype(dtype)
+    if dtype == np.float64:
+        return None
+    h = inv_freq.shape[0]
+    lo_n = 1024
+    hi_n = -(-n // lo_n)
+    lo = np.arange(lo_n, dtype=np.float64)[:, None] * inv_freq
+    hi = (np.arange(hi_n, dtype=np.float64) * lo_n)[:, None] * inv_freq
+    cl, sl, ch, sh = np.cos(lo), np.sin(lo), np.cos(hi), np.sin(hi)
+    if factor != 1.0:
+        ch, sh = ch * factor, sh * factor
+    cos = np.empty((hi_n * lo_n, h), dtype)
+    sin = np.empty((hi_n * lo_n, h), dtype)
+    c3, s3 = cos.reshape(hi_n, lo_n, h), sin.reshape(hi_n, lo_n, h)
+    t1 = np.empty((lo_n, h))
+    t2 = np.empty((lo_n, h))
+    for i in range(hi_n):
+        a, b = ch[i], sh[i]
+        np.multiply(cl, a, out=t1)
+        np.multiply(sl, b, out=t2)
+        np.subtract(t1, t2, out=t1)
+        np.copyto(c3[i], t1, casting="same_kind")
+        np.multiply(sl, a, out=t1)
+        np.multiply(cl, b, out=t2)
+        np.add(t1, t2, out=t1)
+        np.copyto(s3[i], t1, casting="same_kind")
+    return cos[:n], sin[:n]

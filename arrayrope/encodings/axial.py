@@ -1,0 +1,152 @@
+"""Axial RoPE for images (2-D) and video (3-D): feature block ``j`` rotates by coordinate ``j``.
+
+Each block of pairs is a 1-D RoPE of its own width (frequencies
+``base ** (-2i / axis_dim)``). With two axes of ``head_dim / 2`` features this is
+``base ** (-4i / head_dim)``, the 2-D construction of the RoFormer author's image notes.
+
+In the interleaved layout pair ``i`` is features ``(2i, 2i + 1)``, so block ``j``
+of pairs is block ``j`` of features. In the half-split layout pair ``i`` is
+``(i, i + r/2)``, as in Hugging Face vision rotaries, which concatenate the
+per-axis frequencies and apply ``rotate_half``; the two results are one
+:func:`~arrayrope.to_half` permutation apart. Fixed frequencies go through
+:func:`~arrayrope.rope_tables`: float64 angles where the device has float64, the
+exact float32 method where it does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .._lib import checks
+from .._lib.types import Array, Device, DType, Namespace
+from ..frequencies import rope_frequencies
+from ..tables import rope_tables
+from ._grid import coordinate_array, grid_coordinates, grid_shape, with_prefix
+
+__all__ = ["axial_rope_tables"]
+
+
+def axial_rope_tables(
+    positions: Sequence[int] | Array,
+    head_dim: int,
+    *,
+    base: float = 100.0,
+    axis_dims: Sequence[int] | None = None,
+    rotary_dim: int | None = None,
+    train_grid: Sequence[int] | None = None,
+    num_prefix_tokens: int = 0,
+    xp: Namespace | None = None,
+    dtype: DType | None = None,
+    device: Device = None,
+) -> tuple[Array, Array]:
+    """Cos/sin tables of axial RoPE: feature block ``j`` rotates by coordinate ``j``.
+
+    Parameters
+    ----------
+    positions : tuple of int or array
+        A grid shape such as ``(H, W)`` or ``(T, H, W)``: its tokens are taken in
+        row-major order (the last axis varies fastest) and token ``t`` has
+        coordinates ``unravel_index(t, grid)``, so for ``(H, W)`` coordinate 0 is
+        the row and coordinate 1 the column. Or an array of coordinates of shape
+        ``(..., n_axes)``, integer or real (fractional coordinates allowed).
+    head_dim : int
+        Features per head (even).
+    base : float
+        Rotary base of every axis (100 for images in the 2-D notes and RoPE-ViT).
+    axis_dims : sequence of int, optional
+        Features per axis, even, summing to the rotary dim. Default: an even split.
+    rotary_dim : int, optional
+        Leading features that rotate (default ``head_dim``); the rest pass through.
+    train_grid : sequence of int, optional
+        With a grid ``positions``: the grid the model was trained on. Coordinates
+        are rescaled to it, ``c * train_grid[j] / grid[j]`` (EVA-02), so a larger
+        image keeps the trained range of angles.
+    num_prefix_tokens : int
+        Tokens before the grid (a class token, registers) that are not rotated:
+        they get coordinate 0 on every axis, i.e. ``cos = 1``, ``sin = 0``.
+        Prepended along the token axis (``positions.shape[-2]`` for an array).
+    xp, dtype, device
+        As for :func:`~arrayrope.rope_tables`: namespace for a grid (default NumPy),
+        table dtype (default float32), device (default: the coordinates').
+
+    Returns
+    -------
+    cos, sin : arrays
+        Shape ``(num_prefix_tokens + prod(grid), rotary_dim // 2)`` for a grid,
+        ``positions.shape[:-1] + (rotary_dim // 2,)`` (tokens extended by the prefix)
+        for coordinates.
+
+    Raises
+    ------
+    ValueError
+        A grid size < 1, ``axis_dims`` odd or not summing to the rotary dim, an
+        uneven default split, coordinates whose trailing size is not the number of
+        axes, non-finite coordinates (checked on eager backends only; JAX and Dask
+        arrays are not inspected).
+
+    Examples
+    --------
+    The 2-D case of the notes, interleaved, on a 14-wide grid: ``x = t mod W``
+    rotates the first half of the features, ``y = t div W`` the second.
+
+    >>> import numpy as np, arrayrope
+    >>> t = np.arange(14 * 14)
+    >>> coords = np.stack([t % 14, t // 14], axis=-1)
+    >>> cos, sin = arrayrope.axial_rope_tables(coords, 128)
+    >>> cos.shape
+    (196, 64)
+    >>> q = np.ones((2, 196, 128), dtype=np.float32)
+    >>> arrayrope.apply_rotary(q, cos, sin, layout="interleaved").shape
+    (2, 196, 128)
+
+    A video grid, 16 temporal and 24 + 24 spatial features, and a class token:
+
+    >>> cos, sin = arrayrope.axial_rope_tables((4, 6, 6), 64, axis_dims=(16, 24, 24), num_prefix_tokens=1)
+    >>> cos.shape, float(cos[0].min()), float(sin[0].max())
+    ((145, 32), 1.0, 0.0)
+    """
+    head_dim = checks.positive_int(head_dim, "head_dim", even=True)
+    rotary = checks.rotary_dim(rotary_dim, head_dim)
+    prefix = checks.non_negative_int(num_prefix_tokens, "num_prefix_tokens")
+    grid = grid_shape(positions)
+    if grid is not None:
+        ns, coords, device = grid_coordinates(grid, train_grid, prefix, xp, device)
+    else:
+        if train_grid is not None:
+            raise ValueError("train_grid applies to a grid shape; rescale coordinate arrays before passing them")
+        ns, coords = coordinate_array(positions, xp, device)
+        coords = with_prefix(ns, coords, prefix, device)
+    n_axes = coords.shape[-1]
+    dims = _axis_dims(axis_dims, n_axes, rotary, from_grid=grid is not None)
+    cos, sin = [], []
+    for j, d in enumerate(dims):
+        c, s = rope_tables(rope_frequencies(d, base=base), coords[..., j], xp=ns, dtype=dtype, device=device)
+        cos.append(c)
+        sin.append(s)
+    if len(dims) == 1:
+        return cos[0], sin[0]
+    return ns.concat(cos, axis=-1), ns.concat(sin, axis=-1)
+
+
+def _axis_dims(axis_dims: Sequence[int] | None, n_axes: int, rotary: int, *, from_grid: bool) -> tuple[int, ...]:
+    if axis_dims is None:
+        if rotary % (2 * n_axes):
+            raise ValueError(
+                f"rotary_dim={rotary} does not split evenly into {n_axes} axes of an even number of "
+                "features; pass axis_dims"
+            )
+        return (rotary // n_axes,) * n_axes
+    dims = checks.int_sequence(axis_dims, "axis_dims", positive=True)
+    odd = [d for d in dims if d % 2]
+    if odd:
+        raise ValueError(f"axis_dims must be even (features rotate in pairs), got {list(dims)}")
+    if len(dims) != n_axes:
+        where = "the grid has" if from_grid else "positions has a trailing size of"
+        raise ValueError(
+            f"axis_dims={list(dims)} gives {len(dims)} axes but {where} {n_axes}; "
+            "give one feature count per coordinate"
+        )
+    if sum(dims) != rotary:
+        raise ValueError(f"axis_dims={list(dims)} sum to {sum(dims)}; they must sum to the rotary dim {rotary}")
+    return dims
