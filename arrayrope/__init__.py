@@ -5,10 +5,8 @@ The pipeline reads top to bottom: frequencies (host, float64) -> cos/sin tables
 built on these stages. Importing arrayrope imports no optional backend.
 """
 
-from .frequencies import RopeFrequencies, rope_frequencies
-from .config import rope_frequencies_from_config
-from .tables import rope_tables
 from .apply import apply_rotary, permute_rotary_rows, to_half, to_interleaved
+from .config import rope_frequencies_from_config
 from .encodings import (
     RotaryEmbedding,
     alibi_bias,
@@ -24,29 +22,31 @@ from .encodings import (
     xpos_scales,
     xpos_tables,
 )
+from .frequencies import RopeFrequencies, rope_frequencies
+from .tables import rope_tables
 
 __version__ = "0.1.0"
 
 __all__ = [
     "RopeFrequencies",
-    "rope_frequencies",
-    "rope_tables",
-    "rope_frequencies_from_config",
-    "rerotate",
-    "xpos_scales",
-    "xpos_tables",
+    "RotaryEmbedding",
+    "alibi_bias",
+    "alibi_slopes",
     "apply_rotary",
+    "axial_rope_tables",
+    "mixed_rope_frequencies",
+    "mixed_rope_tables",
+    "mrope_tables",
+    "permute_rotary_rows",
+    "rerotate",
+    "rope_frequencies",
+    "rope_frequencies_from_config",
+    "rope_tables",
+    "sinusoidal_embedding",
+    "t5_relative_bias",
+    "t5_relative_buckets",
     "to_half",
     "to_interleaved",
-    "permute_rotary_rows",
-    "RotaryEmbedding",
-    "sinusoidal_embedding",
-    "axial_rope_tables",
-    "mrope_tables",
-    "mixed_rope_tables",
-    "mixed_rope_frequencies",
-    "alibi_slopes",
-    "alibi_bias",
-    "t5_relative_buckets",
-    "t5_relative_bias",
+    "xpos_scales",
+    "xpos_tables",
 ]

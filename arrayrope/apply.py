@@ -16,7 +16,7 @@ from . import backends
 from ._lib import checks
 from ._lib.types import LAYOUTS, Array, Layout, Namespace
 
-__all__ = ["apply_rotary", "to_interleaved", "to_half", "permute_rotary_rows"]
+__all__ = ["apply_rotary", "permute_rotary_rows", "to_half", "to_interleaved"]
 
 
 def apply_rotary(x: Array, cos: Array, sin: Array, *, layout: Layout = "half") -> Array:
@@ -113,10 +113,10 @@ def _rotate_generic(xp: Namespace | None, x: Array, cos: Array, sin: Array, layo
         parts = [x1 * cos - x2 * sin, x2 * cos + x1 * sin]
     else:
         lead = tuple(x.shape[:-1])
-        pairs = xp.reshape(xr, lead + (h, 2))
+        pairs = xp.reshape(xr, (*lead, h, 2))
         xe, xo = pairs[..., 0], pairs[..., 1]
         y = xp.stack([xe * cos - xo * sin, xo * cos + xe * sin], axis=-1)
-        parts = [xp.reshape(y, lead + (r,))]
+        parts = [xp.reshape(y, (*lead, r))]
     out = parts[0] if len(parts) == 1 else xp.concat(parts, axis=-1)
     out = xp.astype(out, dtype, copy=False)
     if r < d:
@@ -125,7 +125,7 @@ def _rotate_generic(xp: Namespace | None, x: Array, cos: Array, sin: Array, layo
 
 
 def _rotary_width(x: Array, rotary_dim: int | None) -> int:
-    d = x.shape[-1]
+    d = int(x.shape[-1])
     if rotary_dim is None:
         if d % 2:
             raise ValueError(f"x.shape[-1]={d} is odd; pass an even rotary_dim <= {d}")
@@ -153,7 +153,7 @@ def to_interleaved(x: Array, *, rotary_dim: int | None = None) -> Array:
     r = _rotary_width(x, rotary_dim)
     h = r // 2
     lead = tuple(x.shape[:-1])
-    out = xp.reshape(xp.stack([x[..., :h], x[..., h:r]], axis=-1), lead + (r,))
+    out = xp.reshape(xp.stack([x[..., :h], x[..., h:r]], axis=-1), (*lead, r))
     return out if r == x.shape[-1] else xp.concat([out, x[..., r:]], axis=-1)
 
 
@@ -169,7 +169,7 @@ def to_half(x: Array, *, rotary_dim: int | None = None) -> Array:
     xp = backends.namespace(x, names=("x",))
     r = _rotary_width(x, rotary_dim)
     lead = tuple(x.shape[:-1])
-    pairs = xp.reshape(x[..., :r], lead + (r // 2, 2))
+    pairs = xp.reshape(x[..., :r], (*lead, r // 2, 2))
     out = xp.concat([pairs[..., 0], pairs[..., 1]], axis=-1)
     return out if r == x.shape[-1] else xp.concat([out, x[..., r:]], axis=-1)
 
@@ -209,7 +209,7 @@ def permute_rotary_rows(
             f"got shape {tuple(w.shape)}"
         )
     rest = tuple(w.shape[1:])
-    heads = xp.reshape(w, (num_heads, head_dim) + rest)
+    heads = xp.reshape(w, (num_heads, head_dim, *rest))
     # Move the row axis last so the converters (which act on the last axis) can be reused.
     if rest:
         heads = xp.permute_dims(heads, (0, 2, 1))

@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 import numbers
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
+from ._lib import checks
 from .frequencies import RopeFrequencies, rope_frequencies
 from .scaling import rope_type
 
-__all__ = ["rope_frequencies_from_config", "rope_config"]
+__all__ = ["rope_config", "rope_frequencies_from_config"]
 
 
 def rope_frequencies_from_config(
-    config: Mapping[str, Any] | str | os.PathLike,
+    config: Mapping[str, Any] | str | os.PathLike[str],
     *,
     seq_len: int | None = None,
     layer_type: str | None = None,
@@ -69,7 +71,7 @@ def rope_frequencies_from_config(
     return rope_frequencies(**kwargs, seq_len=seq_len)
 
 
-def rope_config(config: Mapping[str, Any] | str | os.PathLike, *, layer_type: str | None = None) -> dict[str, Any]:
+def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: str | None = None) -> dict[str, Any]:
     """The keyword arguments of :func:`rope_frequencies` that a config describes.
 
     ``head_dim``, ``base``, ``partial_rotary_factor``, ``scaling`` and
@@ -81,12 +83,12 @@ def rope_config(config: Mapping[str, Any] | str | os.PathLike, *, layer_type: st
     >>> rope_config({"head_dim": 64, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}})
     {'head_dim': 64, 'base': 1000000.0, 'partial_rotary_factor': None, 'scaling': None, 'max_position_embeddings': None}
     """
-    config, where = _load(config)
-    if not any(k in config for k in ("head_dim", "hidden_size")) and isinstance(config.get("text_config"), Mapping):
-        config, where = config["text_config"], f"{where}['text_config']"
-    head_dim = _head_dim(config, where)
+    cfg, where = _load(config)
+    if not any(k in cfg for k in ("head_dim", "hidden_size")) and isinstance(cfg.get("text_config"), Mapping):
+        cfg, where = cfg["text_config"], f"{where}['text_config']"
+    head_dim = _head_dim(cfg, where)
 
-    scaling = config.get("rope_scaling") or config.get("rope_parameters") or None
+    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters") or None
     if scaling is not None:
         if not isinstance(scaling, Mapping):
             raise TypeError(f"{where}: rope_scaling / rope_parameters must be an object, got {scaling!r}")
@@ -95,7 +97,7 @@ def rope_config(config: Mapping[str, Any] | str | os.PathLike, *, layer_type: st
     elif layer_type is not None:
         raise ValueError(f"{where}: layer_type={layer_type!r} given but the config has no per-layer rope_parameters")
 
-    base = config.get("rope_theta", config.get("rotary_emb_base"))
+    base = cfg.get("rope_theta", cfg.get("rotary_emb_base"))
     if scaling is not None and scaling.get("rope_theta") is not None:
         base = scaling["rope_theta"]
     if base is None:
@@ -103,13 +105,13 @@ def rope_config(config: Mapping[str, Any] | str | os.PathLike, *, layer_type: st
     if isinstance(base, bool) or not isinstance(base, numbers.Real):
         raise TypeError(f"{where}: rope_theta must be a number, got {base!r}")
 
-    prf = config.get("partial_rotary_factor", config.get("rotary_pct"))
+    prf = cfg.get("partial_rotary_factor", cfg.get("rotary_pct"))
     if prf is None and scaling is not None:
         prf = scaling.get("partial_rotary_factor")
     if prf is not None and float(prf) == 1.0:
         prf = None
 
-    max_len = config.get("max_position_embeddings")
+    max_len = cfg.get("max_position_embeddings")
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral)):
         raise TypeError(f"{where}: max_position_embeddings must be an int, got {max_len!r}")
 
@@ -117,7 +119,7 @@ def rope_config(config: Mapping[str, Any] | str | os.PathLike, *, layer_type: st
         scaling.pop("rope_theta", None)
         scaling.pop("partial_rotary_factor", None)
         entry = rope_type(scaling)
-        original = config.get("original_max_position_embeddings")
+        original = cfg.get("original_max_position_embeddings")
         if entry.reads_original_length and original is not None:
             scaling["original_max_position_embeddings"] = original
         if entry.name == "default" and not (set(scaling) - {"rope_type", "type"}):
@@ -156,7 +158,7 @@ def _load(config: Any) -> tuple[Mapping[str, Any], str]:
 def _head_dim(config: Mapping[str, Any], where: str) -> int:
     head_dim = config.get("head_dim")
     if head_dim is not None:
-        return head_dim
+        return checks.positive_int(head_dim, f"{where}: head_dim")
     hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
     if hidden is None or heads is None:
         missing = [k for k, v in (("hidden_size", hidden), ("num_attention_heads", heads)) if v is None]
@@ -179,4 +181,5 @@ def _layer(scaling: Mapping[str, Any], layer_type: str | None, where: str) -> Ma
         raise ValueError(f"{where}: rope_parameters differ per layer type {sorted(scaling)}; pass layer_type=")
     if layer_type not in scaling:
         raise ValueError(f"{where}: layer_type {layer_type!r} not in the config's {sorted(scaling)}")
-    return scaling[layer_type]
+    chosen: Mapping[str, Any] = scaling[layer_type]
+    return chosen

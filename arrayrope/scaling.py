@@ -9,8 +9,8 @@ requires and reads (which also tell what a config supplies, such as
 float64 ``inv_freq`` (``base ** (-2i / d)``, ``d = rotary_dim``), the dict and the
 context lengths and returns the scaled ``inv_freq`` and the attention factor, and,
 for the types that depend on the sequence length, the rule by which
-:class:`~arrayrope.RotaryEmbedding` follows it during calls. Notation: ``s = factor``, ``L0 = original_max_position_embeddings``,
-``Lmax = max_position_embeddings``, ``L = seq_len``.
+:class:`~arrayrope.RotaryEmbedding` follows it during calls. Notation: ``s = factor``,
+``L0 = original_max_position_embeddings``, ``Lmax = max_position_embeddings``, ``L = seq_len``.
 
 * default: ``theta``; attention factor 1.
 * linear: ``theta / s``; 1.
@@ -25,8 +25,8 @@ for the types that depend on the sequence length, the rule by which
 
 The semantics follow Hugging Face transformers (the convention checkpoints are
 loaded with), including its defaults: ``type`` is read where ``rope_type`` is
-missing, and the old names in :data:`ALIASES` are accepted; yarn's ``beta_fast``/``beta_slow`` default to 32/1, ``truncate`` to True,
-its missing ``factor`` to ``Lmax / L0`` and its attention factor is
+missing, and the old names in :data:`ALIASES` are accepted; yarn's ``beta_fast``/``beta_slow``
+default to 32/1, ``truncate`` to True, its missing ``factor`` to ``Lmax / L0`` and its attention factor is
 ``m(s, mscale) / m(s, mscale_all_dim)`` when both are set (``m`` is
 :func:`yarn_mscale`); longrope's missing ``factor`` is ``Lmax / L0``;
 ``original_max_position_embeddings`` falls back to ``max_position_embeddings``
@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ROPE_TYPES", "ALIASES", "COMMON_KEYS", "RopeType", "register", "rope_type", "scale", "yarn_mscale"]
+__all__ = ["ALIASES", "COMMON_KEYS", "ROPE_TYPES", "RopeType", "register", "rope_type", "scale", "yarn_mscale"]
 
 ScalingFn = Callable[..., "tuple[np.ndarray, float]"]
 #: ``(length, current, max_position_embeddings, original_max_position_embeddings) -> length``:
@@ -216,8 +216,17 @@ def _original_length(params: Mapping[str, Any], max_position_embeddings: int | N
     return max_position_embeddings
 
 
-def _factor(params: Mapping[str, Any]) -> float:
-    return _real(params, "factor", minimum=1.0)
+def _factor(params: Mapping[str, Any]) -> float | None:
+    factor: float | None = _real(params, "factor", minimum=1.0)
+    return factor
+
+
+def _required_factor(params: Mapping[str, Any]) -> float:
+    """``factor`` of a type that requires it (the registry checked that it is there)."""
+    factor = _factor(params)
+    if factor is None:
+        raise ValueError(f"scaling for rope_type {_type_of(params)!r} is missing required key(s) ['factor']")
+    return factor
 
 
 def _factor_or_ratio(params: Mapping[str, Any], original: int, max_position_embeddings: int | None) -> float:
@@ -243,7 +252,7 @@ def _default(inv_freq: np.ndarray, params: Mapping[str, Any], **context: Any) ->
 
 @register("linear", required=("factor",))
 def _linear(inv_freq: np.ndarray, params: Mapping[str, Any], **context: Any) -> tuple[np.ndarray, float]:
-    return inv_freq / _factor(params), 1.0
+    return inv_freq / _required_factor(params), 1.0
 
 
 @register("dynamic", required=("factor",), length=_dynamic_length)
@@ -257,7 +266,7 @@ def _dynamic(
     seq_len: int | None,
     **context: Any,
 ) -> tuple[np.ndarray, float]:
-    factor = _factor(params)
+    factor = _required_factor(params)
     if max_position_embeddings is None:
         raise ValueError("rope_type 'dynamic' needs max_position_embeddings= (the length beyond which it rescales)")
     length = max(seq_len or 0, max_position_embeddings)
@@ -388,7 +397,7 @@ def _llama3(
     max_position_embeddings: int | None,
     **context: Any,
 ) -> tuple[np.ndarray, float]:
-    factor = _factor(params)
+    factor = _required_factor(params)
     low = _real(params, "low_freq_factor", minimum=0.0, strict_min=True)
     high = _real(params, "high_freq_factor", minimum=0.0, strict_min=True)
     if low >= high:

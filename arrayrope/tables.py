@@ -91,10 +91,7 @@ def rope_tables(
         if fast is not None:
             return fast
     if backends.has_float64(xp, device):
-        if isinstance(pos, int):
-            pos = xp.arange(pos, dtype=xp.float64, device=device)
-        else:
-            pos = xp.astype(pos, xp.float64)
+        pos = xp.arange(pos, dtype=xp.float64, device=device) if isinstance(pos, int) else xp.astype(pos, xp.float64)
         angles = pos[..., None] * xp.asarray(np.array(freqs.inv_freq), device=device)
         cos, sin = xp.cos(angles), xp.sin(angles)
     else:

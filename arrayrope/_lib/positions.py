@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -11,6 +11,30 @@ from .. import backends
 from .types import Array, Device, Namespace
 
 __all__ = ["as_positions"]
+
+
+@overload
+def as_positions(
+    value: Any,
+    name: str = ...,
+    *,
+    xp: Namespace | None = ...,
+    device: Device = ...,
+    like: Array | None = ...,
+    like_name: str = ...,
+    count: Literal[False],
+) -> tuple[Namespace, Array, Device]: ...
+@overload
+def as_positions(
+    value: Any,
+    name: str = ...,
+    *,
+    xp: Namespace | None = ...,
+    device: Device = ...,
+    like: Array | None = ...,
+    like_name: str = ...,
+    count: bool = ...,
+) -> tuple[Namespace, Array | int, Device]: ...
 
 
 def as_positions(

@@ -8,24 +8,25 @@ an array's type or dtype are cached, so that a call costs dictionary lookups, no
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
 import array_api_compat as compat
 
 __all__ = [
-    "library_of",
-    "is_array",
-    "namespace",
     "default_namespace",
     "device_of",
-    "same_device",
-    "to_device",
     "has_float64",
+    "is_array",
+    "is_integral",
     "is_lazy",
     "is_real_floating",
-    "is_integral",
     "library_name",
+    "library_of",
+    "namespace",
+    "same_device",
+    "to_device",
 ]
 
 # top-level module of an array type -> the library it belongs to
@@ -199,10 +200,8 @@ def is_real_floating(xp: Any, dtype: Any) -> bool:
         ok = bool(xp.isdtype(dtype, "real floating"))
     except Exception:
         ok = False
-    try:
+    with contextlib.suppress(TypeError):  # an unhashable dtype is not cached
         _real_floating[key] = ok
-    except TypeError:  # an unhashable dtype: not cached
-        pass
     return ok
 
 
@@ -217,10 +216,8 @@ def is_integral(xp: Any, dtype: Any) -> bool:
         ok = bool(xp.isdtype(dtype, "integral")) and not bool(xp.isdtype(dtype, "bool"))
     except Exception:
         ok = False
-    try:
+    with contextlib.suppress(TypeError):
         _integral[key] = ok
-    except TypeError:
-        pass
     return ok
 
 

@@ -17,7 +17,7 @@ import numpy as np
 if TYPE_CHECKING:
     from .registry import Backend
 
-__all__ = ["probe", "to_numpy", "rotate"]
+__all__ = ["probe", "rotate", "to_numpy"]
 
 Generic = Callable[[Any, Any, Any, Any, str], Any]
 

@@ -18,7 +18,7 @@ import numpy as np
 from ._namespace import library_name, library_of
 from .registry import library_module
 
-__all__ = ["rotate", "arange_tables"]
+__all__ = ["arange_tables", "rotate"]
 
 Generic = Callable[[Any, Any, Any, Any, str], Any]
 _NONE = object()

@@ -12,7 +12,7 @@ import numpy as np
 if TYPE_CHECKING:
     from .registry import Backend
 
-__all__ = ["probe", "to_numpy", "rotate"]
+__all__ = ["probe", "rotate", "to_numpy"]
 
 Generic = Callable[[Any, Any, Any, Any, str], Any]
 _jitted: dict[tuple[str, int], Callable[..., Any]] = {}
@@ -22,7 +22,8 @@ def probe() -> list[Backend]:
     """JAX on the CPU (float64 only with x64 enabled)."""
     from .registry import Backend
 
-    dtypes = ("float16", "bfloat16", "float32") + (("float64",) if jax.config.jax_enable_x64 else ())
+    x64 = bool(jax.config.read("jax_enable_x64"))  # type: ignore[no-untyped-call]
+    dtypes = ("float16", "bfloat16", "float32") + (("float64",) if x64 else ())
     return [Backend("jax", jnp, jax.devices("cpu")[0], dtypes, lazy=True, native=jnp)]
 
 

@@ -14,18 +14,20 @@ Each computes the values of the pure Array API reference and is tested against i
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .blocks import period as _period, row_blocks
+from .blocks import period as _period
+from .blocks import row_blocks
 
 if TYPE_CHECKING:
     from .registry import Backend
 
-__all__ = ["probe", "to_numpy", "rotate", "arange_tables"]
+__all__ = ["arange_tables", "probe", "rotate", "to_numpy"]
 
 #: Bytes of x per block of the blocked kernel (three such blocks fit in a 1 MiB L2).
 BLOCK_BYTES = 1 << 18
@@ -47,8 +49,13 @@ def to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-_COMPLEX = {np.dtype(np.float32): np.dtype(np.complex64), np.dtype(np.float64): np.dtype(np.complex128)}
-_SIGN = {np.dtype(t): np.array([[-1.0], [1.0]], dtype=t) for t in (np.float16, np.float32, np.float64)}
+_COMPLEX: dict[np.dtype[Any], np.dtype[Any]] = {
+    np.dtype(np.float32): np.dtype(np.complex64),
+    np.dtype(np.float64): np.dtype(np.complex128),
+}
+_SIGN: dict[np.dtype[Any], np.ndarray] = {
+    np.dtype(t): np.array([[-1.0], [1.0]], dtype=t) for t in (np.float16, np.float32, np.float64)
+}
 
 
 def _void(nbytes: int) -> np.dtype[np.void]:
@@ -58,7 +65,7 @@ def _void(nbytes: int) -> np.dtype[np.void]:
 def rotate(xp: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, generic: Generic) -> np.ndarray:
     """Rotary application on NumPy arrays with a fresh output and no full-size temporaries."""
     dt = x.dtype
-    work = dt if dt == cos.dtype == sin.dtype else np.result_type(dt, cos.dtype, sin.dtype)
+    work: np.dtype[Any] = dt if dt == cos.dtype == sin.dtype else np.result_type(dt, cos.dtype, sin.dtype)
     if work.kind != "f":
         out: np.ndarray = generic(xp, x, cos, sin, layout)
         return out
@@ -86,7 +93,7 @@ def rotate(xp: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str
 def _rows_view(x: np.ndarray) -> np.ndarray | None:
     """x as a (rows, features) view, or None when its leading axes do not flatten without a copy."""
     dims = [(n, s) for n, s in zip(x.shape[:-1], x.strides[:-1], strict=True) if n != 1]
-    if any(s != n_next * s_next for (_, s), (n_next, s_next) in zip(dims, dims[1:], strict=False)):
+    if any(s != n_next * s_next for (_, s), (n_next, s_next) in itertools.pairwise(dims)):
         return None
     return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])  # a view: the leading axes are evenly strided
 
@@ -126,7 +133,7 @@ def _whole(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, work: n
         np.add(yo, t, out=yo)
     y = y.reshape((*lead, r))
     if r == d:
-        return y if y.dtype == x.dtype else y.astype(x.dtype)
+        return y if y.dtype == x.dtype else np.asarray(y.astype(x.dtype))
     out = np.empty(x.shape, x.dtype)
     np.copyto(out[..., :r], y, casting="same_kind")
     np.copyto(out[..., r:], x[..., r:])
@@ -167,9 +174,9 @@ def _blocks(
         swap = tbuf.view(_void(h * work.itemsize))[:, ::-1]
         vdt = swap.dtype
     else:
-        cplx = _COMPLEX.get(work)
-        if cplx is None:  # float16 work (float16 x and tables): compute in float32
-            work, cplx = np.dtype(np.float32), np.dtype(np.complex64)
+        cplx: np.dtype[Any] = _COMPLEX.get(work, np.dtype(np.complex64))
+        if work not in _COMPLEX:  # float16 work (float16 x and tables): compute in float32
+            work = np.dtype(np.float32)
             cast_in = cast_out = True
             xbuf, obuf = np.empty((step, r), work), np.empty((step, r), work)
         tab = np.empty(cos.shape, cplx)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ._namespace import library_of
 
-__all__ = ["Backend", "available", "to_numpy", "LIBRARIES", "PROBES", "VARIANTS", "ENV_VAR"]
+__all__ = ["ENV_VAR", "LIBRARIES", "PROBES", "VARIANTS", "Backend", "available", "to_numpy"]
 
 ENV_VAR = "ARRAYROPE_BACKENDS"
 

@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from .blocks import period as _period, row_blocks
+from .blocks import period as _period
+from .blocks import row_blocks
 
 if TYPE_CHECKING:
     from .registry import Backend
 
-__all__ = ["probe", "to_numpy", "rotate"]
+__all__ = ["probe", "rotate", "to_numpy"]
 
 # Below these sizes of x the reference (fewer kernel launches) is faster (measured on CPU).
 _MIN_HALF = 1 << 20
@@ -87,8 +88,8 @@ def rotate(
         torch.mul(x2, cos, out=o2)
         o2.addcmul_(x1, sin)
     elif work in (torch.float32, torch.float64) and _complex_view_ok(xr) and _complex_view_ok(o):
-        xc = torch.view_as_complex(xr.unflatten(-1, (h, 2)))
-        oc = torch.view_as_complex(o.unflatten(-1, (h, 2)))
+        xc = torch.view_as_complex(xr.reshape(*lead, h, 2))
+        oc = torch.view_as_complex(o.reshape(*lead, h, 2))
         torch.mul(xc, torch.complex(cos, sin), out=oc)
     else:
         xe, xo, oe, oo = xr[..., 0::2], xr[..., 1::2], o[..., 0::2], o[..., 1::2]
@@ -145,10 +146,11 @@ def _small(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, w
         sign = _SIGN.get(key)
         if sign is None:
             sign = _SIGN[key] = torch.tensor([[-1.0], [1.0]], dtype=work, device=x.device)
-        x3 = xr.unflatten(-1, (2, h))
+        x3 = xr.reshape(*xr.shape[:-1], 2, h)
         y = (x3 * cos.unsqueeze(-2) + x3.flip(-2) * (sin.unsqueeze(-2) * sign)).flatten(-2)
     elif work in (torch.float32, torch.float64) and _complex_view_ok(xr):
-        y = torch.view_as_real(torch.view_as_complex(xr.unflatten(-1, (h, 2))) * torch.complex(cos, sin)).flatten(-2)
+        pairs = torch.view_as_complex(xr.reshape(*xr.shape[:-1], h, 2))
+        y = torch.view_as_real(pairs * torch.complex(cos, sin)).flatten(-2)
     else:
         xe, xo = xr[..., 0::2], xr[..., 1::2]
         y = torch.stack((xe * cos - xo * sin, xo * cos + xe * sin), -1).flatten(-2)

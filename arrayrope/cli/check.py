@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = validate(args.model, providers=args.provider, seed=args.seed, raise_on_failure=False)
     except (TypeError, ValueError) as exc:
-        raise SystemExit(f"arrayrope check: {exc}")
+        raise SystemExit(f"arrayrope check: {exc}") from None
     print(report)
     print("verdict: " + ("valid" if report.ok else "INVALID"))
     if not report.ok:

@@ -35,7 +35,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from arrayrope.backends import available
-    from arrayrope.testing import Report
     from arrayrope.testing._cases import builtin_cases
 
     from .parity import print_skipped, run_cases, split

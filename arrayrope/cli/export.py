@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 HELP = "write an ONNX model that applies rotary embeddings (tables from arrayrope's float64 core)"
 
@@ -29,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", required=True, help="where to write the .onnx file")
 
 
-def _freqs_from_config(path: str, args: argparse.Namespace):
+def _freqs_from_config(path: str, args: argparse.Namespace) -> Any:
     import arrayrope
 
     try:
@@ -37,7 +38,7 @@ def _freqs_from_config(path: str, args: argparse.Namespace):
         with open(path, encoding="utf-8") as fh:
             config = json.load(fh)
     except (OSError, ValueError, TypeError, KeyError) as exc:
-        raise SystemExit(f"arrayrope export: --config {path!r}: {exc}")
+        raise SystemExit(f"arrayrope export: --config {path!r}: {exc}") from None
     config = config.get("text_config", config)
     if args.num_heads is None:
         args.num_heads = config.get("num_attention_heads")
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             tables=args.tables, dtype=args.dtype, opset=args.opset, qk=args.qk, **extra,
         )
     except (TypeError, ValueError) as exc:
-        raise SystemExit(f"arrayrope export: {exc}")
+        raise SystemExit(f"arrayrope export: {exc}") from None
     onnx.save(model, args.output)
     print(f"wrote {args.output}: {model.graph.doc_string}")
     ops = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)

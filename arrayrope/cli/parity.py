@@ -6,7 +6,8 @@ import argparse
 import dataclasses
 import sys
 import time
-from typing import Any, Iterable, TextIO
+from collections.abc import Iterable
+from typing import Any, TextIO
 
 HELP = "run the built-in encodings on every installed backend and dtype against float64 NumPy formulas"
 

@@ -49,7 +49,8 @@ def relative_decay_bound(inv_freq: np.ndarray, distances: np.ndarray) -> np.ndar
     inv_freq = np.asarray(inv_freq, dtype=np.float64)
     r = np.asarray(distances, dtype=np.float64)
     partial = np.cumsum(np.exp(1j * r[:, None] * inv_freq[None, :]), axis=1)
-    return np.abs(partial).mean(axis=1)
+    bound: np.ndarray = np.abs(partial).mean(axis=1)
+    return bound
 
 
 def _curves(args: argparse.Namespace) -> list[tuple[str, Any, int]]:
@@ -70,7 +71,7 @@ def _curves(args: argparse.Namespace) -> list[tuple[str, Any, int]]:
     s, l0, d = args.factor, args.original_length, args.head_dim
     for t in types:
         t = t.strip()
-        scaling = {
+        scaling: dict[str, Any] | str | None = {
             "default": None,
             "linear": {"rope_type": "linear", "factor": s},
             "dynamic": {"rope_type": "dynamic", "factor": s},
@@ -78,7 +79,7 @@ def _curves(args: argparse.Namespace) -> list[tuple[str, Any, int]]:
             "llama3": {"rope_type": "llama3", "factor": s, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                        "original_max_position_embeddings": l0},
         }.get(t, "unknown")
-        if scaling == "unknown":
+        if isinstance(scaling, str):
             raise ValueError(f"--types: {t!r} is not one of {_TYPES} (longrope needs its factor lists: use a config)")
         f = arrayrope.rope_frequencies(d, base=args.base, scaling=scaling, max_position_embeddings=l0,
                                        seq_len=int(l0 * s))

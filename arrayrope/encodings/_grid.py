@@ -19,7 +19,7 @@ from .._lib import checks
 from .._lib.positions import as_positions
 from .._lib.types import Array, Device, Namespace
 
-__all__ = ["grid_shape", "grid_coordinates", "coordinate_array", "with_prefix"]
+__all__ = ["coordinate_array", "grid_coordinates", "grid_shape", "with_prefix"]
 
 
 def grid_shape(positions: Any) -> tuple[int, ...] | None:
@@ -38,7 +38,7 @@ def grid_coordinates(
     grid: tuple[int, ...], train_grid: Sequence[int] | None, prefix: int, xp: Namespace | None, device: Device
 ) -> tuple[Namespace, Array, Device]:
     """Row-major coordinates of a grid, rescaled and prefixed on the host, then moved to ``device``."""
-    coords = np.indices(grid).reshape(len(grid), -1).T
+    coords: np.ndarray = np.indices(grid).reshape(len(grid), -1).T
     if train_grid is not None:
         train = checks.int_sequence(train_grid, "train_grid", positive=True)
         if len(train) != len(grid):

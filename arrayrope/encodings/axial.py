@@ -16,7 +16,6 @@ exact float32 method where it does not.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from .._lib import checks
 from .._lib.types import Array, Device, DType, Namespace

@@ -25,7 +25,7 @@ from .._lib import checks
 from .._lib.dtypes import table_dtype, work_dtype
 from .._lib.types import Array, Device, DType, Namespace
 
-__all__ = ["alibi_slopes", "alibi_bias", "t5_relative_buckets", "t5_relative_bias"]
+__all__ = ["alibi_bias", "alibi_slopes", "t5_relative_bias", "t5_relative_buckets"]
 
 
 def alibi_slopes(
@@ -214,7 +214,7 @@ def _bucket_table(num_buckets: int, max_distance: int) -> np.ndarray:
     k = num_buckets - exact
 
     def reaches(n: int, j: int) -> bool:
-        return n**k * exact**j >= max_distance**j * exact**k
+        return bool(n**k * exact**j >= max_distance**j * exact**k)
 
     thresholds = []
     for j in range(1, k):  # bucket exact + j starts at the smallest n that reaches j
@@ -275,7 +275,9 @@ def t5_relative_bias(
         raise ValueError(f"table must have shape (num_buckets, num_heads), got shape {tuple(table.shape)}")
     device = backends.device_of(table)
     rel = _relative(ns, q_len, k_len, offset, device)
-    buckets = t5_relative_buckets(rel, bidirectional=bidirectional, num_buckets=table.shape[0], max_distance=max_distance)
+    buckets = t5_relative_buckets(
+        rel, bidirectional=bidirectional, num_buckets=table.shape[0], max_distance=max_distance
+    )
     q, k = tuple(rel.shape)
     values = ns.take(table, ns.reshape(buckets, (-1,)), axis=0)  # (q * k, heads)
     return ns.permute_dims(ns.reshape(values, (q, k, table.shape[1])), (2, 0, 1))

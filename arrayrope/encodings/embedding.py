@@ -96,7 +96,7 @@ class RotaryEmbedding:
         )
         self.layout: Layout = checks.layout(layout)
         self.axes: Axes = checks.choice(axes, "axes", AXES)
-        self._cache: dict[tuple, tuple[Any, Any]] = {}
+        self._cache: dict[tuple[int, str, str], tuple[Array, Array]] = {}
         self._lock = threading.Lock()
         # sequence-length-dependent types: the cache holds the starting frequencies only
         self._start_freqs = self.freqs
@@ -232,7 +232,9 @@ class RotaryEmbedding:
         else:
             _, off, _ = as_positions(offset, "offset", like=q, count=False)
             if off.ndim != 1 or off.shape[0] != batch:
-                raise ValueError(f"offset must be an int or an array of shape (B,) = ({batch},), got {tuple(off.shape)}")
+                raise ValueError(
+                    f"offset must be an int or an array of shape (B,) = ({batch},), got {tuple(off.shape)}"
+                )
             steps = xp.arange(seq, dtype=off.dtype, device=device)
             cos, sin = rope_tables(freqs, off[:, None] + steps, dtype=dtype)
         if cos.ndim == 2:
@@ -268,6 +270,7 @@ class RotaryEmbedding:
                     "JAX or Dask position arrays pass seq_len= (max position + 1)"
                 )
             length = int(backends.namespace(src).max(src)) + 1 + (seq - 1 if positions is None else 0)
+        assert self._resize is not None
         with self._lock:
             self.freqs = self._resize(length)
             return self.freqs

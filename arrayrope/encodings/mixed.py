@@ -14,7 +14,7 @@ from .._lib.dtypes import table_dtype
 from .._lib.types import Array, DType, Namespace
 from ._grid import coordinate_array, grid_coordinates, grid_shape, with_prefix
 
-__all__ = ["mixed_rope_tables", "mixed_rope_frequencies"]
+__all__ = ["mixed_rope_frequencies", "mixed_rope_tables"]
 
 
 def mixed_rope_tables(

@@ -54,4 +54,4 @@ def sinusoidal_embedding(
     if layout == "concat":
         return ns.concat([sin, cos], axis=-1)
     lead = tuple(cos.shape[:-1])
-    return ns.reshape(ns.stack([sin, cos], axis=-1), lead + (dim,))
+    return ns.reshape(ns.stack([sin, cos], axis=-1), (*lead, dim))

@@ -81,12 +81,9 @@ def xpos_scales(
     xp, pos, device = as_positions(positions, xp=xp, device=device)
     dtype = table_dtype(xp, dtype, device)
     work = work_dtype(xp, device)
-    if isinstance(pos, int):
-        pos = xp.arange(pos, dtype=work, device=device)
-    else:
-        pos = xp.astype(pos, work)
-    log_zeta = xp.asarray(np.log(_zeta(freqs.rotary_dim, gamma)).astype(np.float64 if work == xp.float64 else np.float32),
-                          device=device)
+    pos = xp.arange(pos, dtype=work, device=device) if isinstance(pos, int) else xp.astype(pos, work)
+    host = np.log(_zeta(freqs.rotary_dim, gamma))
+    log_zeta = xp.asarray(host if work == xp.float64 else host.astype(np.float32), device=device)
     power = ((pos - center) / scale_base)[..., None] * log_zeta
     return xp.astype(xp.exp(power), dtype), xp.astype(xp.exp(-power), dtype)
 

@@ -27,7 +27,8 @@ def _rope_half(x: np.ndarray, positions: np.ndarray, base: float = 10000.0) -> n
     cos = np.concatenate([np.cos(ang)] * 2, axis=-1)
     sin = np.concatenate([np.sin(ang)] * 2, axis=-1)
     rotated = np.concatenate([-x[..., d // 2 :], x[..., : d // 2]], axis=-1)
-    return x * cos + rotated * sin
+    out: np.ndarray = x * cos + rotated * sin
+    return out
 
 
 def _rope_complex(x: np.ndarray, positions: np.ndarray, rotary_dim: int, base: float = 10000.0) -> np.ndarray:

@@ -69,13 +69,13 @@ class RopeConvention:
     rotary_dim: int | None = None
     base: float | None = None
     offset: int | None = None
-    scaling: dict | None = None
+    scaling: dict[str, Any] | None = None
     attention_factor: float = 1.0
     inv_freq: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
     max_error: float = float("nan")
     reason: str = ""
 
-    def embedding_kwargs(self) -> dict:
+    def embedding_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :class:`arrayrope.RotaryEmbedding` that reproduce ``fn``.
 
         The offset is not among them: pass ``positions + offset`` when calling.
@@ -100,9 +100,9 @@ class RopeConvention:
         scaling = "no frequency scaling" if self.scaling is None else "scaling " + ", ".join(
             f"{k}={v}" for k, v in self.scaling.items()
         )
-        offset = "positions as given" if self.offset == 0 else f"positions shifted by {self.offset:+d}"
+        offset = "positions as given" if not self.offset else f"positions shifted by {self.offset:+d}"
         return (
-            f"{_LAYOUT_NAMES[self.layout]} RoPE, rotary_dim {self.rotary_dim} of head_dim {self.head_dim}, "
+            f"{_LAYOUT_NAMES[self.layout or 'half']} RoPE, rotary_dim {self.rotary_dim} of head_dim {self.head_dim}, "
             f"base {self.base:g}, {scaling}, {offset}; max error {self.max_error:.1e}"
         )
 
@@ -174,7 +174,7 @@ def identify_rope(
     rotating = moved > tol
     r = int(rotating.sum())
     if r == 0:
-        return found.none("fn returns x unchanged at positions 0..%d" % (n - 1))
+        return found.none(f"fn returns x unchanged at positions 0..{n - 1}")
     if not rotating[:r].all():
         return found.none(f"the features that change, {np.flatnonzero(rotating).tolist()}, are not the leading ones")
     if r % 2:
@@ -182,7 +182,7 @@ def identify_rope(
     found.rotary_dim = r
 
     layout, pairs = _layout(M, r, d, tol)
-    if layout is None:
+    if layout is None or pairs is None:
         return found.none(_mixing(M, r, tol))
     found.layout = layout
 
@@ -237,7 +237,7 @@ class _Found:
     rotary_dim: int | None = None
     base: float | None = None
     offset: int | None = None
-    scaling: dict | None = None
+    scaling: dict[str, Any] | None = None
     attention_factor: float = 1.0
     inv_freq: np.ndarray | None = None
 
@@ -249,7 +249,7 @@ class _Found:
         return self.result(False, reason=reason)
 
 
-def _call(fn: Callable, basis: np.ndarray, positions: np.ndarray, ndim: int | None) -> tuple[np.ndarray, int]:
+def _call(fn: Callable[..., Any], basis: np.ndarray, positions: np.ndarray, ndim: int | None) -> tuple[np.ndarray, int]:
     """``fn`` on ``basis`` ``(B, S, D)`` as 4-D ``(1, B, S, D)`` or else 3-D; the output as ``(B, S, D)``."""
     errors = []
     for nd in (4, 3) if ndim is None else (ndim,):
@@ -301,19 +301,21 @@ def _mixing(M: np.ndarray, r: int, tol: float) -> str:
 
 
 def _wrap(a: np.ndarray) -> np.ndarray:
-    return (a + np.pi) % (2 * np.pi) - np.pi
+    wrapped: np.ndarray = (a + np.pi) % (2 * np.pi) - np.pi
+    return wrapped
 
 
 def _slope(unwrapped: np.ndarray) -> np.ndarray:
     s = np.arange(unwrapped.shape[0], dtype=np.float64)
     s = s - s.mean()
-    return (s[:, None] * (unwrapped - unwrapped.mean(axis=0))).sum(axis=0) / (s * s).sum()
+    slope: np.ndarray = (s[:, None] * (unwrapped - unwrapped.mean(axis=0))).sum(axis=0) / (s * s).sum()
+    return slope
 
 
 def _offset(phase: np.ndarray, omega: np.ndarray, max_offset: int, atol: float) -> int | None:
     """The whole number ``k`` with ``phase = k * omega (mod 2 pi)`` for every pair."""
     i = int(np.argmin(omega))  # the slowest pair wraps least: few candidates
-    turns = int(math.ceil(max_offset * omega[i] / (2 * np.pi))) + 1
+    turns = math.ceil(max_offset * omega[i] / (2 * np.pi)) + 1
     cands = np.round((phase[i] + 2 * np.pi * np.arange(-turns, turns + 1)) / omega[i])
     cands = cands[np.abs(cands) <= max_offset]
     if cands.size == 0:
@@ -334,11 +336,12 @@ def _snap(value: float, rel: float) -> float:
     return value
 
 
-def _freqs(base: float, scaling: Mapping | None, r: int, d: int) -> np.ndarray:
+def _freqs(base: float, scaling: Mapping[str, Any] | None, r: int, d: int) -> np.ndarray:
     from ..frequencies import rope_frequencies
 
     if scaling is not None and scaling["rope_type"] == "linear":  # theta / factor, by definition
-        return rope_frequencies(d, base=base, rotary_dim=r).inv_freq / scaling["factor"]
+        linear: np.ndarray = rope_frequencies(d, base=base, rotary_dim=r).inv_freq / scaling["factor"]
+        return linear
     kwargs = {}
     if scaling is not None and "original_max_position_embeddings" in scaling:
         kwargs["max_position_embeddings"] = int(scaling["original_max_position_embeddings"] * scaling["factor"])
@@ -356,7 +359,9 @@ def _fit(omega: np.ndarray, r: int) -> tuple[float, float]:
     return (math.exp(-b * r / 2) if b < 0 else float("nan")), math.exp(-a)
 
 
-def _candidates(omega: np.ndarray, r: int, d: int, g: float):
+def _candidates(
+    omega: np.ndarray, r: int, d: int, g: float
+) -> Iterator[tuple[float, dict[str, Any] | None, float]]:
     """(base, scaling, attention factor) guesses, plainest first."""
     from ..frequencies import rope_frequencies
     from ..scaling import ROPE_TYPES
@@ -403,20 +408,23 @@ def _candidates(omega: np.ndarray, r: int, d: int, g: float):
                 yield base, scaling, factor
 
 
-def _verify(fn: Callable, found: _Found, ndim: int, dt: np.dtype, n: int, tol: float) -> RopeConvention:
+def _verify(
+    fn: Callable[..., Any], found: _Found, ndim: int, dt: np.dtype[Any], n: int, tol: float
+) -> RopeConvention:
     """Random inputs at positions ``n .. 2n-1``: ``fn`` against the convention found."""
     from ..apply import apply_rotary
     from ..frequencies import RopeFrequencies
     from ..tables import rope_tables
 
     d, r = found.head_dim, found.rotary_dim
+    assert r is not None and found.base is not None and found.layout is not None and found.offset is not None
     inv = _freqs(found.base, found.scaling, r, d)
     freqs = RopeFrequencies(inv, d, r, found.attention_factor, found.base)
     x = np.random.default_rng(0).standard_normal((2, n, d)).astype(dt)
     positions = np.arange(n, 2 * n, dtype=np.int64)
     out, _ = _call(fn, x, positions, ndim)
     cos, sin = rope_tables(freqs, positions + found.offset, dtype=np.float64)
-    want = apply_rotary(x.astype(np.float64), cos, sin, layout=found.layout)
+    want = apply_rotary(x.astype(np.float64), cos, sin, layout=checks.layout(found.layout))
     scale = float(np.max(np.abs(x)))
     err = float(np.max(np.abs(out.astype(np.float64) - want))) / scale
     if err > 64 * tol * max(1.0, found.attention_factor):

@@ -14,7 +14,7 @@ from ..backends import Backend, to_numpy
 from ._compare import tolerance_at
 from ._report import Report, Row
 
-__all__ = ["ParityCase", "check_parity", "DTYPES"]
+__all__ = ["DTYPES", "ParityCase", "check_parity"]
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 
@@ -29,7 +29,7 @@ class ParityCase:
 
     name: str
     fn: Callable[..., Any]
-    args: tuple = ()
+    args: tuple[Any, ...] = ()
     reference: Any = "float64"
     dtypes: tuple[str, ...] | None = None
     rtol: float | None = None

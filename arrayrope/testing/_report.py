@@ -11,7 +11,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-__all__ = ["Row", "Report"]
+__all__ = ["Report", "Row"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +78,8 @@ class Report:
     def format(self, *, header: bool = True, skipped: bool = True) -> str:
         """The table as text (what ``str(report)`` gives), with or without column titles and skips."""
         with_case = any(r.case for r in self.rows)
-        cols = (["case"] if with_case else []) + ["backend", "device", "dtype", "max abs err", "max rel err", "tolerance", "ok"]
+        numbers = ["max abs err", "max rel err", "tolerance"]
+        cols = [*(["case"] if with_case else []), "backend", "device", "dtype", *numbers, "ok"]
         lines = []
         for r in self.rows:
             cells = ([r.case] if with_case else []) + [
@@ -111,7 +112,7 @@ def _num(v: float) -> str:
 
 def _line(cells: Sequence[str], widths: Sequence[int]) -> str:
     out = []
-    for i, (c, w) in enumerate(zip(cells, widths)):
+    for i, (c, w) in enumerate(zip(cells, widths, strict=False)):
         right = 3 <= i - (len(cells) - 7) <= 5  # the numeric columns
         out.append(c.rjust(w) if right else c.ljust(w))
     return "  ".join(out).rstrip()
