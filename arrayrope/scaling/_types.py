@@ -1,0 +1,218 @@
+"""The rope types of Hugging Face checkpoints, each registered with its keys and, if any, its length rule."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ._params import factor_of, factor_or_ratio, original_length, real_value, required_factor, where
+from ._registry import register
+
+__all__ = ["yarn_mscale"]
+
+
+def _dynamic_length(length: int, current: int, max_len: int, original: int) -> int:
+    """Dynamic NTK: grow with the longest length seen; back to the original below ``max_len``."""
+    if length > current:
+        return length
+    if length < max_len:
+        return max_len
+    return current
+
+
+def _longrope_length(length: int, current: int, max_len: int, original: int) -> int:
+    """LongRoPE: one set beyond the original length (the long factors), one at or below it."""
+    return original + 1 if length > original else original
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's magnitude correction ``0.1 * mscale * ln(factor) + 1`` (1 when ``factor <= 1``).
+
+    Hugging Face multiplies cos and sin by ``yarn_mscale(s, mscale) / yarn_mscale(s, mscale_all_dim)``
+    (or ``yarn_mscale(s)``), which scales ``q . k`` by its square. DeepSeek-V2/V3 set
+    ``mscale == mscale_all_dim`` so that factor is 1, and instead multiply the softmax
+    scale by ``yarn_mscale(s, mscale_all_dim) ** 2``.
+
+    Examples
+    --------
+    >>> from arrayrope.scaling import yarn_mscale
+    >>> round(yarn_mscale(40.0, 1.0), 6)
+    1.368888
+    >>> yarn_mscale(1.0)
+    1.0
+    """
+    if factor <= 1:
+        return 1.0
+    return 0.1 * mscale * math.log(factor) + 1.0
+
+
+@register("default")
+def _default(inv_freq: np.ndarray, params: Mapping[str, Any], **context: Any) -> tuple[np.ndarray, float]:
+    return inv_freq, 1.0
+
+
+@register("linear", required=("factor",))
+def _linear(inv_freq: np.ndarray, params: Mapping[str, Any], **context: Any) -> tuple[np.ndarray, float]:
+    return inv_freq / required_factor(params), 1.0
+
+
+@register("dynamic", required=("factor",), length=_dynamic_length)
+def _dynamic(
+    inv_freq: np.ndarray,
+    params: Mapping[str, Any],
+    *,
+    base: float,
+    rotary_dim: int,
+    max_position_embeddings: int | None,
+    seq_len: int | None,
+    **context: Any,
+) -> tuple[np.ndarray, float]:
+    factor = required_factor(params)
+    if max_position_embeddings is None:
+        raise ValueError("rope_type 'dynamic' needs max_position_embeddings= (the length beyond which it rescales)")
+    length = max(seq_len or 0, max_position_embeddings)
+    if length == max_position_embeddings or rotary_dim == 2:  # unchanged (d = 2 has the single frequency 1)
+        return inv_freq, 1.0
+    d = rotary_dim
+    new_base = base * (factor * length / max_position_embeddings - (factor - 1)) ** (d / (d - 2))
+    return new_base ** (-np.arange(0, d, 2, dtype=np.float64) / d), 1.0
+
+
+@register(
+    "yarn",
+    optional=("factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
+              "mscale_all_dim", "truncate"),
+)
+def _yarn(
+    inv_freq: np.ndarray,
+    params: Mapping[str, Any],
+    *,
+    base: float,
+    rotary_dim: int,
+    max_position_embeddings: int | None,
+    **context: Any,
+) -> tuple[np.ndarray, float]:
+    original = original_length(params, max_position_embeddings)
+    if factor_of(params) is None and params.get("original_max_position_embeddings") is None:
+        raise ValueError(
+            "scaling for rope_type 'yarn' needs 'factor', or 'original_max_position_embeddings' with "
+            "max_position_embeddings= (factor = max_position_embeddings / original_max_position_embeddings)"
+        )
+    factor = factor_or_ratio(params, original, max_position_embeddings)
+    if factor < 1:
+        raise ValueError(
+            f"yarn: max_position_embeddings / original_max_position_embeddings = {factor:g} < 1; "
+            "give scaling['factor'] >= 1"
+        )
+    if max_position_embeddings is not None and factor_of(params) is not None:
+        implicit = max_position_embeddings / original
+        if implicit not in (1.0, factor):
+            warnings.warn(
+                f"yarn: scaling['factor']={factor:g} differs from max_position_embeddings / "
+                f"original_max_position_embeddings = {implicit:g}; the explicit factor is used",
+                stacklevel=4,
+            )
+    attention = real_value(params, "attention_factor", minimum=0.0, strict_min=True)
+    if attention is None:
+        mscale = real_value(params, "mscale")
+        mscale_all_dim = real_value(params, "mscale_all_dim")
+        if mscale and mscale_all_dim:
+            attention = yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+        else:
+            attention = yarn_mscale(factor)
+    beta_fast = real_value(params, "beta_fast") or 32.0
+    beta_slow = real_value(params, "beta_slow") or 1.0
+    if beta_fast < beta_slow:
+        raise ValueError(f"yarn: scaling['beta_fast']={beta_fast:g} must be >= scaling['beta_slow']={beta_slow:g}")
+    truncate = params.get("truncate", True)
+    if truncate is None:
+        truncate = True
+    if not isinstance(truncate, (bool, np.bool_)):
+        raise TypeError(f"{where(params, 'truncate')} must be true or false, got {truncate!r}")
+
+    d = rotary_dim
+
+    def pair_index(rotations: float) -> float:
+        # the pair index i whose wavelength 2*pi*base**(2i/d) makes `rotations` turns over L0
+        return d * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    lo, hi = pair_index(beta_fast), pair_index(beta_slow)
+    if truncate:
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, d - 1)
+    if hi == lo:
+        hi += 0.001
+    ramp = np.clip((np.arange(d // 2, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0)
+    # ramp 0: keep theta (extrapolate, short wavelengths); ramp 1: theta / s (interpolate)
+    return inv_freq * ((1.0 - ramp) + ramp / factor), float(attention)
+
+
+@register(
+    "longrope",
+    required=("short_factor", "long_factor"),
+    optional=("factor", "original_max_position_embeddings", "attention_factor"),
+    length=_longrope_length,
+)
+def _longrope(
+    inv_freq: np.ndarray,
+    params: Mapping[str, Any],
+    *,
+    rotary_dim: int,
+    max_position_embeddings: int | None,
+    seq_len: int | None,
+    **context: Any,
+) -> tuple[np.ndarray, float]:
+    original = original_length(params, max_position_embeddings)
+    short = _factor_list(params, "short_factor", rotary_dim)
+    long = _factor_list(params, "long_factor", rotary_dim)
+    attention = real_value(params, "attention_factor", minimum=0.0, strict_min=True)
+    if attention is None:
+        factor = factor_or_ratio(params, original, max_position_embeddings)
+        attention = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
+    ext = long if seq_len is not None and seq_len > original else short
+    return inv_freq / ext, float(attention)
+
+
+def _factor_list(params: Mapping[str, Any], key: str, rotary_dim: int) -> np.ndarray:
+    value = params[key]
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{where(params, key)} must be a list of numbers, got {value!r}") from None
+    if arr.ndim != 1 or arr.shape[0] != rotary_dim // 2:
+        raise ValueError(
+            f"{where(params, key)} must be a list of rotary_dim // 2 = {rotary_dim // 2} numbers "
+            f"(one per frequency), got {arr.shape[0] if arr.ndim == 1 else arr.shape}"
+        )
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ValueError(f"{where(params, key)} must hold finite numbers > 0")
+    return arr
+
+
+@register("llama3", required=("factor", "low_freq_factor", "high_freq_factor"),
+          optional=("original_max_position_embeddings",))
+def _llama3(
+    inv_freq: np.ndarray,
+    params: Mapping[str, Any],
+    *,
+    max_position_embeddings: int | None,
+    **context: Any,
+) -> tuple[np.ndarray, float]:
+    factor = required_factor(params)
+    low = real_value(params, "low_freq_factor", minimum=0.0, strict_min=True)
+    high = real_value(params, "high_freq_factor", minimum=0.0, strict_min=True)
+    if low >= high:
+        raise ValueError(
+            f"llama3: scaling['low_freq_factor']={low:g} must be < scaling['high_freq_factor']={high:g}"
+        )
+    original = original_length(params, max_position_embeddings)
+    wavelength = 2 * math.pi / inv_freq
+    smooth = (original / wavelength - low) / (high - low)
+    out = (1 - smooth) * inv_freq / factor + smooth * inv_freq  # the band in between
+    out = np.where(wavelength < original / high, inv_freq, out)  # short wavelengths kept
+    out = np.where(wavelength > original / low, inv_freq / factor, out)  # long ones interpolated
+    return out, 1.0
