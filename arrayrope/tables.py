@@ -33,9 +33,7 @@ def rope_tables(
     freqs: RopeFrequencies,
     positions: Array | int,
     *,
-    xp: Namespace | None = None,
-    dtype: DType | None = None,
-    device: Device = None,
+    xp: Namespace | None = None, dtype: DType | None = None, device: Device = None,
     apply_attention_factor: bool = True,
 ) -> tuple[Array, Array]:
     """Cos and sin of ``positions * inv_freq``, each ``positions.shape + (rotary_dim // 2,)``.

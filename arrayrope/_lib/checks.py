@@ -12,13 +12,19 @@ from .types import LAYOUTS, Layout
 T = TypeVar("T")
 
 
-def positive_int(value: object, name: str, *, even: bool = False) -> int:
-    """``value`` as an int > 0 (and even when ``even``); bools and floats are refused."""
+def integer(value: object, name: str, *, minimum: int) -> int:
+    """``value`` as an int >= ``minimum``; bools and floats are refused."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
     out = int(value)
-    if out <= 0:
-        raise ValueError(f"{name} must be positive, got {out}")
+    if out < minimum:
+        raise ValueError(f"{name} must be {'positive' if minimum == 1 else f'>= {minimum}'}, got {out}")
+    return out
+
+
+def positive_int(value: object, name: str, *, even: bool = False) -> int:
+    """``value`` as an int > 0 (and even when ``even``)."""
+    out = integer(value, name, minimum=1)
     if even and out % 2:
         raise ValueError(f"{name} must be even (features rotate in pairs), got {out}")
     return out
@@ -26,12 +32,7 @@ def positive_int(value: object, name: str, *, even: bool = False) -> int:
 
 def non_negative_int(value: object, name: str) -> int:
     """``value`` as an int >= 0."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
-    out = int(value)
-    if out < 0:
-        raise ValueError(f"{name} must be >= 0, got {out}")
-    return out
+    return integer(value, name, minimum=0)
 
 
 def positive_real(value: object, name: str) -> float:

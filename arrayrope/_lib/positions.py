@@ -3,38 +3,14 @@
 from __future__ import annotations
 
 import numbers
-from typing import Any, Literal, overload
+from typing import Any
 
 import numpy as np
 
 from .. import backends
 from .types import Array, Device, Namespace
 
-__all__ = ["as_positions"]
-
-
-@overload
-def as_positions(
-    value: Any,
-    name: str = ...,
-    *,
-    xp: Namespace | None = ...,
-    device: Device = ...,
-    like: Array | None = ...,
-    like_name: str = ...,
-    count: Literal[False],
-) -> tuple[Namespace, Array, Device]: ...
-@overload
-def as_positions(
-    value: Any,
-    name: str = ...,
-    *,
-    xp: Namespace | None = ...,
-    device: Device = ...,
-    like: Array | None = ...,
-    like_name: str = ...,
-    count: bool = ...,
-) -> tuple[Namespace, Array | int, Device]: ...
+__all__ = ["as_positions", "position_array"]
 
 
 def as_positions(
@@ -102,3 +78,11 @@ def as_positions(
     if backends.is_real_floating(ns, dt) and not backends.is_lazy(value) and not bool(ns.all(ns.isfinite(value))):
         raise ValueError(f"{name} must be finite; got NaN or infinity")
     return ns, value, device
+
+
+def position_array(
+    value: Any, name: str = "positions", *, xp: Namespace | None = None, device: Device = None,
+    like: Array | None = None, like_name: str = "q",
+) -> tuple[Namespace, Array, Device]:
+    """:func:`as_positions` for an argument that must be an array (an int is a 0-d array, not a count)."""
+    return as_positions(value, name, xp=xp, device=device, like=like, like_name=like_name, count=False)

@@ -14,21 +14,6 @@ from typing import Any
 
 import array_api_compat as compat
 
-__all__ = [
-    "default_namespace",
-    "device_of",
-    "has_float64",
-    "is_array",
-    "is_integral",
-    "is_lazy",
-    "is_real_floating",
-    "library_name",
-    "library_of",
-    "namespace",
-    "same_device",
-    "to_device",
-]
-
 # top-level module of an array type -> the library it belongs to
 _MODULES = {
     "numpy": "numpy",
@@ -189,36 +174,28 @@ def is_lazy(x: Any) -> bool:
     return bool(compat.is_lazy_array(x))
 
 
-def is_real_floating(xp: Any, dtype: Any) -> bool:
-    """``xp.isdtype(dtype, "real floating")``, cached per namespace and dtype."""
+def _kind(cache: dict[tuple[int, Any], bool], xp: Any, dtype: Any, test: Any) -> bool:
+    """``test(xp, dtype)``, cached per namespace and dtype (False where the namespace cannot tell)."""
     key = (id(xp), dtype)
+    with contextlib.suppress(KeyError, TypeError):  # not seen yet, or an unhashable dtype
+        return cache[key]
     try:
-        return _real_floating[key]
-    except (KeyError, TypeError):
-        pass
-    try:
-        ok = bool(xp.isdtype(dtype, "real floating"))
+        ok = bool(test(xp, dtype))
     except Exception:
         ok = False
-    with contextlib.suppress(TypeError):  # an unhashable dtype is not cached
-        _real_floating[key] = ok
+    with contextlib.suppress(TypeError):
+        cache[key] = ok
     return ok
+
+
+def is_real_floating(xp: Any, dtype: Any) -> bool:
+    """``xp.isdtype(dtype, "real floating")``, cached per namespace and dtype."""
+    return _kind(_real_floating, xp, dtype, lambda ns, dt: ns.isdtype(dt, "real floating"))
 
 
 def is_integral(xp: Any, dtype: Any) -> bool:
     """Whether ``dtype`` is an integer dtype (bool is not), cached per namespace and dtype."""
-    key = (id(xp), dtype)
-    try:
-        return _integral[key]
-    except (KeyError, TypeError):
-        pass
-    try:
-        ok = bool(xp.isdtype(dtype, "integral")) and not bool(xp.isdtype(dtype, "bool"))
-    except Exception:
-        ok = False
-    with contextlib.suppress(TypeError):
-        _integral[key] = ok
-    return ok
+    return _kind(_integral, xp, dtype, lambda ns, dt: ns.isdtype(dt, "integral") and not ns.isdtype(dt, "bool"))
 
 
 def known(n: object) -> bool:

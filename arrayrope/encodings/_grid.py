@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import backends
 from .._lib import checks
-from .._lib.positions import as_positions
+from .._lib.positions import position_array
 from .._lib.types import Array, Device, Namespace
 
 __all__ = ["coordinate_array", "grid_coordinates", "grid_shape", "with_prefix"]
@@ -61,7 +61,7 @@ def coordinate_array(positions: Any, xp: Namespace | None, device: Device = None
             f"positions must be a grid shape (tuple of ints) or an array of coordinates (..., n_axes), "
             f"got {positions!r}"
         )
-    ns, coords, _ = as_positions(positions, xp=xp, device=device, count=False)
+    ns, coords, _ = position_array(positions, xp=xp, device=device)
     if coords.ndim < 1 or not backends.known(coords.shape[-1]) or coords.shape[-1] < 1:
         raise ValueError(
             f"positions must be a grid shape or coordinates (..., n_axes) with n_axes >= 1, "

@@ -35,9 +35,7 @@ def axial_rope_tables(
     rotary_dim: int | None = None,
     train_grid: Sequence[int] | None = None,
     num_prefix_tokens: int = 0,
-    xp: Namespace | None = None,
-    dtype: DType | None = None,
-    device: Device = None,
+    xp: Namespace | None = None, dtype: DType | None = None, device: Device = None,
 ) -> tuple[Array, Array]:
     """Cos/sin tables of axial RoPE: feature block ``j`` rotates by coordinate ``j``.
 

@@ -74,9 +74,7 @@ def alibi_bias(
     *,
     causal: bool = True,
     offset: int | None = None,
-    xp: Namespace | None = None,
-    dtype: DType | None = None,
-    device: Device = None,
+    xp: Namespace | None = None, dtype: DType | None = None, device: Device = None,
 ) -> Array:
     """The ALiBi bias ``-slope_h * distance``, shape ``(num_heads, q_len, k_len)``.
 

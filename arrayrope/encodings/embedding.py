@@ -11,7 +11,7 @@ from typing import Any
 from .. import backends
 from .._lib import checks
 from .._lib.dtypes import host_dtype, table_dtype_for
-from .._lib.positions import as_positions
+from .._lib.positions import position_array
 from .._lib.types import AXES, Array, Axes, Layout, Namespace
 from ..apply import rotate
 from ..frequencies import RopeFrequencies, rope_frequencies
@@ -214,7 +214,7 @@ class RotaryEmbedding:
         if positions is not None:
             if not (isinstance(offset, numbers.Integral) and offset == 0):
                 raise ValueError("pass positions or offset, not both (positions already include any offset)")
-            _, pos, _ = as_positions(positions, "positions", like=q, count=False)
+            _, pos, _ = position_array(positions, "positions", like=q)
             if pos.ndim not in (1, 2) or pos.shape[-1] != seq or (pos.ndim == 2 and pos.shape[0] not in (1, batch)):
                 raise ValueError(
                     f"positions must have shape (S,) or (B, S) = ({seq},) or ({batch}, {seq}), got {tuple(pos.shape)}"
@@ -230,7 +230,7 @@ class RotaryEmbedding:
             else:
                 cos, sin = rope_tables(freqs, xp.arange(offset, offset + seq, device=device), dtype=dtype)
         else:
-            _, off, _ = as_positions(offset, "offset", like=q, count=False)
+            _, off, _ = position_array(offset, "offset", like=q)
             if off.ndim != 1 or off.shape[0] != batch:
                 raise ValueError(
                     f"offset must be an int or an array of shape (B,) = ({batch},), got {tuple(off.shape)}"
@@ -263,7 +263,7 @@ class RotaryEmbedding:
         elif seq_len is not None:
             length = checks.positive_int(seq_len, "seq_len")
         else:
-            _, src, _ = as_positions(positions if positions is not None else offset, "positions", xp=xp, count=False)
+            _, src, _ = position_array(positions if positions is not None else offset, "positions", xp=xp)
             if backends.is_lazy(src):
                 raise ValueError(
                     f"rope_type {self.freqs.rope_type!r} picks its frequencies by sequence length; with "

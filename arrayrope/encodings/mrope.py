@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import backends
 from .._lib import checks
-from .._lib.positions import as_positions
+from .._lib.positions import position_array
 from .._lib.types import Array, Device, DType, Namespace
 from ..frequencies import RopeFrequencies
 from ..tables import rope_tables
@@ -22,9 +22,7 @@ def mrope_tables(
     *,
     sections: Sequence[int],
     interleaved: bool = False,
-    xp: Namespace | None = None,
-    dtype: DType | None = None,
-    device: Device = None,
+    xp: Namespace | None = None, dtype: DType | None = None, device: Device = None,
 ) -> tuple[Array, Array]:
     """Cos/sin tables of multimodal RoPE (Qwen2-VL M-RoPE, Qwen3-VL interleaved M-RoPE).
 
@@ -85,7 +83,7 @@ def mrope_tables(
     n = len(sections)
     if isinstance(positions, (int, float)):
         raise TypeError(f"positions must be an array of shape ({n}, ...), got {positions!r}")
-    xp, positions, device = as_positions(positions, xp=xp, device=device, count=False)
+    xp, positions, device = position_array(positions, xp=xp, device=device)
     if positions.ndim < 1 or positions.shape[0] != n:
         raise ValueError(
             f"positions must have shape (len(sections), ...) = ({n}, ...), e.g. (3, batch, seq); "

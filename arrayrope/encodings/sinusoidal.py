@@ -17,9 +17,7 @@ def sinusoidal_embedding(
     *,
     base: float = 10000.0,
     layout: SinusoidalLayout = "interleaved",
-    xp: Namespace | None = None,
-    dtype: DType | None = None,
-    device: Device = None,
+    xp: Namespace | None = None, dtype: DType | None = None, device: Device = None,
 ) -> Array:
     """Sinusoidal embedding ``sin/cos(pos / base ** (2i / dim))``, shape ``positions.shape + (dim,)``.
 

@@ -33,12 +33,8 @@ def xpos_scales(
     freqs: RopeFrequencies,
     positions: Array | int,
     *,
-    scale_base: float = 512.0,
-    gamma: float = 0.4,
-    center: float = 0.0,
-    xp: Namespace | None = None,
-    dtype: DType | None = None,
-    device: Device = None,
+    scale_base: float = 512.0, gamma: float = 0.4, center: float = 0.0,
+    xp: Namespace | None = None, dtype: DType | None = None, device: Device = None,
 ) -> tuple[Array, Array]:
     """Query and key scales of xPos, each ``positions.shape + (rotary_dim // 2,)``.
 
@@ -92,12 +88,8 @@ def xpos_tables(
     freqs: RopeFrequencies,
     positions: Array | int,
     *,
-    scale_base: float = 512.0,
-    gamma: float = 0.4,
-    center: float = 0.0,
-    xp: Namespace | None = None,
-    dtype: DType | None = None,
-    device: Device = None,
+    scale_base: float = 512.0, gamma: float = 0.4, center: float = 0.0,
+    xp: Namespace | None = None, dtype: DType | None = None, device: Device = None,
     apply_attention_factor: bool = True,
 ) -> tuple[Array, Array, Array, Array]:
     """Cos/sin tables with the xPos scales folded in: ``(q_cos, q_sin, k_cos, k_sin)``.

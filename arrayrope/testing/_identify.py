@@ -164,89 +164,77 @@ def identify_rope(
     out, ndim = _call(fn, basis, positions, None)
     eps = float(np.finfo(out.dtype).eps) if out.dtype.kind == "f" else float(np.finfo(np.float64).eps)
     tol = max(32 * eps, 1e-12)
-    found = _Found(head_dim=d)
+    found = RopeConvention(matched=False, head_dim=d)
     M = np.transpose(out, (1, 2, 0)).astype(np.float64)  # M[s] is the matrix at position s
     if not np.all(np.isfinite(M)):
-        return found.none("fn returned NaN or infinity for unit inputs")
+        return _unmatched(found, "fn returned NaN or infinity for unit inputs")
 
     eye = np.eye(d)
     moved = np.max(np.abs(M - eye), axis=(0, 1))
     rotating = moved > tol
     r = int(rotating.sum())
     if r == 0:
-        return found.none(f"fn returns x unchanged at positions 0..{n - 1}")
+        return _unmatched(found, f"fn returns x unchanged at positions 0..{n - 1}")
     if not rotating[:r].all():
-        return found.none(f"the features that change, {np.flatnonzero(rotating).tolist()}, are not the leading ones")
+        changed = np.flatnonzero(rotating).tolist()
+        return _unmatched(found, f"the features that change, {changed}, are not the leading ones")
     if r % 2:
-        return found.none(f"{r} leading features change, an odd number: they cannot rotate in pairs")
-    found.rotary_dim = r
+        return _unmatched(found, f"{r} leading features change, an odd number: they cannot rotate in pairs")
+    found = dataclasses.replace(found, rotary_dim=r)
 
     layout, pairs = _layout(M, r, d, tol)
     if layout is None or pairs is None:
-        return found.none(_mixing(M, r, tol))
-    found.layout = layout
+        return _unmatched(found, _mixing(M, r, tol))
+    found = dataclasses.replace(found, layout=layout)
 
     p_idx, q_idx = pairs[:, 0], pairs[:, 1]
     a, b = M[:, p_idx, p_idx], M[:, q_idx, p_idx]
     if np.max(np.abs(a - M[:, q_idx, q_idx])) > tol or np.max(np.abs(b + M[:, p_idx, q_idx])) > tol:
-        return found.none("a pair is not rotated (its 2x2 block is not [[cos, -sin], [sin, cos]])")
+        return _unmatched(found, "a pair is not rotated (its 2x2 block is not [[cos, -sin], [sin, cos]])")
     gain = np.hypot(a, b)
     g = float(np.mean(gain))
     if np.max(np.abs(gain - g)) > tol * max(g, 1.0) or g == 0:
-        return found.none("pairs are scaled by different amounts, which no rotation does")
-    found.attention_factor = _snap(g, tol)
+        return _unmatched(found, "pairs are scaled by different amounts, which no rotation does")
+    found = dataclasses.replace(found, attention_factor=_snap(g, tol))
     theta = np.arctan2(b, a)
     step = _wrap(np.diff(theta, axis=0))
     omega = np.mean(step, axis=0)
     atol = max(tol / g, 1e-12) * 4
     if np.max(np.abs(step - omega)) > atol * n:
-        return found.none("the rotation angles do not grow linearly with the position")
+        return _unmatched(found, "the rotation angles do not grow linearly with the position")
     if np.any(np.abs(omega) <= atol):
         i = int(np.argmax(np.abs(omega) <= atol))
-        return found.none(f"pair {i} ({pairs[i, 0]}, {pairs[i, 1]}) does not turn as the position grows")
+        return _unmatched(found, f"pair {i} ({pairs[i, 0]}, {pairs[i, 1]}) does not turn as the position grows")
     if np.any(omega < 0):
         i = int(np.argmax(omega < 0))
-        return found.none(f"pair {i} turns by {omega[i]:.3g} rad per position: the sine has the opposite sign")
+        return _unmatched(found, f"pair {i} turns by {omega[i]:.3g} rad per position: the sine has the opposite sign")
     unwrapped = theta[0] + np.concatenate([np.zeros((1, r // 2)), np.cumsum(step, axis=0)])
     omega = _slope(unwrapped)
-    found.inv_freq = omega
+    found = dataclasses.replace(found, inv_freq=omega)
 
     offset = _offset(_wrap(unwrapped[0]), omega, max_offset, atol * n)
     if offset is None:
-        return found.none(f"the angles at position 0 are no whole-number offset within +-{max_offset} of the positions")
-    found.offset = offset
+        why = f"the angles at position 0 are no whole-number offset within +-{max_offset} of the positions"
+        return _unmatched(found, why)
+    found = dataclasses.replace(found, offset=offset)
 
     for base, scaling, factor in _candidates(omega, r, d, g):
         model = (positions[:, None] + offset) * _freqs(base, scaling, r, d)[None, :]
         if np.max(np.abs(_wrap(model - unwrapped))) <= atol * n and abs(factor - g) <= tol * max(g, 1.0):
-            found.base, found.scaling = base, scaling
+            found = dataclasses.replace(found, base=base, scaling=scaling)
             break
     else:
-        found.base = _snap(_fit(omega, r)[0], 1e-4)
-        return found.none(
+        found = dataclasses.replace(found, base=_snap(_fit(omega, r)[0], 1e-4))
+        return _unmatched(found,
             "the pair frequencies follow neither base ** (-2i / rotary_dim) nor a known scaling of it"
             + ("" if g == 1.0 else f" with cos and sin scaled by {g:.4g}")
         )
     return _verify(fn, found, ndim, dt, n, max(tol, 1e-12))
 
 
-@dataclasses.dataclass
-class _Found:
-    head_dim: int
-    layout: str | None = None
-    rotary_dim: int | None = None
-    base: float | None = None
-    offset: int | None = None
-    scaling: dict[str, Any] | None = None
-    attention_factor: float = 1.0
-    inv_freq: np.ndarray | None = None
-
-    def result(self, matched: bool, max_error: float = float("nan"), reason: str = "") -> RopeConvention:
-        fields = dataclasses.asdict(self)
-        return RopeConvention(matched=matched, max_error=max_error, reason=reason, **fields)
-
-    def none(self, reason: str) -> RopeConvention:
-        return self.result(False, reason=reason)
+def _unmatched(found: RopeConvention, reason: str) -> RopeConvention:
+    """``found`` as far as it got, with the reason nothing matched."""
+    return dataclasses.replace(found, matched=False, reason=reason)
 
 
 def _call(fn: Callable[..., Any], basis: np.ndarray, positions: np.ndarray, ndim: int | None) -> tuple[np.ndarray, int]:
@@ -409,7 +397,7 @@ def _candidates(
 
 
 def _verify(
-    fn: Callable[..., Any], found: _Found, ndim: int, dt: np.dtype[Any], n: int, tol: float
+    fn: Callable[..., Any], found: RopeConvention, ndim: int, dt: np.dtype[Any], n: int, tol: float
 ) -> RopeConvention:
     """Random inputs at positions ``n .. 2n-1``: ``fn`` against the convention found."""
     from ..apply import apply_rotary
@@ -430,6 +418,9 @@ def _verify(
     if err > 64 * tol * max(1.0, found.attention_factor):
         same = _call(fn, x, np.arange(n, dtype=np.int64), ndim)[0]
         if np.array_equal(same, out):
-            return found.result(False, err, "fn ignores its positions argument (it always uses 0, 1, 2, ...)")
-        return found.result(False, err, f"on random inputs at positions {n}..{2 * n - 1} it differs by {err:.2g}")
-    return found.result(True, err)
+            why = "fn ignores its positions argument (it always uses 0, 1, 2, ...)"
+            return dataclasses.replace(found, max_error=err, reason=why)
+        return dataclasses.replace(
+            found, max_error=err, reason=f"on random inputs at positions {n}..{2 * n - 1} it differs by {err:.2g}"
+        )
+    return dataclasses.replace(found, matched=True, max_error=err)
