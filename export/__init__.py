@@ -2,14 +2,33 @@
 
 Imported as ``arrayrope.export``; it requires the ``onnx`` extra (and
 ``onnxruntime`` for :func:`validate`). The tables it embeds come from the core,
-so exported graphs are as precise as arrayrope itself.
+so exported graphs are as precise as arrayrope itself. Every builder takes the
+options of :class:`ExportOptions` as keyword arguments.
+
+Modules: ``_options`` (the options: types, defaults, checks, documentation),
+``_spec`` (options resolved against the frequencies and ONNX), ``_builder`` (the
+graph builder), ``_emit`` choosing between ``_fused`` (targets ``onnx23`` and
+``ort``) and ``_portable`` (with ``_tables``: constant or computed tables),
+``_model`` (model and function), ``_splice`` (:func:`add_rotary`),
+``_validate``, and ``_proto`` (loading models, IR versions).
 """
 
 from __future__ import annotations
 
-from ._api import rotary_function, rotary_model
-from ._spec import TARGETS
+from ._model import rotary_function, rotary_model
+from ._options import TARGETS, ExportKeywords, ExportOptions, SpliceKeywords
 from ._splice import add_rotary
 from ._validate import ValidationError, ValidationReport, validate
 
-__all__ = ["TARGETS", "ValidationError", "ValidationReport", "add_rotary", "rotary_function", "rotary_model", "validate"]
+__all__ = [
+    "TARGETS",
+    "ExportKeywords",
+    "ExportOptions",
+    "SpliceKeywords",
+    "ValidationError",
+    "ValidationReport",
+    "add_rotary",
+    "rotary_function",
+    "rotary_model",
+    "validate",
+]

@@ -1,4 +1,4 @@
-"""What an exported rotary graph computes: arguments checked once, then frozen.
+"""What an exported rotary graph computes: frequencies and options with every choice made.
 
 Every builder (model, function, splice) starts from a :class:`Spec`; the spec is
 also written into exported models as metadata, so that :func:`validate` can
@@ -10,68 +10,89 @@ from __future__ import annotations
 import dataclasses
 import json
 import numbers
-from typing import Any, Mapping
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
+import onnx.defs
+from onnx import TensorProto
 
 import arrayrope
-from arrayrope._lib import checks as _checks
 from arrayrope._lib.digits import DIGIT_BITS
 from arrayrope.frequencies import RopeFrequencies
 
-TARGETS = ("auto", "onnx23", "ort", "portable")
-TABLES = ("constant", "computed")
-RUNTIMES = ("onnxruntime", "any")
+from ._options import DTYPES, DTypeName, ExportOptions
+
+Emitted: TypeAlias = Literal["onnx23", "ort", "portable"]
+"""A target after ``"auto"`` is resolved: the nodes a graph is made of."""
+Frequencies: TypeAlias = RopeFrequencies | int
+"""What the builders take as ``freqs``: frequencies, or a ``head_dim`` to make them from."""
+
 MS_DOMAIN = "com.microsoft"
 META_KEY = "arrayrope.rotary"
 
-# Element types each target can carry (ONNX type names).
-TARGET_DTYPES = {
+#: Element types each target can carry.
+TARGET_DTYPES: dict[Emitted, tuple[DTypeName, ...]] = {
     "onnx23": ("float32", "float16", "bfloat16"),
     "ort": ("float32", "float16", "bfloat16"),
-    "portable": ("float32", "float16", "bfloat16", "float64"),
+    "portable": DTYPES,
 }
-MIN_OPSET = {"onnx23": 23, "ort": 13, "portable": 13}
-DEFAULT_OPSET = {"onnx23": 23, "ort": 17, "portable": 17}
+MIN_OPSET: dict[Emitted, int] = {"onnx23": 23, "ort": 13, "portable": 13}
+DEFAULT_OPSET: dict[Emitted, int] = {"onnx23": 23, "ort": 17, "portable": 17}
 
-# "computed" tables split positions into the core's base-1024 digits: positions < 1024**3.
+#: "computed" tables split positions into the core's base-1024 digits: positions < 1024**3.
 DIGIT_LEVELS = 3
 COMPUTED_LIMIT = 1 << (DIGIT_BITS * DIGIT_LEVELS)
 
+#: Options that choose how a spec is made (the frequencies, the target for "auto") and are not part of it.
+MAKING_ONLY = frozenset({"runtime", "base", "rotary_dim", "scaling"})
+#: Options a spec keeps, in the order the metadata lists them.
+STORED = tuple(f.name for f in dataclasses.fields(ExportOptions) if f.name not in MAKING_ONLY)
 
-def np_dtype(name: str) -> Any:
+_ONNX_TYPES: dict[DTypeName, int] = {
+    "float32": TensorProto.FLOAT,
+    "float16": TensorProto.FLOAT16,
+    "bfloat16": TensorProto.BFLOAT16,
+    "float64": TensorProto.DOUBLE,
+}
+#: ONNX element types by their NumPy names, and back.
+DTYPE_NAMES: dict[int, DTypeName] = {code: name for name, code in _ONNX_TYPES.items()}
+
+
+def np_dtype(name: DTypeName) -> np.dtype[Any]:
+    """The NumPy dtype of an element type (bfloat16 from ml_dtypes)."""
     if name == "bfloat16":
         import ml_dtypes
 
-        return ml_dtypes.bfloat16
+        bfloat16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+        return bfloat16
     return np.dtype(name)
 
 
-def onnx_dtype(name: str) -> int:
-    from onnx import TensorProto
-
-    return {
-        "float32": TensorProto.FLOAT,
-        "float16": TensorProto.FLOAT16,
-        "bfloat16": TensorProto.BFLOAT16,
-        "float64": TensorProto.DOUBLE,
-    }[name]
+def onnx_dtype(name: DTypeName) -> int:
+    """The ONNX element type (``TensorProto.FLOAT``...) of an element type."""
+    return _ONNX_TYPES[name]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Spec:
+    """Frequencies and resolved options: ``target`` and ``opset`` are chosen, ``num_kv_heads``
+    is filled in for ``qk``, and the options that only make a spec keep their defaults."""
+
     freqs: RopeFrequencies
-    layout: str
-    target: str
-    rank: int
-    num_heads: int | None
-    num_kv_heads: int | None
-    max_positions: int
-    position_ids: bool
-    tables: str
-    dtype: str
-    opset: int
-    qk: bool
+    options: ExportOptions
+
+    @property
+    def target(self) -> Emitted:
+        target = self.options.target
+        if target == "auto":
+            raise AssertionError("a spec's target is resolved")
+        return target
+
+    @property
+    def opset(self) -> int:
+        if self.options.opset is None:
+            raise AssertionError("a spec's opset is resolved")
+        return self.options.opset
 
     @property
     def head_dim(self) -> int:
@@ -84,7 +105,18 @@ class Spec:
     @property
     def position_limit(self) -> int:
         """Positions must be below this (the table size, or the digit range when computed)."""
-        return COMPUTED_LIMIT if self.tables == "computed" else self.max_positions
+        return COMPUTED_LIMIT if self.options.tables == "computed" else self.options.max_positions
+
+    def flat_heads(self, heads: int | None) -> int:
+        """``heads`` of a rank-3 tensor (``num_heads`` or ``num_kv_heads``, which rank-3 specs have)."""
+        if heads is None:
+            raise ValueError("rank=3 input (batch, seq, num_heads * head_dim) needs num_heads")
+        return heads
+
+    @property
+    def compute_dtype(self) -> type[np.floating[Any]]:
+        """Portable graphs compute float16/bfloat16 in float32 and round once at the end."""
+        return np.float64 if self.options.dtype == "float64" else np.float32
 
     def to_json(self) -> str:
         f = self.freqs
@@ -97,22 +129,12 @@ class Spec:
                 "attention_factor": f.attention_factor,
                 "base": f.base,
                 "rope_type": f.rope_type,
-                "layout": self.layout,
-                "target": self.target,
-                "rank": self.rank,
-                "num_heads": self.num_heads,
-                "num_kv_heads": self.num_kv_heads,
-                "max_positions": self.max_positions,
-                "position_ids": self.position_ids,
-                "tables": self.tables,
-                "dtype": self.dtype,
-                "opset": self.opset,
-                "qk": self.qk,
+                **{name: getattr(self.options, name) for name in STORED},
             }
         )
 
     @classmethod
-    def from_json(cls, text: str) -> "Spec":
+    def from_json(cls, text: str) -> Spec:
         d = json.loads(text)
         freqs = RopeFrequencies(
             np.array(d["inv_freq"], dtype=np.float64),
@@ -122,128 +144,78 @@ class Spec:
             float(d["base"]),
             str(d["rope_type"]),
         )
-        keys = [f.name for f in dataclasses.fields(cls) if f.name != "freqs"]
-        return cls(freqs=freqs, **{k: d[k] for k in keys})
+        return cls(freqs, ExportOptions(**{name: d[name] for name in STORED if name in d}))
 
 
-def make_freqs(
-    freqs: Any, *, base: float, rotary_dim: int | None, scaling: Mapping[str, Any] | None
-) -> RopeFrequencies:
+def make_freqs(freqs: object, options: ExportOptions) -> RopeFrequencies:
+    """``freqs`` itself, or frequencies made from a head_dim with the options ``base``, ``rotary_dim``, ``scaling``."""
     if isinstance(freqs, RopeFrequencies):
-        if rotary_dim is not None or scaling is not None or base != 10000.0:
+        making = {name: getattr(options, name) for name in ("base", "rotary_dim", "scaling")}
+        if any(value != ExportOptions.default(name) for name, value in making.items()):
             raise ValueError(
-                "freqs is a RopeFrequencies already; base, rotary_dim and scaling apply only when freqs is a head_dim int"
+                "freqs is a RopeFrequencies already; "
+                "base, rotary_dim and scaling apply only when freqs is a head_dim int"
             )
         return freqs
-    if isinstance(freqs, numbers.Integral) and not isinstance(freqs, bool):
-        return arrayrope.rope_frequencies(int(freqs), base=base, rotary_dim=rotary_dim, scaling=scaling)
-    raise TypeError(
-        f"freqs must be a RopeFrequencies from arrayrope.rope_frequencies() or an int head_dim, got {freqs!r}"
-    )
+    if isinstance(freqs, bool) or not isinstance(freqs, numbers.Integral):
+        raise TypeError(
+            f"freqs must be a RopeFrequencies from arrayrope.rope_frequencies() or an int head_dim, got {freqs!r}"
+        )
+    o = options
+    return arrayrope.rope_frequencies(int(freqs), base=o.base, rotary_dim=o.rotary_dim, scaling=o.scaling)
 
 
-def resolve_target(target: Any, *, opset: int | None, tables: str, runtime: str, dtype: str) -> str:
-    _checks.choice(target, "target", TARGETS)
-    if target != "auto":
-        return target
-    if tables == "computed" or dtype not in TARGET_DTYPES["onnx23"]:
+def resolve_target(options: ExportOptions) -> Emitted:
+    """The target ``options`` ask for, with ``"auto"`` replaced by the fastest one they allow."""
+    if options.target != "auto":
+        return options.target
+    if options.tables == "computed" or options.dtype not in TARGET_DTYPES["onnx23"]:
         return "portable"
-    if opset is None or opset >= MIN_OPSET["onnx23"]:
+    if options.opset is None or options.opset >= MIN_OPSET["onnx23"]:
         return "onnx23"
-    return "ort" if runtime == "onnxruntime" else "portable"
+    return "ort" if options.runtime == "onnxruntime" else "portable"
 
 
-def check_opset(opset: Any, target: str, *, argument: str = "opset") -> int:
-    import onnx.defs
-
+def check_opset(opset: object, target: Emitted, *, argument: str = "opset") -> int:
+    """``opset`` as an int that ``target`` can use and the installed onnx knows (its default when None)."""
     if opset is None:
         return DEFAULT_OPSET[target]
     if isinstance(opset, bool) or not isinstance(opset, numbers.Integral):
         raise TypeError(f"{argument} must be an int, got {opset!r}")
-    opset = int(opset)
+    version = int(opset)
     newest = onnx.defs.onnx_opset_version()
-    if opset > newest:
-        raise ValueError(f"{argument}={opset} is newer than the installed onnx knows (up to {newest})")
+    if version > newest:
+        raise ValueError(f"{argument}={version} is newer than the installed onnx knows (up to {newest})")
     need = MIN_OPSET[target]
-    if opset < need:
+    if version < need:
         alt = "target='ort' (ONNX Runtime) or target='portable'" if target == "onnx23" else "opset >= 13"
         raise ValueError(
-            f"{argument}={opset} is too old for target={target!r}, which needs opset >= {need}; use {alt}"
+            f"{argument}={version} is too old for target={target!r}, which needs opset >= {need}; use {alt}"
         )
-    return opset
+    return version
 
 
-def make_spec(
-    freqs: Any,
-    *,
-    layout: str,
-    target: str,
-    rank: int,
-    num_heads: int | None,
-    num_kv_heads: int | None,
-    max_positions: int,
-    position_ids: bool,
-    tables: str,
-    dtype: str,
-    opset: int | None,
-    qk: bool,
-    runtime: str,
-    base: float,
-    rotary_dim: int | None,
-    scaling: Mapping[str, Any] | None,
-    opset_argument: str = "opset",
-) -> Spec:
-    freqs = make_freqs(freqs, base=base, rotary_dim=rotary_dim, scaling=scaling)
-    _checks.layout(layout)
-    _checks.choice(tables, "tables", TABLES)
-    _checks.choice(runtime, "runtime", RUNTIMES)
-    _checks.choice(rank, "rank", (3, 4))
-    if not isinstance(position_ids, bool):
-        raise TypeError(f"position_ids must be True (an input) or False (positions 0..seq-1), got {position_ids!r}")
-    if not isinstance(qk, bool):
-        raise TypeError(f"qk must be a bool, got {qk!r}")
-    max_positions = _checks.positive_int(max_positions, "max_positions")
-    if num_heads is not None:
-        num_heads = _checks.positive_int(num_heads, "num_heads")
-    if num_kv_heads is not None:
-        num_kv_heads = _checks.positive_int(num_kv_heads, "num_kv_heads")
-        if not qk:
-            raise ValueError("num_kv_heads applies to k and needs qk=True")
-    if rank == 3 and num_heads is None:
-        raise ValueError("rank=3 input (batch, seq, num_heads * head_dim) needs num_heads")
-    if qk and num_kv_heads is None:
-        num_kv_heads = num_heads
-    dtype = str(np.dtype(dtype)) if dtype != "bfloat16" and not isinstance(dtype, str) else dtype
-    target = resolve_target(target, opset=opset, tables=tables, runtime=runtime, dtype=dtype)
-    if tables == "computed" and target != "portable":
+def make_spec(freqs: object, options: ExportOptions, *, opset_argument: str = "opset") -> Spec:
+    """Check what ``options`` ask of these frequencies and ONNX, and make every choice."""
+    rope = make_freqs(freqs, options)
+    target = resolve_target(options)
+    if options.tables == "computed" and target != "portable":
         raise ValueError(
             f"tables='computed' (cos/sin computed in the graph) needs target='portable', got target={target!r}; "
             "the fused targets read constant tables"
         )
-    if dtype not in TARGET_DTYPES["portable"]:
-        raise ValueError(f"dtype must be one of {TARGET_DTYPES['portable']}, got {dtype!r}")
-    if dtype not in TARGET_DTYPES[target]:
+    if options.dtype not in TARGET_DTYPES[target]:
         raise ValueError(
-            f"dtype={dtype!r} cannot be carried by target={target!r} (it takes {TARGET_DTYPES[target]}); "
+            f"dtype={options.dtype!r} cannot be carried by target={target!r} (it takes {TARGET_DTYPES[target]}); "
             "use target='portable'"
         )
-    if target == "ort" and freqs.rotary_dim < freqs.head_dim and num_heads is None:
+    if target == "ort" and rope.rotary_dim < rope.head_dim and options.num_heads is None:
         raise ValueError(
             "target='ort' with partial rotary (rotary_dim < head_dim) needs num_heads: ONNX Runtime's "
             "contrib op requires it; pass num_heads or use target='onnx23' or 'portable'"
         )
-    opset = check_opset(opset, target, argument=opset_argument)
-    return Spec(
-        freqs=freqs,
-        layout=layout,
-        target=target,
-        rank=rank,
-        num_heads=num_heads,
-        num_kv_heads=num_kv_heads,
-        max_positions=max_positions,
-        position_ids=position_ids,
-        tables=tables,
-        dtype=dtype,
-        opset=opset,
-        qk=qk,
-    )
+    opset = check_opset(options.opset, target, argument=opset_argument)
+    kv_heads = options.num_heads if options.qk and options.num_kv_heads is None else options.num_kv_heads
+    kept = {name: getattr(options, name) for name in STORED}
+    resolved = ExportOptions(**{**kept, "target": target, "opset": opset, "num_kv_heads": kv_heads})
+    return Spec(rope, resolved)

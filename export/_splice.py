@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Iterable
+from typing import Unpack
 
 import onnx
-from onnx import TensorProto, helper
+from onnx import GraphProto, NodeProto, TensorProto, TypeProto, helper
 
-from ._api import ir_version_for, load_model
-from ._graph import Builder, Rotary
-from ._spec import MS_DOMAIN, make_spec
+from arrayrope._lib import checks
 
-_DTYPE_NAMES = {
-    TensorProto.FLOAT: "float32",
-    TensorProto.FLOAT16: "float16",
-    TensorProto.BFLOAT16: "bfloat16",
-    TensorProto.DOUBLE: "float64",
-}
+from ._builder import Builder
+from ._emit import emitter
+from ._options import RANKS, ExportOptions, Rank, SpliceKeywords, check_keywords
+from ._proto import ModelSource, ir_version_for, load_model
+from ._spec import DTYPE_NAMES, MS_DOMAIN, Frequencies, Spec, make_spec
 
 
-def _tensor_types(model: onnx.ModelProto) -> dict[str, Any]:
+def _tensor_types(model: onnx.ModelProto) -> dict[str, TypeProto.Tensor]:
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except Exception:  # unknown ops: fall back to what the model declares
@@ -27,19 +25,19 @@ def _tensor_types(model: onnx.ModelProto) -> dict[str, Any]:
     g = inferred.graph
     types = {v.name: v.type.tensor_type for v in list(g.input) + list(g.value_info) + list(g.output)}
     for init in g.initializer:
-        types.setdefault(init.name, onnx.TypeProto.Tensor(elem_type=init.data_type))
+        types.setdefault(init.name, TypeProto.Tensor(elem_type=init.data_type))
     return types
 
 
-def _produced(graph: onnx.GraphProto) -> set[str]:
+def _produced(graph: GraphProto) -> set[str]:
     names = {i.name for i in graph.input} | {i.name for i in graph.initializer}
     for node in graph.node:
         names.update(o for o in node.output if o)
     return names
 
 
-def _subgraphs(node: Any) -> list:
-    out = []
+def _subgraphs(node: NodeProto) -> list[GraphProto]:
+    out: list[GraphProto] = []
     for a in node.attribute:
         if a.type == onnx.AttributeProto.GRAPH:
             out.append(a.g)
@@ -48,7 +46,7 @@ def _subgraphs(node: Any) -> list:
     return out
 
 
-def _reads(node: Any) -> set[str]:
+def _reads(node: NodeProto) -> set[str]:
     """Names a node reads, including those its subgraphs (If, Loop, Scan bodies) take from outer scopes."""
     names = {i for i in node.input if i}
     for g in _subgraphs(node):
@@ -57,7 +55,7 @@ def _reads(node: Any) -> set[str]:
     return names
 
 
-def _rewire(nodes: Any, renamed: dict[str, str]) -> None:
+def _rewire(nodes: Iterable[NodeProto], renamed: dict[str, str]) -> None:
     """Point every read of a renamed tensor, in subgraphs too, at its new name (ONNX names are unique)."""
     for node in nodes:
         for i, name in enumerate(node.input):
@@ -67,12 +65,12 @@ def _rewire(nodes: Any, renamed: dict[str, str]) -> None:
             _rewire(g.node, renamed)
 
 
-def _topological(nodes: list, available: set[str]) -> list:
+def _topological(nodes: list[NodeProto], available: set[str]) -> list[NodeProto]:
     """Nodes ordered so that each comes after its producers (stable for already ordered parts)."""
     produced = {o for n in nodes for o in n.output if o}
     done = set(available)
     pending = [(n, _reads(n) & produced) for n in nodes]
-    ordered = []
+    ordered: list[NodeProto] = []
     while pending:
         rest = []
         for node, needs in pending:
@@ -88,38 +86,29 @@ def _topological(nodes: list, available: set[str]) -> list:
     return ordered
 
 
-def _check_width(name: str | None, t: Any, rank: int, head_dim: int, heads: int | None) -> None:
+def _check_width(name: str, t: TypeProto.Tensor | None, spec: Spec, heads: int | None) -> None:
     """Where the graph knows the last dimension, it must be head_dim (4-D) or num_heads * head_dim (3-D)."""
-    if name is None or t is None or not t.HasField("shape"):
+    if t is None or not t.HasField("shape"):
         return
-    dims = t.shape.dim
+    dims, rank, head_dim = t.shape.dim, spec.options.rank, spec.head_dim
     if len(dims) != rank:
         raise ValueError(f"{name!r} has rank {len(dims)} but rank={rank}")
     last = dims[-1].dim_value if dims[-1].HasField("dim_value") else None
-    want = head_dim if rank == 4 else heads * head_dim
+    want = head_dim if rank == 4 else spec.flat_heads(heads) * head_dim
     if last is not None and last != want:
         what = "head_dim" if rank == 4 else f"num_heads * head_dim = {heads} * {head_dim}"
         raise ValueError(f"{name!r} has last dimension {last} but {what} = {want}; check head_dim and num_heads")
 
 
 def add_rotary(
-    model: Any,
+    model: ModelSource,
     *,
     q: str,
     k: str | None = None,
     position_ids: str | None = None,
-    freqs: Any,
-    layout: str = "half",
-    target: str = "auto",
-    rank: int | None = None,
-    num_heads: int | None = None,
-    num_kv_heads: int | None = None,
-    max_positions: int = 4096,
-    tables: str = "constant",
-    runtime: str = "onnxruntime",
-    base: float = 10000.0,
-    rotary_dim: int | None = None,
-    scaling: Mapping[str, Any] | None = None,
+    freqs: Frequencies,
+    rank: Rank | None = None,
+    **options: Unpack[SpliceKeywords],
 ) -> onnx.ModelProto:
     """A copy of ``model`` with rotary nodes after tensors ``q`` (and ``k``), consumers rewired.
 
@@ -140,9 +129,12 @@ def add_rotary(
         As in :func:`rotary_model`.
     rank : {4, 3}, optional
         Rank of ``q``/``k``; default: from the model's shape information.
-    layout, target, num_heads, num_kv_heads, max_positions, tables, runtime, base, rotary_dim, scaling
-        As in :func:`rotary_model`. The element type comes from ``q`` and the opset
-        from the model (it is not changed: a target that needs a newer opset is an error).
+    **options
+        The options of :class:`ExportOptions` that :class:`SpliceKeywords` lists
+        (``layout``, ``target``, ``num_heads``, ``max_positions``...). The others come
+        from the model: the element type from ``q``, the opset from the model's
+        imports (it is not changed: a target that needs a newer opset is an error),
+        ``qk`` from ``k`` and ``position_ids`` from the argument above.
 
     Returns
     -------
@@ -164,10 +156,30 @@ def add_rotary(
     >>> sess.run(None, {"x": np.ones((1, 2, 3, 8), np.float32)})[0].shape
     (1, 2, 3, 8)
     """
+    check_keywords(options, SpliceKeywords.__optional_keys__, "add_rotary")
     model = load_model(model)
     graph = model.graph
     known = _produced(graph)
-    for arg, name in (("q", q), ("k", k), ("position_ids", position_ids)):
+    _check_names(known, {"q": q, "k": k, "position_ids": position_ids})
+    types = _tensor_types(model)
+    chosen = _options(model, types, q, k, position_ids, rank, options)
+    spec = make_spec(freqs, chosen, opset_argument="the model's opset")
+    pairs = ((q, spec.options.num_heads), (k, spec.options.num_kv_heads))
+    rotated = [(name, heads) for name, heads in pairs if name is not None]
+    for name, heads in rotated:
+        _check_width(name, types.get(name), spec, heads)
+    b = Builder("arrayrope_rope/", taken=known | {n.name for n in graph.node} | {o.name for o in graph.output})
+    rotary = emitter(spec, b)
+    renamed = {}
+    for name, heads in rotated:
+        renamed[name] = b.name(f"{name}_rotated")
+        rotary.apply(name, position_ids, renamed[name], heads)
+    return _spliced(model, b, renamed, contrib=spec.target == "ort")
+
+
+def _check_names(known: set[str], names: dict[str, object]) -> None:
+    """Each argument names a tensor of the graph (``q`` must, ``k`` and ``position_ids`` may be None)."""
+    for arg, name in names.items():
         if name is None:
             if arg == "q":
                 raise TypeError("q must name a tensor of the graph")
@@ -177,15 +189,24 @@ def add_rotary(
         if name not in known:
             some = ", ".join(sorted(known)[:8])
             raise ValueError(f"{arg}={name!r} is not a tensor of the graph (graph tensors include: {some})")
-    types = _tensor_types(model)
+
+
+def _options(
+    model: onnx.ModelProto, types: dict[str, TypeProto.Tensor], q: str, k: str | None, position_ids: str | None,
+    rank: Rank | None, options: SpliceKeywords,
+) -> ExportOptions:
+    """The options with those that come from the model: rank, position ids, dtype, opset, qk."""
     tq = types.get(q)
-    elem = tq.elem_type if tq is not None else TensorProto.UNDEFINED
-    if elem not in _DTYPE_NAMES:
-        raise ValueError(f"q={q!r} must be a float32, float16, bfloat16 or float64 tensor; its type is unknown or other")
+    dtype = DTYPE_NAMES.get(tq.elem_type if tq is not None else TensorProto.UNDEFINED)
+    if dtype is None:
+        raise ValueError(
+            f"q={q!r} must be a float32, float16, bfloat16 or float64 tensor; its type is unknown or other"
+        )
     if rank is None:
         if tq is None or not tq.HasField("shape"):
             raise ValueError(f"the rank of q={q!r} is not known from the model; pass rank=3 or rank=4")
-        rank = len(tq.shape.dim)
+        inferred: Rank = checks.choice(len(tq.shape.dim), "rank", RANKS)
+        rank = inferred
     if position_ids is not None:
         tp = types.get(position_ids)
         if tp is not None and tp.elem_type not in (TensorProto.INT64, TensorProto.UNDEFINED):
@@ -193,24 +214,13 @@ def add_rotary(
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None:
         raise ValueError("model imports no default-domain opset")
-    spec = make_spec(
-        freqs, layout=layout, target=target, rank=rank, num_heads=num_heads, num_kv_heads=num_kv_heads,
-        max_positions=max_positions, position_ids=position_ids is not None, tables=tables,
-        dtype=_DTYPE_NAMES[elem], opset=opset, qk=k is not None, runtime=runtime, base=base,
-        rotary_dim=rotary_dim, scaling=scaling, opset_argument="the model's opset",
+    return ExportOptions(
+        **options, rank=rank, position_ids=position_ids is not None, dtype=dtype, opset=opset, qk=k is not None
     )
-    for name, heads in ((q, spec.num_heads), (k, spec.num_kv_heads)):
-        _check_width(name, types.get(name), spec.rank, spec.head_dim, heads)
-    taken = known | {n.name for n in graph.node} | {o.name for o in graph.output}
-    b = Builder("arrayrope_rope/", taken=taken)
-    rotary = Rotary(spec, b)
-    renamed = {}
-    for name, heads in ((q, spec.num_heads), (k, spec.num_kv_heads)):
-        if name is None:
-            continue
-        renamed[name] = b.name(f"{name}_rotated")
-        rotary.apply(name, position_ids, renamed[name], heads)
 
+
+def _spliced(model: onnx.ModelProto, b: Builder, renamed: dict[str, str], *, contrib: bool) -> onnx.ModelProto:
+    """A copy of ``model`` with the builder's nodes and constants, reads of ``renamed`` tensors rewired."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
@@ -221,7 +231,7 @@ def add_rotary(
     del g.node[:]
     g.node.extend(ordered)
     g.initializer.extend(b.initializers)
-    if spec.target == "ort" and not any(o.domain == MS_DOMAIN for o in out.opset_import):
+    if contrib and not any(o.domain == MS_DOMAIN for o in out.opset_import):
         out.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
-    out.ir_version = max(out.ir_version, ir_version_for(list(out.opset_import)))
+    out.ir_version = max(out.ir_version, ir_version_for(out.opset_import))
     return out

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import onnx
 
 import arrayrope
 from arrayrope.testing import Report, Row, tolerance_at
 
-from ._api import load_model
+from ._proto import ModelSource, load_model
 from ._spec import META_KEY, MS_DOMAIN, Spec, np_dtype
 
 PROVIDER_NAMES = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
+
+Feed: TypeAlias = dict[str, npt.NDArray[Any]]
+"""The inputs of one run, by name."""
+Runner: TypeAlias = Callable[[Feed], Sequence[npt.NDArray[Any]]]
+"""Runs the model on a feed and returns its outputs."""
 
 
 class ValidationError(AssertionError):
@@ -39,7 +47,7 @@ def _spec_of(model: onnx.ModelProto) -> Spec:
     return Spec.from_json(meta[META_KEY])
 
 
-def _providers(providers: Any) -> list[str]:
+def _providers(providers: Sequence[str] | str | None) -> list[str]:
     import onnxruntime as ort
 
     if providers is None:
@@ -49,7 +57,7 @@ def _providers(providers: Any) -> list[str]:
         providers = [providers]
     out = []
     for p in providers:
-        if not isinstance(p, str):
+        if not isinstance(p, str):  # a runtime check for callers without type checking
             raise TypeError(f"providers must be names such as 'cuda', 'cpu' or 'CUDAExecutionProvider', got {p!r}")
         full = PROVIDER_NAMES.get(p.lower(), p)
         if not full.endswith("ExecutionProvider"):
@@ -58,84 +66,117 @@ def _providers(providers: Any) -> list[str]:
     return out
 
 
-def _cases(spec: Spec, rng: np.random.Generator) -> list[dict[str, Any]]:
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """Inputs of one run in float64, the positions they are at, and the heads of each input."""
+
+    positions: npt.NDArray[np.int64]
+    x64: dict[str, npt.NDArray[np.float64]]
+    heads: dict[str, int]
+
+
+def _cases(spec: Spec, rng: np.random.Generator) -> list[Case]:
     """Random inputs at random positions, positions at the table end, and a one-token decode step."""
+    o = spec.options
     limit = spec.position_limit
-    heads = spec.num_heads or 3
-    kv = spec.num_kv_heads or (2 if spec.num_heads is None else heads)
+    heads = o.num_heads or 3
+    kv = o.num_kv_heads or (2 if o.num_heads is None else heads)
     cases = []
     shapes = [(2, 7, "random"), (2, 5, "end"), (1, 1, "end")]
-    if spec.dtype in ("float16", "bfloat16"):  # enough values for a stable maximum rounding error
+    if o.dtype in ("float16", "bfloat16"):  # enough values for a stable maximum rounding error
         shapes[0] = (4, 64, "random")
     for batch, seq, where in shapes:
-        if spec.position_ids:
+        if o.position_ids:
             if where == "random":
                 pos = rng.integers(0, limit, (batch, seq))
             else:
                 pos = limit - 1 - rng.integers(0, min(limit, 4), (batch, seq))
             pos = pos.astype(np.int64)
         else:
-            seq = min(seq, spec.max_positions)
+            seq = min(seq, o.max_positions)
             pos = np.broadcast_to(np.arange(seq, dtype=np.int64), (batch, seq))
-        names = [("q", heads), ("k", kv)] if spec.qk else [("x", heads)]
+        names = [("q", heads), ("k", kv)] if o.qk else [("x", heads)]
         xs = {}
         for name, h in names:
-            shape = (batch, h, seq, spec.head_dim) if spec.rank == 4 else (batch, seq, h * spec.head_dim)
+            shape = (batch, h, seq, spec.head_dim) if o.rank == 4 else (batch, seq, h * spec.head_dim)
             xs[name] = rng.standard_normal(shape)
-        cases.append({"positions": pos, "x64": xs, "heads": dict(names)})
+        cases.append(Case(pos, xs, dict(names)))
     return cases
 
 
-def reference(spec: Spec, x: np.ndarray, positions: np.ndarray, heads: int, table_dtype: Any = None) -> np.ndarray:
+def reference(
+    spec: Spec,
+    x: npt.ArrayLike,
+    positions: npt.NDArray[np.integer[Any]],
+    heads: int,
+    table_dtype: npt.DTypeLike | None = None,
+) -> npt.NDArray[np.float64]:
     """The core's result in float64 NumPy for one input of the model (tables rounded to ``table_dtype`` if given)."""
     cos, sin = arrayrope.rope_tables(spec.freqs, positions, dtype=np.float64)
     if table_dtype is not None:
         cos, sin = (np.asarray(t).astype(table_dtype).astype(np.float64) for t in (cos, sin))
-    x = np.asarray(x, dtype=np.float64)
-    if spec.rank == 4:
-        return np.asarray(arrayrope.apply_rotary(x, cos[:, None], sin[:, None], layout=spec.layout))
-    b, s, _ = x.shape
-    y = arrayrope.apply_rotary(x.reshape(b, s, heads, -1), cos[:, :, None], sin[:, :, None], layout=spec.layout)
-    return np.asarray(y).reshape(b, s, -1)
+    x64 = np.asarray(x, dtype=np.float64)
+    layout = spec.options.layout
+    if spec.options.rank == 4:
+        return np.asarray(arrayrope.apply_rotary(x64, cos[:, None], sin[:, None], layout=layout), dtype=np.float64)
+    b, s, _ = x64.shape
+    y = arrayrope.apply_rotary(x64.reshape(b, s, heads, -1), cos[:, :, None], sin[:, :, None], layout=layout)
+    return np.asarray(y, dtype=np.float64).reshape(b, s, -1)
 
 
-def _tolerance(spec: Spec, expected: np.ndarray, positions: np.ndarray) -> float:
+def _tolerance(spec: Spec, expected: npt.NDArray[np.float64], positions: npt.NDArray[np.int64]) -> float:
     """The error allowed for one output: the dtype's rule at the scale of the result (see validate)."""
+    dtype = spec.options.dtype
     scale = float(np.max(np.abs(expected), initial=0.0))
-    tol = tolerance_at(spec.dtype, scale)
-    if spec.dtype == "float64":  # float64 angles p * theta (in the graph or the core) round by ~eps * p * theta
+    tol = tolerance_at(dtype, scale)
+    if dtype == "float64":  # float64 angles p * theta (in the graph or the core) round by ~eps * p * theta
         tol += 4 * float(np.finfo(np.float64).eps) * float(np.max(positions, initial=0)) * scale
     return tol
 
 
-def _compare(spec: Spec, run: Callable[[dict[str, Any]], Any], cases: list[dict[str, Any]]) -> tuple[float, float, float, str]:
-    """Worst (error, relative error, tolerance, where) over all cases, against the core on the values fed."""
-    dt = np_dtype(spec.dtype)
-    worst = (-1.0, math.nan, 1.0, "")
-    outputs = ["q_rot", "k_rot"] if spec.qk else ["y"]
+class Worst(NamedTuple):
+    """The largest error relative to its tolerance, and where it is."""
+
+    error: float
+    relative: float
+    tolerance: float
+    where: str
+
+
+def _compare(spec: Spec, run: Runner, cases: list[Case]) -> Worst:
+    """The worst error over all cases, against the core on the values fed."""
+    o = spec.options
+    dt = np_dtype(o.dtype)
+    worst = Worst(-1.0, math.nan, 1.0, "")
+    outputs = ["q_rot", "k_rot"] if o.qk else ["y"]
     for i, case in enumerate(cases):
-        feed = {k: v.astype(dt) for k, v in case["x64"].items()}
-        if spec.position_ids:
-            feed["position_ids"] = case["positions"]
+        feed: Feed = {k: v.astype(dt) for k, v in case.x64.items()}
+        if o.position_ids:
+            feed["position_ids"] = case.positions
         got = run(feed)
-        for name, out_name, y in zip(case["x64"], outputs, got, strict=True):
+        for name, out_name, y in zip(case.x64, outputs, got, strict=True):
             fed = feed[name].astype(np.float64)
-            expected = reference(spec, fed, case["positions"], case["heads"][name])
-            tol = _tolerance(spec, expected, case["positions"])
+            expected = reference(spec, fed, case.positions, case.heads[name])
+            tol = _tolerance(spec, expected, case.positions)
             diff = np.abs(np.asarray(y).astype(np.float64) - expected)
             err = float(np.max(diff)) if diff.size else 0.0
             if not np.isfinite(err):
                 err = math.inf
-            if err / tol > worst[0] / worst[2]:
+            if err / tol > worst.error / worst.tolerance:
                 at = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.size else ()
                 scale = float(np.max(np.abs(expected), initial=0.0))
                 rel = err / scale if scale > 0 else math.nan
-                worst = (err, rel, tol, f"case {i} {out_name}{list(map(int, at))}")
+                worst = Worst(err, rel, tol, f"case {i} {out_name}{list(map(int, at))}")
     return worst
 
 
-Run = tuple[str, str, Callable[[dict[str, Any]], Any] | None, str]
-"""(runtime, device, run or None when it cannot run here, why not)."""
+class Run(NamedTuple):
+    """One run of the model: where, and how (None when it cannot run here, with the reason)."""
+
+    runtime: str
+    device: str
+    run: Runner | None
+    why: str
 
 
 def _ort_runs(model: onnx.ModelProto, providers: list[str], bfloat16: bool) -> list[Run]:
@@ -149,7 +190,7 @@ def _ort_runs(model: onnx.ModelProto, providers: list[str], bfloat16: bool) -> l
                                   ("all", ort.GraphOptimizationLevel.ORT_ENABLE_ALL)):
             device = f"{prov.replace('ExecutionProvider', '')} (optimisation {level_name})"
             if prov not in available:
-                runs.append(("onnxruntime", device, None, f"{prov} is not available in this onnxruntime build"))
+                runs.append(Run("onnxruntime", device, None, f"{prov} is not available in this onnxruntime build"))
                 continue
             opts = ort.SessionOptions()
             opts.graph_optimization_level = level
@@ -158,21 +199,33 @@ def _ort_runs(model: onnx.ModelProto, providers: list[str], bfloat16: bool) -> l
             try:
                 sess = ort.InferenceSession(data, opts, providers=[prov, *fallback])
             except Exception as exc:  # e.g. no kernel for this dtype on this provider
-                runs.append(("onnxruntime", device, None, f"session not created: {str(exc).splitlines()[0][:120]}"))
+                runs.append(Run("onnxruntime", device, None, f"session not created: {str(exc).splitlines()[0][:120]}"))
                 continue
             if bfloat16:
                 why = "session created; onnxruntime's Python API cannot return bfloat16 arrays"
-                runs.append(("onnxruntime", device, None, why))
+                runs.append(Run("onnxruntime", device, None, why))
                 continue
             if sess.get_providers()[0] != prov:
-                runs.append(("onnxruntime", device, None, f"{prov} did not take the graph"))
+                runs.append(Run("onnxruntime", device, None, f"{prov} did not take the graph"))
                 continue
-            runs.append(("onnxruntime", device, lambda feed, s=sess: s.run(None, feed), ""))
+            runs.append(Run("onnxruntime", device, functools.partial(sess.run, None), ""))
     return runs
 
 
+def _reference_runner(model: onnx.ModelProto) -> Runner:
+    from onnx.reference import ReferenceEvaluator
+
+    evaluator = ReferenceEvaluator(model)
+
+    def run(feed: Feed) -> Sequence[npt.NDArray[Any]]:
+        outputs = evaluator.run(None, feed)
+        return list(outputs.values()) if isinstance(outputs, dict) else outputs
+
+    return run
+
+
 def validate(
-    model: Any,
+    model: ModelSource,
     *,
     providers: Sequence[str] | str | None = None,
     reference_evaluator: bool = True,
@@ -231,9 +284,10 @@ def validate(
     """
     model = load_model(model)
     spec = _spec_of(model)
+    o = spec.options
     title = (
-        f"rotary model: target={spec.target} layout={spec.layout} head_dim={spec.head_dim} "
-        f"rotary_dim={spec.rotary_dim} rank={spec.rank} dtype={spec.dtype} tables={spec.tables} "
+        f"rotary model: target={spec.target} layout={o.layout} head_dim={spec.head_dim} "
+        f"rotary_dim={spec.rotary_dim} rank={o.rank} dtype={o.dtype} tables={o.tables} "
         f"positions<{spec.position_limit} opset={spec.opset} ir={model.ir_version} nodes={len(model.graph.node)}"
     )
     rows: list[Row] = []
@@ -250,15 +304,12 @@ def validate(
         skipped.append(shape)
     rng = np.random.default_rng(seed)
     cases = _cases(spec, rng)
-    runs = _ort_runs(model, _providers(providers), spec.dtype == "bfloat16")
+    runs = _ort_runs(model, _providers(providers), o.dtype == "bfloat16")
     if reference_evaluator:
         if any(n.domain == MS_DOMAIN for n in model.graph.node):
-            runs.append(("onnx reference evaluator", "-", None, "it has no com.microsoft ops"))
+            runs.append(Run("onnx reference evaluator", "-", None, "it has no com.microsoft ops"))
         else:
-            from onnx.reference import ReferenceEvaluator
-
-            ev = ReferenceEvaluator(model)
-            runs.append(("onnx reference evaluator", "-", lambda feed: ev.run(None, feed), ""))
+            runs.append(Run("onnx reference evaluator", "-", _reference_runner(model), ""))
     for runtime, device, run, why in runs:
         if run is None:
             skipped.append((f"{runtime} {device}".replace(" -", ""), why))
@@ -268,24 +319,25 @@ def validate(
     if raise_on_failure and not report.ok:
         w = report.worst()
         assert w is not None
-        extra = f"max error {w.max_abs_error:.3e} > tolerance {w.tolerance:.3e} " if not math.isnan(w.max_abs_error) else ""
+        extra = "" if math.isnan(w.max_abs_error) else f"max error {w.max_abs_error:.3e} > tolerance {w.tolerance:.3e} "
         raise ValidationError(f"{w.backend} {w.device}: {extra}{w.note}\n{report}", report)
     return report
 
 
 def _structure(check: str, spec: Spec, ok: bool, note: str = "") -> Row:
     nan = math.nan
-    return Row("onnx", "-", spec.dtype, nan, nan, nan, ok, note, check)
+    return Row("onnx", "-", spec.options.dtype, nan, nan, nan, ok, note, check)
 
 
-def _numeric(runtime: str, device: str, spec: Spec, run: Callable[[dict[str, Any]], Any], cases: list[dict[str, Any]]) -> Row:
+def _numeric(runtime: str, device: str, spec: Spec, run: Runner, cases: list[Case]) -> Row:
     nan = math.nan
+    dtype = spec.options.dtype
     try:
         err, rel, tol, where = _compare(spec, run, cases)
     except Exception as exc:
-        return Row(runtime, device, spec.dtype, nan, nan, nan, False, f"run failed: {str(exc).splitlines()[0][:160]}")
+        return Row(runtime, device, dtype, nan, nan, nan, False, f"run failed: {str(exc).splitlines()[0][:160]}")
     ok = err <= tol
-    return Row(runtime, device, spec.dtype, err, rel, tol, ok, "" if ok else f"error above tolerance, worst at {where}")
+    return Row(runtime, device, dtype, err, rel, tol, ok, "" if ok else f"error above tolerance, worst at {where}")
 
 
 def _shape_check(model: onnx.ModelProto, spec: Spec) -> Row | tuple[str, str]:
@@ -300,7 +352,7 @@ def _shape_check(model: onnx.ModelProto, spec: Spec) -> Row | tuple[str, str]:
         return _structure(check, spec, False, str(exc).splitlines()[0][:160])
     by_name = {v.name: v for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
     inputs = {i.name: i for i in inferred.graph.input}
-    pairs = [("q", "q_rot"), ("k", "k_rot")] if spec.qk else [("x", "y")]
+    pairs = [("q", "q_rot"), ("k", "k_rot")] if spec.options.qk else [("x", "y")]
     for i, o in pairs:
         t_in, t_out = inputs[i].type.tensor_type, by_name[o].type.tensor_type
         if t_out.elem_type != t_in.elem_type or len(t_out.shape.dim) != len(t_in.shape.dim):

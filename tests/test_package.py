@@ -24,7 +24,8 @@ def test_export_is_a_subpackage_only():
     import arrayrope.export
 
     assert arrayrope.export.__name__ == "arrayrope.export"
-    assert importlib.util.find_spec("export") is None or "arrayrope" not in str(importlib.util.find_spec("export").origin)
+    bare = importlib.util.find_spec("export")
+    assert bare is None or "arrayrope" not in str(bare.origin)
 
 
 def _modules():
@@ -32,16 +33,24 @@ def _modules():
     for info in pkgutil.walk_packages(arrayrope.__path__, "arrayrope."):
         if not info.name.endswith("__main__"):
             yield info.name
+    # arrayrope.export is installed from the top-level export/ folder, outside arrayrope.__path__
+    export = importlib.util.find_spec("arrayrope.export")
+    if export is not None and export.submodule_search_locations:
+        yield "arrayrope.export"
+        for info in pkgutil.iter_modules(export.submodule_search_locations, "arrayrope.export."):
+            yield info.name
 
 
 @pytest.mark.parametrize("name", list(_modules()))
 def test_docstring_examples_run(name):
     try:
         module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:  # a backend module whose library is not installed here
-        if name.startswith("arrayrope.backends.") and exc.name in OPTIONAL:
+    except ModuleNotFoundError as exc:  # a backend module (or the export layer) whose library is not installed here
+        if name.startswith(("arrayrope.backends.", "arrayrope.export")) and exc.name in OPTIONAL:
             pytest.skip(f"{name} needs {exc.name}, which is not installed")
         raise
+    if name.startswith("arrayrope.export") and importlib.util.find_spec("onnxruntime") is None:
+        pytest.skip("the export layer's examples run models on onnxruntime, which is not installed")
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
     assert result.failed == 0
 

@@ -14,8 +14,8 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import numpy_helper  # noqa: E402
 
 from arrayrope import cli  # noqa: E402
-from arrayrope.export import ValidationError, rotary_model, validate  # noqa: E402
 from arrayrope.cli.demo import _export_case  # noqa: E402
+from arrayrope.export import ValidationError, rotary_model, validate  # noqa: E402
 from arrayrope.testing import tolerance_at  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def _tamper(model, row):
 @pytest.mark.parametrize("target", ["onnx23", "portable"])
 def test_validate_catches_a_wrong_table_row_at_the_end(target):
     model = rotary_model(16, target=target, max_positions=64)
-    with pytest.raises(ValidationError, match="max error .* > tolerance") as info:
+    with pytest.raises(ValidationError, match=r"max error .* > tolerance") as info:
         validate(_tamper(model, 63), providers="cpu")
     assert not info.value.report.ok
     report = validate(_tamper(model, 63), providers="cpu", raise_on_failure=False)
@@ -60,12 +60,12 @@ def test_validate_catches_a_wrong_table_row_at_the_end(target):
 
 
 def test_validate_bad_input():
-    with pytest.raises(ValueError, match="model='/no/such.onnx' does not load"):
+    with pytest.raises(ValueError, match=r"model='/no/such.onnx' does not load"):
         validate("/no/such.onnx")
     plain = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], []))
-    with pytest.raises(ValueError, match="arrayrope.rotary"):
+    with pytest.raises(ValueError, match=r"arrayrope.rotary"):
         validate(plain)
-    with pytest.raises(ValueError, match="unknown provider 'tpu'"):
+    with pytest.raises(ValueError, match=r"unknown provider 'tpu'"):
         validate(rotary_model(8, max_positions=8), providers="tpu")
 
 
@@ -113,9 +113,9 @@ def test_cli_export_from_config(tmp_path, capsys):
 def test_cli_errors_and_help_without_onnx(tmp_path):
     garbage = tmp_path / "bad.onnx"
     garbage.write_bytes(b"not a model")
-    with pytest.raises(SystemExit, match="does not load"):
+    with pytest.raises(SystemExit, match=r"does not load"):
         cli.main(["check", str(garbage)])
-    with pytest.raises(SystemExit, match="opset=17 is too old"):
+    with pytest.raises(SystemExit, match=r"opset=17 is too old"):
         cli.main(["export", "--head-dim", "8", "--target", "onnx23", "--opset", "17", "-o", str(tmp_path / "x")])
     code = "import sys; from arrayrope import cli; cli.build_parser(); print('onnx' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

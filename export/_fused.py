@@ -1,0 +1,61 @@
+"""Fused targets: one ``RotaryEmbedding`` node per tensor, reading cos/sin caches.
+
+``"onnx23"`` is the standard op (opset 23): inputs ``x, cos, sin, position_ids``,
+position ids of shape ``(batch, seq)`` only. ``"ort"`` is ONNX Runtime's
+``com.microsoft.RotaryEmbedding``: inputs ``x, position_ids, cos, sin``, where a
+``(1,)`` tensor is the offset of positions ``0..seq-1``. Both take caches of
+shape ``(max_positions, rotary_dim / 2)`` in the dtype of ``x``.
+"""
+
+from __future__ import annotations
+
+from ._builder import Builder
+from ._spec import MS_DOMAIN, Spec, np_dtype
+from ._tables import host_tables
+
+
+class FusedEmitter:
+    """Emits the fused nodes of one spec; q and k share the caches and the positions."""
+
+    def __init__(self, spec: Spec, b: Builder) -> None:
+        self.spec = spec
+        self.b = b
+        self._caches: tuple[str, str] | None = None
+        self._positions: str | None = None
+
+    def caches(self) -> tuple[str, str]:
+        """The cos and sin caches, stored once."""
+        if self._caches is None:
+            cos, sin = host_tables(self.spec)
+            dt = np_dtype(self.spec.options.dtype)
+            self._caches = self.b.const(cos.astype(dt), "cos_cache"), self.b.const(sin.astype(dt), "sin_cache")
+        return self._caches
+
+    def _default_positions(self, x: str) -> str:
+        """Positions 0..seq-1 in the form the op reads them, made once."""
+        if self._positions is None:
+            s = self.spec
+            if s.target == "onnx23":  # the standard op takes (B, S) ids only
+                self._positions = self.b.positions(x, 2 if s.options.rank == 4 else 1, batch=True)
+            else:
+                self._positions = self.b.ints([0], "offset")
+        return self._positions
+
+    def apply(self, x: str, pos: str | None, out: str, heads: int | None) -> str:
+        """Rotate ``x`` (``heads`` heads) at positions ``pos`` (None: 0..seq-1) into ``out``."""
+        s, b = self.spec, self.b
+        cos, sin = self.caches()
+        o = s.options
+        with_heads = heads is not None and (o.rank == 3 or s.target == "ort")
+        pos = self._default_positions(x) if pos is None else pos
+        standard = s.target == "onnx23"
+        return b.op(
+            "RotaryEmbedding",
+            [x, cos, sin, pos] if standard else [x, pos, cos, sin],
+            out=out,
+            domain="" if standard else MS_DOMAIN,
+            interleaved=int(o.layout == "interleaved"),
+            rotary_embedding_dim=s.rotary_dim if s.rotary_dim < s.head_dim else 0,
+            num_heads=heads if with_heads else None,
+            scale=None if standard else 1.0,
+        )

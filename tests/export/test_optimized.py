@@ -1,0 +1,103 @@
+"""arrayrope.export under ``python -OO``: no docstrings and no asserts, every public name still works.
+
+A subprocess uses each public name of ``arrayrope.export`` with docstrings
+stripped and saves what the models compute; this process checks the results
+against explicit rotation matrices (tests.helpers), not against the export layer.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import arrayrope.export
+from helpers import inv_freq_formula, rope_by_matrix
+
+# Each public name of arrayrope.export appears as ``ex.<name>`` below; the test checks that none is missed.
+SCRIPT = r"""
+import sys
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+import arrayrope.export as ex
+
+if ex.rotary_model.__doc__ is not None or sys.flags.optimize < 2:
+    raise SystemExit("docstrings were not stripped")
+
+def run(model, feed):
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feed)
+
+rng = np.random.default_rng(0)
+x = rng.standard_normal((1, 2, 5, 16)).astype(np.float32)
+pos = np.array([[0, 63, 5, 32, 1]])
+saved = {"x": x, "pos": pos}
+
+options: ex.ExportKeywords = ex.ExportKeywords(max_positions=64, num_heads=2, rotary_dim=12)
+saved["max_positions"] = np.array(ex.ExportOptions(**options).max_positions)
+for target in ex.TARGETS:
+    model = ex.rotary_model(16, target=target, **options)
+    saved["model_" + target] = run(model, {"x": x, "position_ids": pos})[0]
+    report = ex.validate(model, providers="cpu")
+    if not isinstance(report, ex.ValidationReport) or not report.ok:
+        raise SystemExit(f"validate failed for {target}: {report}")
+
+bad = ex.rotary_model(16, target="portable", **options)
+for t in bad.graph.initializer:
+    if "sin" in t.name:
+        a = numpy_helper.to_array(t).copy()
+        a[63] = -a[63]
+        t.CopyFrom(numpy_helper.from_array(a, t.name))
+try:
+    ex.validate(bad, providers="cpu")
+    raise SystemExit("validate passed a model with a wrong table row")
+except ex.ValidationError as exc:
+    saved["caught"] = np.array(not exc.report.ok)
+
+f = ex.rotary_function(16, target="portable", **options)
+t = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, ["B", 2, "S", 16])
+node = helper.make_node("RotaryEmbedding", ["a", "p"], ["b"], domain="arrayrope")
+g = helper.make_graph([node], "g", [t("a"), helper.make_tensor_value_info("p", TensorProto.INT64, ["B", "S"])],
+                      [t("b")])
+m = helper.make_model(g, functions=[f], ir_version=8,
+                      opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("arrayrope", 1)])
+saved["function"] = run(m, {"a": x, "p": pos})[0]
+
+splice: ex.SpliceKeywords = ex.SpliceKeywords(max_positions=64, rotary_dim=12, target="portable")
+g = helper.make_graph([helper.make_node("Neg", ["a"], ["q"]), helper.make_node("Identity", ["q"], ["b"])], "g",
+                      [t("a"), helper.make_tensor_value_info("p", TensorProto.INT64, ["B", "S"])], [t("b")])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+saved["spliced"] = run(ex.add_rotary(m, q="q", position_ids="p", freqs=16, **splice), {"a": x, "p": pos})[0]
+np.savez(sys.argv[1], **saved)
+"""
+
+
+def test_every_public_name_is_used():
+    for name in arrayrope.export.__all__:
+        assert f"ex.{name}" in SCRIPT, name
+
+
+def test_the_simplest_call():
+    code = "import arrayrope.export; arrayrope.export.rotary_model(64)"
+    subprocess.run([sys.executable, "-OO", "-c", code], check=True, capture_output=True, timeout=120)
+
+
+def test_every_public_name_works_without_docstrings(tmp_path):
+    out = tmp_path / "out.npz"
+    done = subprocess.run([sys.executable, "-OO", "-c", SCRIPT, str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    saved = np.load(out)
+    x, pos = saved["x"], saved["pos"][0]
+    expected = rope_by_matrix(x, pos, inv_freq_formula(12, 10000.0), "half")
+    for name in [f"model_{t}" for t in arrayrope.export.TARGETS] + ["function"]:
+        assert np.max(np.abs(saved[name] - expected)) <= 1e-6, name
+    assert np.max(np.abs(saved["spliced"] + expected)) <= 1e-6  # the rotation of -x
+    assert bool(saved["caught"]) and int(saved["max_positions"]) == 64
