@@ -15,7 +15,7 @@ Shape = tuple[int, int, int, int]
 #: Libraries measured unless ``--backends`` says otherwise (``torch`` includes ``torch-cuda``).
 DEFAULT_BACKENDS = ("numpy", "torch", "jax", "dask", "cupy")
 #: Thread settings of one run: a count pinned before libraries load, or the libraries' own default.
-DEFAULT_THREADS = ("1",)
+DEFAULT_THREADS = ("1", "default")
 #: Every section; the first thread setting runs all, the others those whose figures depend on threads.
 SECTIONS = ("apply", "embedding", "memory", "dask", "tables", "sweep")
 THREADED_SECTIONS = ("apply", "embedding", "tables", "sweep")

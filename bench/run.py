@@ -2,16 +2,16 @@
 
 Run from the repository root::
 
-    python -m bench            # full run (about 10 minutes on 2 cores), writes bench/results/
-    python -m bench --quick    # smaller shapes and fewer rounds (about a minute): the smoke run
+    python -m bench            # full run (about 20 minutes on 2 cores), writes bench/results/
+    python -m bench --quick    # smaller shapes and fewer rounds (a minute or two): the smoke run
 
 Every figure is a median over rounds inside one process, and is also given as a
 ratio to references timed in the same rounds: a copy of x (what any function
 returning a new array pays), the naive formulas on the same library, and ONNX
 Runtime's fused kernel when onnxruntime is installed. Each thread setting
-(default: one thread) runs in its own process with the thread variables set
-before any library loads; the results are merged into one report that shows the
-settings side by side. GPUs (CuPy, PyTorch CUDA) are
+(default: one thread, then the libraries' defaults) runs in its own process with
+the thread variables set before any library loads; the results are merged into
+one report that shows the settings side by side. GPUs (CuPy, PyTorch CUDA) are
 included when present, as ratios to a device-to-device copy, synchronising around
 every timed batch.
 """
@@ -46,7 +46,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small shapes, few rounds (a smoke run)")
     parser.add_argument("--threads", default=",".join(DEFAULT_THREADS),
-                        help="comma-separated thread settings, each a count or 'default' (default: 1)")
+                        help="comma-separated thread settings, each a count or 'default' (default: 1,default)")
     parser.add_argument("--backends", default=",".join(DEFAULT_BACKENDS),
                         help="comma-separated libraries or backends of arrayrope.backends.available()")
     parser.add_argument("--out", default=str(RESULTS), help="output folder")
