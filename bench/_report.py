@@ -96,6 +96,7 @@ def markdown(meta: Meta, records: list[Record], tgts: list[dict[str, Any]]) -> s
               "OMP/MKL/OpenBLAS/numexpr threads, XLA's and PyTorch's before the libraries load, and ORT's intra-op "
               "threads; `default` sets nothing, as users meet the libraries. "
               "Cells with several values give them in this order.", ""]
+    lines += [_load_line(meta.get("load") or {}), ""]
     if meta.get("missing"):
         lines += ["Not measured: " + "; ".join(f"{k} ({v})" for k, v in meta["missing"].items()) + ".", ""]
     lines += ["Medians over rounds in one process; variants of a workload run interleaved. "
@@ -108,6 +109,21 @@ def markdown(meta: Meta, records: list[Record], tgts: list[dict[str, Any]]) -> s
     lines += _tables_table(records, settings)
     lines += _sweep_table(records, settings)
     return "\n".join(lines)
+
+
+def _load_line(load: dict[str, Any]) -> str:
+    if not load:
+        return "Load: not recorded in this run."
+    n = load.get("busy processes", 0)
+    avg = f"1-minute load average {_fmt(load.get('load average before'))} before"
+    if "load average after" in load:
+        avg += f", {_fmt(load.get('load average after'))} after"
+    if not n:
+        return f"Load: **no other busy process** started by the bench ({avg})."
+    stayed = "" if load.get("stayed busy", True) else " (one stopped early)"
+    each = " each" if n > 1 else ""
+    return (f"Load: **{n} other busy process{'es' if n > 1 else ''}** (a pure-Python spin loop{each}) ran through "
+            f"every measurement{stayed}; {avg}.")
 
 
 def _targets_table(tgts: list[dict[str, Any]], settings: list[str], labels: list[str]) -> list[str]:

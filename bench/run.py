@@ -4,6 +4,7 @@ Run from the repository root::
 
     python -m bench            # full run (about 20 minutes on 2 cores), writes bench/results/
     python -m bench --quick    # smaller shapes and fewer rounds (a minute or two): the smoke run
+    python -m bench --load 1   # the same with one other busy process on the machine
 
 Every figure is a median over rounds inside one process, and is also given as a
 ratio to references timed in the same rounds: a copy of x (what any function
@@ -27,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import _machine, _report, _targets
+from . import _load, _machine, _report, _targets
 from ._config import (
     DEFAULT_BACKENDS,
     DEFAULT_THREADS,
@@ -47,6 +48,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small shapes, few rounds (a smoke run)")
     parser.add_argument("--threads", default=",".join(DEFAULT_THREADS),
                         help="comma-separated thread settings, each a count or 'default' (default: 1,default)")
+    parser.add_argument("--load", type=int, default=0, metavar="N",
+                        help="keep N other busy processes during the measurements (default 0)")
     parser.add_argument("--backends", default=",".join(DEFAULT_BACKENDS),
                         help="comma-separated libraries or backends of arrayrope.backends.available()")
     parser.add_argument("--out", default=str(RESULTS), help="output folder")
@@ -72,14 +75,16 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, dict[str, Any]] = {}
     records: list[dict[str, Any]] = []
     failed: list[str] = []
-    for i, setting in enumerate(settings):
-        config = dataclasses.replace(base, threads=setting, sections=SECTIONS if i == 0 else THREADED_SECTIONS)
-        got = measure_in_process(config)
-        if got is None:
-            failed.append(setting)
-            continue
-        runs[setting] = got["meta"]
-        records.extend(got["records"])
+    with _load.busy(args.load) as load:
+        for i, setting in enumerate(settings):
+            config = dataclasses.replace(base, threads=setting, sections=SECTIONS if i == 0 else THREADED_SECTIONS)
+            got = measure_in_process(config)
+            if got is None:
+                failed.append(setting)
+                continue
+            runs[setting] = got["meta"]
+            records.extend(got["records"])
+    meta["load"] = {k: v for k, v in load.items() if k != "pids"}
     meta["runs"] = runs
     meta["missing"] = next(iter(runs.values()), {}).get("missing", {})
     tgts = _targets.targets(records, meta)
