@@ -102,6 +102,7 @@ def markdown(meta: Meta, records: list[Record], tgts: list[dict[str, Any]]) -> s
     lines += ["Medians over rounds in one process; variants of a workload run interleaved. "
               "Ratios are to `x.copy()` / `x.clone()` timed in the same rounds unless said otherwise.", ""]
     lines += _targets_table(tgts, settings, labels)
+    lines += _decode_overhead(records, settings, labels)
     lines += _apply_tables(records, settings)
     lines += _embedding_table(records, settings)
     lines += _memory_table(records)
@@ -146,6 +147,30 @@ def _group_targets(tgts: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str
     return rows
 
 
+def _decode_overhead(records: list[Record], settings: list[str], labels: list[str]) -> list[str]:
+    """The per-call cost users meet in decoding: both calls against the naive formula they replace."""
+    emb = _group([r for r in records if r["section"] == "embedding" and r["shape"][:2] == [1, 8]],
+                 lambda r: (r["backend"], r["layout"]))
+    app = _group([r for r in records if r["section"] == "apply" and r["shape"] == [1, 8, 1, 128]
+                  and r["dtype"] == "float32"], lambda r: (r["backend"], r["layout"]))
+    if not emb and not app:
+        return []
+    lines = ["## Decode per-call overhead, float32 (" + " / ".join(labels) + ")", "",
+             "RotaryEmbedding(q, k, offset=1000) with q (1, 8, 1, 128), k (1, 2, 1, 128) against the naive formula "
+             "on q and k with this step's cos/sin rows precomputed; apply_rotary on x (1, 8, 1, 128) against the "
+             "naive formula on x.", "",
+             "| backend | layout | naive q and k | RotaryEmbedding (× naive) | naive x | apply_rotary (× naive) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for key in dict.fromkeys([*emb, *app]):
+        e, a = emb.get(key, {}), app.get(key, {})
+        lines.append(
+            f"| {key[0]} | {key[1]} | {_cells(e, settings, _at('seconds', 'naive q and k', _us))} | "
+            f"{_cells(e, settings, _at('x_naive', 'RotaryEmbedding'))} | "
+            f"{_cells(a, settings, _at('seconds', 'naive', _us))} | "
+            f"{_cells(a, settings, _at('x_naive', 'arrayrope'))} |")
+    return [*lines, ""]
+
+
 def _apply_tables(records: list[Record], settings: list[str]) -> list[str]:
     recs = [r for r in records if r["section"] == "apply"]
     lines: list[str] = []
@@ -153,11 +178,16 @@ def _apply_tables(records: list[Record], settings: list[str]) -> list[str]:
         groups = _group([r for r in recs if r["backend"] == backend], _apply_key)
         cols = list(dict.fromkeys(k for by in groups.values() for r in by.values() for k in r["seconds"]
                                   if k != "copy"))
+        has_ort = any("x_ort" in r for by in groups.values() for r in by.values())
+        extra = ["arrayrope (× naive)"] + (["arrayrope (× ORT fused)"] if has_ort else [])
         lines += [f"## Rotary application: {backend}", "",
-                  "| shape | layout | rotary | dtype | copy | " + " | ".join(f"{c} (× copy)" for c in cols) + " |",
-                  "| --- " * (5 + len(cols)) + "|"]
+                  "| shape | layout | rotary | dtype | copy | " + " | ".join(f"{c} (× copy)" for c in cols)
+                  + " | " + " | ".join(extra) + " |", "| --- " * (5 + len(cols) + len(extra)) + "|"]
         for (_, shape, layout, dtype, rdim), by in groups.items():
             cells = [_cells(by, settings, _at("x_copy", c)) for c in cols]
+            cells.append(_cells(by, settings, _at("x_naive", "arrayrope")))
+            if has_ort:
+                cells.append(_cells(by, settings, _at("x_ort", "arrayrope")))
             lines.append(f"| {shape} | {layout} | {rdim} | {dtype} | "
                          f"{_cells(by, settings, _at('seconds', 'copy', _us))} | " + " | ".join(cells) + " |")
         lines.append("")
@@ -169,15 +199,16 @@ def _embedding_table(records: list[Record], settings: list[str]) -> list[str]:
                     lambda r: (r["backend"], tuple(r["shape"]), tuple(r.get("k_shape", ())), r["layout"]))
     if not groups:
         return []
-    names = ("RotaryEmbedding", "apply_rotary twice", "copy q and k")
+    names = ("RotaryEmbedding", "naive twice", "apply_rotary twice", "copy q and k")
     lines = ["## Decode steps: RotaryEmbedding(q, k, offset=1000), float32", "",
-             "Ratios to the naive formula applied to q and k (cos/sin rows looked up in the full tables).", "",
-             "| backend | q | k | layout | naive twice | " + " | ".join(f"{n} (× naive)" for n in names) + " |",
+             "Ratios to the naive formula on q and k with the step's rows precomputed; `naive twice` and "
+             "`apply_rotary twice` look the rows up in the full tables in the call.", "",
+             "| backend | q | k | layout | naive q and k | " + " | ".join(f"{n} (× naive)" for n in names) + " |",
              "| --- " * (5 + len(names)) + "|"]
     for (backend, q, k, layout), by in groups.items():
         cells = [_cells(by, settings, _at("x_naive", n)) for n in names]
         lines.append(f"| {backend} | {q} | {k} | {layout} | "
-                     f"{_cells(by, settings, _at('seconds', 'naive twice', _us))} | "
+                     f"{_cells(by, settings, _at('seconds', 'naive q and k', _us))} | "
                      + " | ".join(cells) + " |")
     return [*lines, ""]
 
