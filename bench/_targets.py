@@ -15,6 +15,10 @@ from typing import Any
 Record = dict[str, Any]
 Target = dict[str, Any]
 
+#: The decode step whose RotaryEmbedding call is held to 1.5x the naive formula: q heads, kv heads.
+STEP = (1, 8, 2)
+
+
 def _fmt(v: float) -> str:
     return "n/a" if v is None or math.isnan(v) else f"{v:.2f}"
 
@@ -39,7 +43,9 @@ def targets(records: list[Record], meta: dict[str, Any]) -> list[Target]:
     """Every target under every thread setting of the run."""
     prefill = [list(p) for p in meta.get("prefill", [])]
     settings = meta.get("settings") or list(dict.fromkeys(r.get("threads", "1") for r in records))
+    busy = (meta.get("load") or {}).get("busy processes", 0)
     out: list[Target] = []
+    loaded: list[Target] = []
     for setting in settings:
         recs = [r for r in records if r.get("threads", "1") == setting]
 
@@ -47,7 +53,15 @@ def targets(records: list[Record], meta: dict[str, Any]) -> list[Target]:
             out.append({"target": name, "goal": goal, "threads": setting, "reached": figure, "met": met})
 
         _speed_targets(recs, prefill, add)
-    return out
+        decode = _decode_step(recs)
+        if decode is not None:
+            add(*decode)
+        slower = _never_slower(recs) if setting == "default" else None
+        if slower is not None:
+            add(*slower)
+        name, goal, figure, met = _with_load(busy, decode, slower)
+        loaded.append({"target": name, "goal": goal, "threads": setting, "reached": figure, "met": met})
+    return out + loaded
 
 
 Add = Callable[..., None]
@@ -105,3 +119,51 @@ def _speed_targets(records: list[Record], prefill: list[list[int]], add: Add) ->
             f"{r['x_recipe']['arrayrope']:.2f}× recipe, max error {err:.1e} "
             f"(recipe {r['max_error']['float32 recipe']:.1e})",
             err <= 1e-6 and r["x_recipe"]["arrayrope"] <= 2.0)
+
+
+_DECODE_NAME = "Decode RotaryEmbedding, q (1, 8, 1, 128), k (1, 2, 1, 128)"
+_SLOWER_NAME = "At default threads never slower than naive"
+
+
+def _decode_step(records: list[Record]) -> tuple[str, str, str, bool] | None:
+    """RotaryEmbedding(q, k, offset) in the small decode step against the naive formula on q and k."""
+    batch, hq, hk = STEP
+    recs = [r for r in _find(records, section="embedding", shape=[batch, hq, 1, 128], k_shape=[batch, hk, 1, 128])
+            if r["backend"] in ("numpy", "torch")]
+    if not recs:
+        return None
+    ratio = {(r["backend"], r["layout"]): _over(r, "RotaryEmbedding", "naive q and k") for r in recs}
+    worst = _worst(list(ratio.values()))
+    figure = "; ".join(
+        f"{b} {', '.join(_fmt(ratio[(b, lay)]) for lay in ('half', 'interleaved') if (b, lay) in ratio)}"
+        for b in dict.fromkeys(b for b, _ in ratio)
+    )
+    return (_DECODE_NAME, "≤ 1.5× naive formula on q and k, rows precomputed (NumPy, PyTorch)",
+            f"{figure}× naive (half, interleaved)", worst <= 1.5)
+
+
+def _never_slower(records: list[Record]) -> tuple[str, str, str, bool] | None:
+    """apply_rotary against the naive formula on every application workload of this setting."""
+    recs = [r for r in _find(records, section="apply") if "naive" in r["seconds"]]
+    if not recs:
+        return None
+    ratio = [(_over(r, "arrayrope", "naive"), r) for r in recs]
+    slower = [(v, r) for v, r in ratio if not v <= 1.0]
+    v, r = max(ratio, key=lambda p: -math.inf if math.isnan(p[0]) else p[0])
+    where = f"{r['backend']} {tuple(r['shape'])} {r['layout']} {r['dtype']} rotary {r['rotary_dim']}"
+    return (_SLOWER_NAME, "apply_rotary ≤ naive formula on every application row (all backends, dtypes, shapes)",
+            f"{len(slower)} of {len(recs)} rows slower; worst {_fmt(v)}× naive ({where})", not slower)
+
+
+def _with_load(busy: int, decode: tuple[str, str, str, bool] | None,
+               slower: tuple[str, str, str, bool] | None) -> tuple[str, str, str, bool | None]:
+    """The two targets above, in a run with other busy processes (``--load``)."""
+    name = "With one busy process"
+    goal = "the decode RotaryEmbedding and (default threads) never-slower targets hold with --load 1"
+    if busy < 1:
+        return name, goal, "not measured: this run had no other busy process (run with --load 1)", None
+    parts = [t for t in (decode, slower) if t is not None]
+    if not parts:
+        return name, goal, f"{busy} busy process(es): neither target measured", None
+    figure = f"{busy} busy process(es): " + "; ".join(f"{t[0]}: {t[2]}" for t in parts)
+    return name, goal, figure, all(t[3] for t in parts)
