@@ -27,7 +27,7 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NU
 class Config:
     """Everything one measuring process needs."""
 
-    mode: str  # full or quick
+    mode: str  # full, quick or tiny
     decode: tuple[Shape, ...]  # apply_rotary with one new token
     prefill: tuple[Shape, ...]  # apply_rotary on a prompt; the prefill targets are taken on these
     extras: Shape  # float16/bfloat16, partial rotary and memory are measured on this shape
@@ -65,6 +65,11 @@ MODES: dict[str, Config] = {
     "quick": Config(
         "quick", _DECODE, ((1, 8, 512, 128), (4, 32, 512, 128)), (1, 8, 512, 128), _STEPS,
         (1, 16, 256, 4096), 1 << 16, (1, 8, 1024, 128), 8, rounds=3,
+    ),
+    # the bench's plumbing in seconds (tests): every section and ratio, figures meaningless
+    "tiny": Config(
+        "tiny", _DECODE[:1], ((1, 2, 16, 128), (2, 2, 8, 128)), (1, 2, 16, 128), _STEPS[:1],
+        (1, 16), 1 << 10, (1, 2, 16, 128), 2, rounds=1, batch_s=1e-4, rss=False,
     ),
 }
 

@@ -45,7 +45,9 @@ RESULTS = Path(__file__).parent / "results"
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small shapes, few rounds (a smoke run)")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="small shapes, few rounds (a smoke run)")
+    size.add_argument("--tiny", action="store_true", help="every section in seconds; checks the bench, not speed")
     parser.add_argument("--threads", default=",".join(DEFAULT_THREADS),
                         help="comma-separated thread settings, each a count or 'default' (default: 1,default)")
     parser.add_argument("--load", type=int, default=0, metavar="N",
@@ -67,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = [s.strip() for s in args.threads.split(",") if s.strip()]
     for s in settings:
         thread_count(s)  # a count >= 1 or "default"
-    mode = "quick" if args.quick else "full"
+    mode = "quick" if args.quick else "tiny" if args.tiny else "full"
     base = dataclasses.replace(MODES[mode], backends=tuple(n.strip() for n in args.backends.split(",") if n.strip()))
     meta = _machine.host()
     meta.update(mode=mode, settings=settings, prefill=[list(p) for p in base.prefill],
