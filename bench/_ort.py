@@ -8,7 +8,8 @@ writes by default, so the model declares IR 11 (the first with opset 23).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -22,8 +23,13 @@ def available() -> bool:
     return True
 
 
-def fused_rotary(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, *, layout: str) -> Callable[[], Any]:
-    """A callable running ORT's fused kernel on x (B, N, S, H) with tables (S, h) or (B, 1, S, h)."""
+def fused_rotary(
+    x: np.ndarray, cos: np.ndarray, sin: np.ndarray, *, layout: str, threads: int | None = 1
+) -> Callable[[], Any]:
+    """A callable running ORT's fused kernel on x (B, N, S, H) with tables (S, h) or (B, 1, S, h).
+
+    ``threads`` pins the intra-op pool (inter-op to 1); None leaves ORT's defaults, as users meet them.
+    """
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
@@ -47,8 +53,9 @@ def fused_rotary(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, *, layout: str
     )
     model.ir_version = 11
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.inter_op_num_threads = 1
+    if threads is not None:
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     feed = {"X": x, "cos": cos3, "sin": sin3}
     return lambda: sess.run(None, feed)[0]

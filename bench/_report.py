@@ -1,10 +1,26 @@
-"""Targets, the Markdown table and the plot from the bench's records."""
+"""results.json, results.md (the thread settings side by side) and the plot, from the merged records."""
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+Record = dict[str, Any]
+Meta = dict[str, Any]
+
+
+def write(out: Path, meta: Meta, records: list[Record], targets: list[dict[str, Any]]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(
+        json.dumps({"machine": meta, "targets": targets, "records": records}, indent=1, default=str))
+    (out / "results.md").write_text(markdown(meta, records, targets))
+    plot([r for r in records if r["section"] == "sweep"], out / "rotary_vs_copy.png", meta)
+
+
+# --------------------------------------------------------------------------- formatting
 
 
 def _fmt(v: Any, digits: int = 2) -> str:
@@ -15,150 +31,253 @@ def _fmt(v: Any, digits: int = 2) -> str:
     return str(v)
 
 
-def _us(seconds: float) -> str:
+def _us(seconds: float | None) -> str:
     if seconds is None or math.isnan(seconds):
         return "n/a"
     return f"{seconds * 1e3:.2f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} µs"
 
 
-def _find(records, **keys) -> list[dict]:
-    return [r for r in records if all(r.get(k) == v for k, v in keys.items())]
+def settings_of(meta: Meta, records: list[Record]) -> list[str]:
+    return list(meta.get("settings") or dict.fromkeys(r.get("threads", "1") for r in records))
 
 
-def targets(records: list[dict], prefill: list[tuple]) -> list[dict]:
-    """Each target of the speed work: the figure reached and whether it is met."""
-    out = []
+def setting_label(meta: Meta, setting: str) -> str:
+    """``1 thread`` or ``default (torch: 2 threads)``."""
+    if setting != "default":
+        return f"{setting} thread{'s' if setting != '1' else ''}"
+    pools = (meta.get("runs", {}).get(setting) or {}).get("library threads") or {}
+    inner = ", ".join(f"{k}: {v}" for k, v in pools.items())
+    return f"default ({inner} threads)" if inner else "default"
 
-    def add(name: str, goal: str, figure: str, met: bool | None) -> None:
-        out.append({"target": name, "goal": goal, "reached": figure, "met": met})
 
-    for layout in ("half", "interleaved"):
-        recs = [r for shape in prefill for r in _find(records, section="apply", backend="numpy", shape=list(shape),
-                                                      layout=layout, dtype="float32", rotary_dim=shape[-1])]
-        if recs:
-            worst = max(r["x_copy"]["arrayrope"] for r in recs)
-            add(f"NumPy prefill, {layout}", "≤ 2.0× x.copy()",
-                f"{', '.join(_fmt(r['x_copy']['arrayrope']) for r in recs)}× copy ({len(recs)} shapes)", worst <= 2.0)
-            if any("ORT fused" in r["x_copy"] for r in recs):
-                ours = [r["seconds"]["arrayrope"] / r["seconds"]["ORT fused"] for r in recs]
-                add(f"NumPy prefill, {layout}, vs ONNX Runtime", "ahead of ORT's fused kernel (same data, same run)",
-                    f"{', '.join(_fmt(v) for v in ours)}× ORT's time (ORT {', '.join(_fmt(r['x_copy']['ORT fused']) for r in recs)}× copy)",
-                    all(v < 1.0 for v in ours))
-    mem = _find(records, section="memory", backend="numpy")
-    if mem:
-        worst = max(r["extra_over_x"]["arrayrope"] for r in mem)
-        add("NumPy prefill peak extra memory", "≤ 0.5× size of x", f"{worst:.3f}× x (tracemalloc, both layouts)", worst <= 0.5)
-    recs = [r for shape in prefill for layout in ("half", "interleaved")
-            for r in _find(records, section="apply", backend="torch", shape=list(shape), layout=layout,
-                           dtype="float32", rotary_dim=shape[-1])]
-    if recs:
-        worst = max(r["x_copy"]["arrayrope"] for r in recs)
-        add("PyTorch CPU prefill", "≤ 3.0× x.clone()", f"{worst:.2f}× clone (worst of {len(recs)})", worst <= 3.0)
-    recs = _find(records, section="apply", backend="numpy", dtype="float32")
-    recs = [r for r in recs if r["shape"][2] == 1]
-    if recs:
-        worst = max(r["seconds"]["arrayrope"] / r["seconds"]["naive"] for r in recs)
-        add("Decode apply_rotary (NumPy)", "≤ naive NumPy formula",
-            f"{worst:.2f}× naive (worst of {len(recs)}: 2 shapes × 2 layouts)", worst <= 1.0)
-    recs = _find(records, section="embedding", backend="numpy")
-    if recs:
-        worst = max(r["x_naive"]["RotaryEmbedding"] for r in recs)
-        add("Decode RotaryEmbedding q, k, offset (NumPy)", "≤ 2× naive formula applied twice",
-            f"{worst:.2f}× naive twice (worst of {len(recs)})", worst <= 2.0)
-    recs = _find(records, section="dask")
-    if recs:
-        worst = min(r["seconds"]["x * 1.0"] / r["seconds"]["arrayrope"] for r in recs)
-        one = all(r["tasks_in_rotary_layer"] == r["chunks"] and not r["rechunks_x"] for r in recs)
-        add("Dask 2 GiB chunked", "blockwise, one task per chunk, no rechunk; ≥ 0.5× throughput of x * 1.0",
-            f"{worst:.2f}× throughput of x * 1.0; one task per chunk, x not rechunked: {one}", worst >= 0.5 and one)
-    recs = _find(records, section="tables", backend="numpy")
-    if recs:
-        r = recs[0]
-        err = r["max_error"]["arrayrope"]
-        add(f"Tables {r['positions']} × {r['pairs']} (NumPy)", "error ≤ 1e-6, ≤ 2× float32 recipe",
-            f"{r['x_recipe']['arrayrope']:.2f}× recipe, max error {err:.1e} (recipe {r['max_error']['float32 recipe']:.1e})",
-            err <= 1e-6 and r["x_recipe"]["arrayrope"] <= 2.0)
+def _group(records: list[Record], key: Callable[[Record], Any]) -> dict[Any, dict[str, Record]]:
+    """Records of the same workload under each thread setting: key -> {setting: record}."""
+    out: dict[Any, dict[str, Record]] = {}
+    for r in records:
+        out.setdefault(key(r), {})[r.get("threads", "1")] = r
     return out
 
 
-def markdown(meta: dict, records: list[dict], tgts: list[dict]) -> str:
+def _cells(by: dict[str, Record], settings: list[str], fn: Callable[[Record], str]) -> str:
+    """One value per thread setting, side by side: ``1.76 / 1.80``."""
+    return " / ".join(fn(by[s]) if s in by else "—" for s in settings)
+
+
+def _at(field: str, key: str, fmt: Callable[[Any], str] = _fmt) -> Callable[[Record], str]:
+    """A cell: ``fmt(record[field][key])``, n/a where the record has no such value."""
+
+    def cell(r: Record) -> str:
+        return fmt((r.get(field) or {}).get(key))
+
+    return cell
+
+
+def _sci(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1e}"
+
+
+def _apply_key(r: Record) -> tuple[Any, ...]:
+    return r["backend"], tuple(r["shape"]), r["layout"], r["dtype"], r["rotary_dim"]
+
+
+# --------------------------------------------------------------------------- results.md
+
+
+def markdown(meta: Meta, records: list[Record], tgts: list[dict[str, Any]]) -> str:
+    settings = settings_of(meta, records)
+    labels = [setting_label(meta, s) for s in settings]
     lines = ["# arrayrope benchmark", ""]
-    lines.append(f"Mode: **{meta['mode']}**, {meta['date']}. Machine: {meta['cpu']}, {meta['cores']} cores, "
-                 f"**{meta['threads']} thread(s)**; {meta['platform']}, Python {meta['python']}.")
-    libs = ", ".join(f"{k} {meta[k]}" for k in ("numpy", "torch", "jax", "dask", "onnxruntime", "onnx", "cupy") if k in meta)
+    lines.append(f"Mode: **{meta['mode']}**, {meta['date']}. Machine: {meta['cpu']}, {meta['cores']} cores; "
+                 f"{meta['platform']}, Python {meta['python']}.")
+    libs = ", ".join(f"{k} {meta[k]}" for k in ("numpy", "torch", "jax", "dask", "onnxruntime", "onnx", "cupy")
+                     if k in meta)
     lines += [f"Versions: {libs}.", ""]
+    lines += [f"Thread settings, each in its own process: **{' / '.join(labels)}**. A count sets "
+              "OMP/MKL/OpenBLAS/numexpr threads, XLA's and PyTorch's before the libraries load, and ORT's intra-op "
+              "threads; `default` sets nothing, as users meet the libraries. "
+              "Cells with several values give them in this order.", ""]
+    lines += [_load_line(meta.get("load") or {}), ""]
     if meta.get("missing"):
         lines += ["Not measured: " + "; ".join(f"{k} ({v})" for k, v in meta["missing"].items()) + ".", ""]
     lines += ["Medians over rounds in one process; variants of a workload run interleaved. "
               "Ratios are to `x.copy()` / `x.clone()` timed in the same rounds unless said otherwise.", ""]
-    lines += ["## Targets", "", "| target | goal | reached | met |", "| --- | --- | --- | --- |"]
-    for t in tgts:
-        lines.append(f"| {t['target']} | {t['goal']} | {t['reached']} | {'yes' if t['met'] else 'no'} |")
-    lines.append("")
-    apply_recs = [r for r in records if r["section"] == "apply"]
-    for backend in dict.fromkeys(r["backend"] for r in apply_recs):
-        recs = [r for r in apply_recs if r["backend"] == backend]
-        cols = list(dict.fromkeys(k for r in recs for k in r["seconds"] if k != "copy"))
-        lines += [f"## Rotary application: {backend}", "",
-                  "| shape | layout | rotary | dtype | copy | " + " | ".join(f"{c} (× copy)" for c in cols) + " |",
-                  "| --- " * (5 + len(cols)) + "|"]
-        for r in recs:
-            cells = [_fmt(r["x_copy"].get(c)) for c in cols]
-            lines.append(f"| {tuple(r['shape'])} | {r['layout']} | {r['rotary_dim']} | {r['dtype']} | "
-                         f"{_us(r['seconds']['copy'])} | " + " | ".join(cells) + " |")
-        lines.append("")
-    emb = [r for r in records if r["section"] == "embedding"]
-    if emb:
-        lines += ["## Decode step: RotaryEmbedding(q, k, offset=1000), q (B, 32, 1, 128), k (B, 8, 1, 128)", "",
-                  "| backend | B | layout | naive twice | RotaryEmbedding (× naive) | apply_rotary twice (× naive) | copy q, k (× naive) |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
-        for r in emb:
-            n = r["x_naive"]
-            lines.append(f"| {r['backend']} | {r['shape'][0]} | {r['layout']} | {_us(r['seconds']['naive twice'])} | "
-                         f"{_fmt(n['RotaryEmbedding'])} | {_fmt(n['apply_rotary twice'])} | {_fmt(n['copy q and k'])} |")
-        lines.append("")
-    mem = [r for r in records if r["section"] == "memory"]
-    if mem:
-        lines += ["## Peak extra memory beyond x and the output (× size of x)", "",
-                  "| backend | method | shape | layout | " + " | ".join(mem[0]["extra_over_x"]) + " |",
-                  "| --- " * (4 + len(mem[0]["extra_over_x"])) + "|"]
-        for r in mem:
-            lines.append(f"| {r['backend']} | {r['method']} | {tuple(r['shape'])} | {r['layout']} | "
-                         + " | ".join(f"{k}: {_fmt(v, 3)}" if r['backend'] == 'torch-cuda' else _fmt(v, 3)
-                                      for k, v in r["extra_over_x"].items()) + " |")
-        lines.append("")
-    dask = [r for r in records if r["section"] == "dask"]
-    if dask:
-        lines += ["## Dask (synchronous scheduler, results streamed to a discarding store)", "",
-                  "| shape | chunks | layout | x * 1.0 | arrayrope | naive | GB/s x*1.0 / arrayrope / naive | tasks in rotary layer | graph tasks arrayrope / naive | x rechunked |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for r in dask:
-            s, g = r["seconds"], r["throughput_GBps"]
-            lines.append(f"| {tuple(r['shape'])} | {r['chunks']} | {r['layout']} | {_us(s['x * 1.0'])} | {_us(s['arrayrope'])} | "
-                         f"{_us(s['naive'])} | {_fmt(g['x * 1.0'])} / {_fmt(g['arrayrope'])} / {_fmt(g['naive'])} | "
-                         f"{r['tasks_in_rotary_layer']} | {r['arrayrope_tasks']} / {r['naive_tasks']} | {r['rechunks_x']} |")
-        lines.append("")
-    tab = [r for r in records if r["section"] == "tables"]
-    if tab:
-        lines += ["## Tables: cos/sin for positions 0..N-1, 64 frequencies", "",
-                  "| backend | N | variant | time | × float32 recipe | max error vs float64 |", "| --- | --- | --- | --- | --- | --- |"]
-        for r in tab:
-            for k, v in r["seconds"].items():
-                lines.append(f"| {r['backend']} | {r['positions']} | {k} | {_us(v)} | {_fmt(r['x_recipe'][k])} | {r['max_error'][k]:.1e} |")
-        lines.append("")
-    sweep = [r for r in records if r["section"] == "sweep"]
-    if sweep:
-        cols = list(dict.fromkeys(k for r in sweep for k in r["seconds"] if k != "copy"))
-        lines += ["## Sweep over sequence length, (1, 8, S, 128) float32 (plot: rotary_vs_copy.png)", "",
-                  "| backend | S | copy | " + " | ".join(f"{c} (× copy)" for c in cols) + " |", "| --- " * (3 + len(cols)) + "|"]
-        for r in sweep:
-            lines.append(f"| {r['backend']} | {r['shape'][2]} | {_us(r['seconds']['copy'])} | "
-                         + " | ".join(_fmt(r["x_copy"].get(c)) for c in cols) + " |")
-        lines.append("")
+    lines += _targets_table(tgts, settings, labels)
+    lines += _decode_overhead(records, settings, labels)
+    lines += _apply_tables(records, settings)
+    lines += _embedding_table(records, settings)
+    lines += _memory_table(records)
+    lines += _dask_table(records)
+    lines += _tables_table(records, settings)
+    lines += _sweep_table(records, settings)
     return "\n".join(lines)
 
 
-def plot(sweep: list[dict], path: Path, meta: dict) -> None:
+def _load_line(load: dict[str, Any]) -> str:
+    if not load:
+        return "Load: not recorded in this run."
+    n = load.get("busy processes", 0)
+    avg = f"1-minute load average {_fmt(load.get('load average before'))} before"
+    if "load average after" in load:
+        avg += f", {_fmt(load.get('load average after'))} after"
+    if not n:
+        return f"Load: **no other busy process** started by the bench ({avg})."
+    stayed = "" if load.get("stayed busy", True) else " (one stopped early)"
+    each = " each" if n > 1 else ""
+    return (f"Load: **{n} other busy process{'es' if n > 1 else ''}** (a pure-Python spin loop{each}) ran through "
+            f"every measurement{stayed}; {avg}.")
+
+
+def _targets_table(tgts: list[dict[str, Any]], settings: list[str], labels: list[str]) -> list[str]:
+    rows = _group_targets(tgts)
+    head = "| target | goal | " + " | ".join(f"{lab} | met" for lab in labels) + " |"
+    lines = ["## Targets", "", head, "| --- " * (2 + 2 * len(settings)) + "|"]
+    for (name, goal), by in rows.items():
+        cells = []
+        for s in settings:
+            t = by.get(s)
+            cells += [t["reached"], {True: "yes", False: "no", None: "n/a"}[t["met"]]] if t else ["—", ""]
+        lines.append(f"| {name} | {goal} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _group_targets(tgts: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, dict[str, Any]]]:
+    rows: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for t in tgts:
+        rows.setdefault((t["target"], t["goal"]), {})[t.get("threads", "1")] = t
+    return rows
+
+
+def _decode_overhead(records: list[Record], settings: list[str], labels: list[str]) -> list[str]:
+    """The per-call cost users meet in decoding: both calls against the naive formula they replace."""
+    emb = _group([r for r in records if r["section"] == "embedding" and r["shape"][:2] == [1, 8]],
+                 lambda r: (r["backend"], r["layout"]))
+    app = _group([r for r in records if r["section"] == "apply" and r["shape"] == [1, 8, 1, 128]
+                  and r["dtype"] == "float32"], lambda r: (r["backend"], r["layout"]))
+    if not emb and not app:
+        return []
+    lines = ["## Decode per-call overhead, float32 (" + " / ".join(labels) + ")", "",
+             "RotaryEmbedding(q, k, offset=1000) with q (1, 8, 1, 128), k (1, 2, 1, 128) against the naive formula "
+             "on q and k with this step's cos/sin rows precomputed; apply_rotary on x (1, 8, 1, 128) against the "
+             "naive formula on x.", "",
+             "| backend | layout | naive q and k | RotaryEmbedding (× naive) | naive x | apply_rotary (× naive) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for key in dict.fromkeys([*emb, *app]):
+        e, a = emb.get(key, {}), app.get(key, {})
+        lines.append(
+            f"| {key[0]} | {key[1]} | {_cells(e, settings, _at('seconds', 'naive q and k', _us))} | "
+            f"{_cells(e, settings, _at('x_naive', 'RotaryEmbedding'))} | "
+            f"{_cells(a, settings, _at('seconds', 'naive', _us))} | "
+            f"{_cells(a, settings, _at('x_naive', 'arrayrope'))} |")
+    return [*lines, ""]
+
+
+def _apply_tables(records: list[Record], settings: list[str]) -> list[str]:
+    recs = [r for r in records if r["section"] == "apply"]
+    lines: list[str] = []
+    for backend in dict.fromkeys(r["backend"] for r in recs):
+        groups = _group([r for r in recs if r["backend"] == backend], _apply_key)
+        cols = list(dict.fromkeys(k for by in groups.values() for r in by.values() for k in r["seconds"]
+                                  if k != "copy"))
+        has_ort = any("x_ort" in r for by in groups.values() for r in by.values())
+        extra = ["arrayrope (× naive)"] + (["arrayrope (× ORT fused)"] if has_ort else [])
+        lines += [f"## Rotary application: {backend}", "",
+                  "| shape | layout | rotary | dtype | copy | " + " | ".join(f"{c} (× copy)" for c in cols)
+                  + " | " + " | ".join(extra) + " |", "| --- " * (5 + len(cols) + len(extra)) + "|"]
+        for (_, shape, layout, dtype, rdim), by in groups.items():
+            cells = [_cells(by, settings, _at("x_copy", c)) for c in cols]
+            cells.append(_cells(by, settings, _at("x_naive", "arrayrope")))
+            if has_ort:
+                cells.append(_cells(by, settings, _at("x_ort", "arrayrope")))
+            lines.append(f"| {shape} | {layout} | {rdim} | {dtype} | "
+                         f"{_cells(by, settings, _at('seconds', 'copy', _us))} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def _embedding_table(records: list[Record], settings: list[str]) -> list[str]:
+    groups = _group([r for r in records if r["section"] == "embedding"],
+                    lambda r: (r["backend"], tuple(r["shape"]), tuple(r.get("k_shape", ())), r["layout"]))
+    if not groups:
+        return []
+    names = ("RotaryEmbedding", "naive twice", "apply_rotary twice", "copy q and k")
+    lines = ["## Decode steps: RotaryEmbedding(q, k, offset=1000), float32", "",
+             "Ratios to the naive formula on q and k with the step's rows precomputed; `naive twice` and "
+             "`apply_rotary twice` look the rows up in the full tables in the call.", "",
+             "| backend | q | k | layout | naive q and k | " + " | ".join(f"{n} (× naive)" for n in names) + " |",
+             "| --- " * (5 + len(names)) + "|"]
+    for (backend, q, k, layout), by in groups.items():
+        cells = [_cells(by, settings, _at("x_naive", n)) for n in names]
+        lines.append(f"| {backend} | {q} | {k} | {layout} | "
+                     f"{_cells(by, settings, _at('seconds', 'naive q and k', _us))} | "
+                     + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _memory_table(records: list[Record]) -> list[str]:
+    mem = [r for r in records if r["section"] == "memory"]
+    if not mem:
+        return []
+    lines = ["## Peak extra memory beyond x and the output (× size of x)", "",
+             "| backend | method | shape | layout | " + " | ".join(mem[0]["extra_over_x"]) + " |",
+             "| --- " * (4 + len(mem[0]["extra_over_x"])) + "|"]
+    lines += [f"| {r['backend']} | {r['method']} | {tuple(r['shape'])} | {r['layout']} | "
+              + " | ".join(f"{k}: {_fmt(v, 3)}" if r["backend"] == "torch-cuda" else _fmt(v, 3)
+                           for k, v in r["extra_over_x"].items()) + " |" for r in mem]
+    return [*lines, ""]
+
+
+def _dask_table(records: list[Record]) -> list[str]:
+    dask = [r for r in records if r["section"] == "dask"]
+    if not dask:
+        return []
+    lines = ["## Dask (synchronous scheduler, results streamed to a discarding store)", "",
+             "| shape | chunks | layout | x * 1.0 | arrayrope | naive | GB/s x*1.0 / arrayrope / naive "
+             "| tasks in rotary layer | graph tasks arrayrope / naive | x rechunked |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in dask:
+        s, g = r["seconds"], r["throughput_GBps"]
+        lines.append(f"| {tuple(r['shape'])} | {r['chunks']} | {r['layout']} | {_us(s['x * 1.0'])} | "
+                     f"{_us(s['arrayrope'])} | {_us(s['naive'])} | {_fmt(g['x * 1.0'])} / {_fmt(g['arrayrope'])} / "
+                     f"{_fmt(g['naive'])} | {r['tasks_in_rotary_layer']} | {r['arrayrope_tasks']} / "
+                     f"{r['naive_tasks']} | {r['rechunks_x']} |")
+    return [*lines, ""]
+
+
+def _tables_table(records: list[Record], settings: list[str]) -> list[str]:
+    groups = _group([r for r in records if r["section"] == "tables"], lambda r: (r["backend"], r["positions"]))
+    if not groups:
+        return []
+    lines = ["## Tables: cos/sin for positions 0..N-1, 64 frequencies", "",
+             "| backend | N | variant | time | × float32 recipe | max error vs float64 |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for (backend, n), by in groups.items():
+        for k in dict.fromkeys(k for r in by.values() for k in r["seconds"]):
+            time = _cells(by, settings, _at("seconds", k, _us))
+            ratio = _cells(by, settings, _at("x_recipe", k))
+            error = _cells(by, settings, _at("max_error", k, _sci))
+            lines.append(f"| {backend} | {n} | {k} | {time} | {ratio} | {error} |")
+    return [*lines, ""]
+
+
+def _sweep_table(records: list[Record], settings: list[str]) -> list[str]:
+    groups = _group([r for r in records if r["section"] == "sweep"], lambda r: (r["backend"], r["shape"][2]))
+    if not groups:
+        return []
+    cols = list(dict.fromkeys(k for by in groups.values() for r in by.values() for k in r["seconds"] if k != "copy"))
+    lines = ["## Sweep over sequence length, (1, 8, S, 128) float32 (plot: rotary_vs_copy.png)", "",
+             "| backend | S | copy | " + " | ".join(f"{c} (× copy)" for c in cols) + " |",
+             "| --- " * (3 + len(cols)) + "|"]
+    for (backend, s), by in groups.items():
+        lines.append(f"| {backend} | {s} | {_cells(by, settings, _at('seconds', 'copy', _us))} | "
+                     + " | ".join(_cells(by, settings, _at("x_copy", c)) for c in cols) + " |")
+    return [*lines, ""]
+
+
+# --------------------------------------------------------------------------- plot
+
+
+def plot(sweep: list[Record], path: Path, meta: Meta) -> None:
+    """Time over a copy against sequence length: one panel per thread setting."""
     try:
         import matplotlib
 
@@ -166,9 +285,22 @@ def plot(sweep: list[dict], path: Path, meta: dict) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    fig, ax = plt.subplots(figsize=(8, 5))
+    settings = settings_of(meta, sweep)
+    if not sweep or not settings:
+        return
+    fig, axes = plt.subplots(1, len(settings), figsize=(8 * len(settings), 5), sharey=True, squeeze=False)
+    for ax, setting in zip(axes[0], settings, strict=True):
+        _panel(ax, [r for r in sweep if r.get("threads", "1") == setting])
+        ax.set_title(f"Rotary application relative to a copy ({setting_label(meta, setting)}, {meta['cpu'][:40]})",
+                     fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _panel(ax: Any, sweep: list[Record]) -> None:
     styles = {"arrayrope half": "-", "arrayrope interleaved": "--", "naive half": ":", "ORT fused half": "-."}
-    colors = {}
+    colors: dict[str, Any] = {}
     for backend in dict.fromkeys(r["backend"] for r in sweep):
         recs = [r for r in sweep if r["backend"] == backend]
         xs = [r["shape"][2] for r in recs]
@@ -176,17 +308,13 @@ def plot(sweep: list[dict], path: Path, meta: dict) -> None:
             ys = [r["x_copy"].get(variant, math.nan) for r in recs]
             if all(math.isnan(y) for y in ys):
                 continue
-            line, = ax.plot(xs, ys, style, marker="o", ms=3, color=colors.get(backend),
-                            label=f"{backend}: {variant}")
+            (line,) = ax.plot(xs, ys, style, marker="o", ms=3, color=colors.get(backend),
+                              label=f"{backend}: {variant}")
             colors.setdefault(backend, line.get_color())
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xlabel("sequence length S, x = (1, 8, S, 128) float32")
     ax.set_ylabel("time / copy of x (same backend, same run)")
-    ax.set_title(f"Rotary application relative to a copy ({meta['threads']} thread, {meta['cpu'][:40]})")
     ax.legend(fontsize=7, ncol=2)
     ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable, Mapping
 
 
 def measure(
-    variants: dict[str, Callable[[], object]],
+    variants: Mapping[str, Callable[[], object]],
     *,
     sync: Callable[[], None] | None = None,
     rounds: int = 7,

@@ -15,6 +15,7 @@ import platform
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,7 @@ MAX_POSITIONS = 4096
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def _hand_fused(domain: str, opset: int):
+def _hand_fused(domain: str, opset: int) -> tuple[Any, str]:
     """A fused RotaryEmbedding node written directly with onnx.helper (the yardstick for ours)."""
     from onnx import TensorProto, helper, numpy_helper
 
@@ -41,7 +42,7 @@ def _hand_fused(domain: str, opset: int):
     return helper.make_model(g, opset_imports=ops, ir_version=11 if opset >= 23 else 8), "pos"
 
 
-def _identity():
+def _identity() -> tuple[Any, None]:
     from onnx import TensorProto, helper
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "N", "S", 128])
@@ -50,10 +51,10 @@ def _identity():
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), None
 
 
-def models() -> dict:
+def models() -> dict[str, tuple[Any, str | None]]:
     from arrayrope.export import rotary_model
 
-    out = {"identity": _identity(), "hand-built onnx23 op": _hand_fused("", 23),
+    out: dict[str, tuple[Any, str | None]] = {"identity": _identity(), "hand-built onnx23 op": _hand_fused("", 23),
            "hand-built contrib op": _hand_fused("com.microsoft", 17)}
     for label, kw in (("onnx23", {"target": "onnx23"}), ("ort", {"target": "ort"}),
                       ("portable", {"target": "portable"}),
@@ -63,7 +64,7 @@ def models() -> dict:
     return out
 
 
-def _session(model, threads: int):
+def _session(model: Any, threads: int) -> Any:
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -73,7 +74,7 @@ def _session(model, threads: int):
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def measure(rounds: int = 15, threads: int = 1, target_seconds: float = 0.02) -> dict:
+def measure(rounds: int = 15, threads: int = 1, target_seconds: float = 0.02) -> dict[str, Any]:
     """Seconds per run for every model and shape: the fastest round (rounds interleave the models,
     so the minimum is the least disturbed by other load on a shared machine) and the median."""
     rng = np.random.default_rng(0)
@@ -82,7 +83,7 @@ def measure(rounds: int = 15, threads: int = 1, target_seconds: float = 0.02) ->
     for shape_name, shape in SHAPES.items():
         x = rng.standard_normal(shape).astype(np.float32)
         pos = (np.arange(shape[2]) + (MAX_POSITIONS - shape[2] - 1))[None].astype(np.int64)
-        runs = {}
+        runs: dict[str, tuple[Any, dict[str, Any], int, list[float]]] = {}
         for label, (model, pos_name) in built.items():
             sess = _session(model, threads)
             feed = {"x": x} if pos_name is None else {"x": x, pos_name: pos}
@@ -111,7 +112,7 @@ def measure(rounds: int = 15, threads: int = 1, target_seconds: float = 0.02) ->
     return results
 
 
-def render(results: dict, meta: dict) -> str:
+def render(results: dict[str, Any], meta: dict[str, Any]) -> str:
     lines = ["# Rotary embedding on ONNX Runtime CPU", "",
              f"float32, {meta['threads']} intra-op thread(s), fastest of {meta['rounds']} interleaved rounds; "
              f"onnxruntime {meta['onnxruntime']}, onnx {meta['onnx']}, {meta['machine']}.",
@@ -129,7 +130,7 @@ def render(results: dict, meta: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     import onnx
     import onnxruntime as ort
 

@@ -1,117 +1,112 @@
-"""arrayrope's benchmark: rotary application, tables, memory, Dask and a sweep over sequence lengths.
+"""arrayrope's benchmark: rotary application, decode steps, tables, memory, Dask and a sweep over sequence lengths.
 
 Run from the repository root::
 
-    python -m bench            # full run (about 10 minutes on 2 cores), writes bench/results/
-    python -m bench --quick    # smaller shapes and fewer rounds (about a minute)
+    python -m bench            # full run (about 20 minutes on 2 cores), writes bench/results/
+    python -m bench --quick    # smaller shapes and fewer rounds (a minute or two): the smoke run
+    python -m bench --load 1   # the same with one other busy process on the machine
 
-Every figure is a median over rounds inside this process, and is also given as a
+Every figure is a median over rounds inside one process, and is also given as a
 ratio to references timed in the same rounds: a copy of x (what any function
 returning a new array pays), the naive formulas on the same library, and ONNX
-Runtime's fused kernel when onnxruntime is installed. Threads are pinned (default
-1) before any library loads. GPUs (CuPy, PyTorch CUDA) are included when present,
-as ratios to a device-to-device copy, synchronising around every timed batch.
+Runtime's fused kernel when onnxruntime is installed. Each thread setting
+(default: one thread, then the libraries' defaults) runs in its own process with
+the thread variables set before any library loads; the results are merged into
+one report that shows the settings side by side. GPUs (CuPy, PyTorch CUDA) are
+included when present, as ratios to a device-to-device copy, synchronising around
+every timed batch.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import os
-import platform
 import subprocess
 import sys
-import time
+import tempfile
 from pathlib import Path
 from typing import Any
 
-PREFILL = [(1, 32, 2048, 128), (4, 8, 4096, 128)]
-DECODE = [(1, 8, 1, 128), (64, 8, 1, 128)]
-QUICK_PREFILL = [(1, 8, 512, 128), (2, 4, 1024, 128)]
-SWEEP = [1, 4, 16, 64, 256, 1024, 4096, 16384, 32768]
-QUICK_SWEEP = [1, 16, 256, 4096]
-ALL_BACKENDS = ["numpy", "torch", "jax", "dask", "cupy", "torch-cuda"]
+from . import _load, _machine, _report, _targets
+from ._config import (
+    DEFAULT_BACKENDS,
+    DEFAULT_THREADS,
+    MODES,
+    SECTIONS,
+    THREADED_SECTIONS,
+    Config,
+    thread_count,
+    thread_env,
+)
+
+RESULTS = Path(__file__).parent / "results"
 
 
-def _pin_threads(n: int) -> None:
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
-        os.environ[var] = str(n)
-    os.environ.setdefault(
-        "XLA_FLAGS", f"--xla_cpu_multi_thread_eigen={'false' if n == 1 else 'true'} intra_op_parallelism_threads={n}"
-    )
-
-
-class Progress:
-    """One line per measurement on stderr: ``[ 12.3 s] section: what``."""
-
-    def __init__(self) -> None:
-        self.start = time.perf_counter()
-
-    def __call__(self, text: str) -> None:
-        print(f"[{time.perf_counter() - self.start:7.1f} s] {text}", file=sys.stderr, flush=True)
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=(__doc__ or "").split("\n\n")[0])
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="small shapes, few rounds (a smoke run)")
+    size.add_argument("--tiny", action="store_true", help="every section in seconds; checks the bench, not speed")
+    parser.add_argument("--threads", default=",".join(DEFAULT_THREADS),
+                        help="comma-separated thread settings, each a count or 'default' (default: 1,default)")
+    parser.add_argument("--load", type=int, default=0, metavar="N",
+                        help="keep N other busy processes during the measurements (default 0)")
+    parser.add_argument("--backends", default=",".join(DEFAULT_BACKENDS),
+                        help="comma-separated libraries or backends of arrayrope.backends.available()")
+    parser.add_argument("--out", default=str(RESULTS), help="output folder")
+    parser.add_argument("--report", action="store_true", help="rewrite results.md from results.json (no measuring)")
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small shapes, few rounds (a smoke run)")
-    parser.add_argument("--threads", type=int, default=1, help="threads for every library (default 1)")
-    parser.add_argument("--backends", default=",".join(ALL_BACKENDS), help="comma-separated subset of " + ",".join(ALL_BACKENDS))
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results"), help="output folder")
-    parser.add_argument("--report", action="store_true", help="rewrite results.md from results.json (no measuring)")
-    args = parser.parse_args(argv)
+    args = parse(argv)
+    out = Path(args.out)
     if args.report:
-        from . import _report
-
-        out = Path(args.out)
         data = json.loads((out / "results.json").read_text())
-        prefill = [tuple(p) for p in data["machine"].get("prefill", PREFILL)]
-        tgts = _report.targets(data["records"], prefill)
-        write(out, data["machine"], data["records"], tgts, _report.markdown(data["machine"], data["records"], tgts))
+        _report.write(out, data["machine"], data["records"], _targets.targets(data["records"], data["machine"]))
         return 0
-    _pin_threads(args.threads)
-    from . import _suite  # imports the libraries, after the thread settings
-
-    return _suite.run(args, Progress())
-
-
-def machine(threads: int) -> dict[str, Any]:
-    """CPU, core count, Python and library versions, for the report's header."""
-    info: dict[str, Any] = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu": _cpu_name(),
-        "cores": os.cpu_count(),
-        "threads": threads,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-    }
-    for mod in ("numpy", "torch", "jax", "dask", "onnxruntime", "onnx", "cupy", "arrayrope", "array_api_compat"):
-        try:
-            info[mod] = __import__(mod).__version__
-        except Exception:
-            pass
-    return info
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    settings = [s.strip() for s in args.threads.split(",") if s.strip()]
+    for s in settings:
+        thread_count(s)  # a count >= 1 or "default"
+    mode = "quick" if args.quick else "tiny" if args.tiny else "full"
+    base = dataclasses.replace(MODES[mode], backends=tuple(n.strip() for n in args.backends.split(",") if n.strip()))
+    meta = _machine.host()
+    meta.update(mode=mode, settings=settings, prefill=[list(p) for p in base.prefill],
+                decode=[list(p) for p in base.decode])
+    runs: dict[str, dict[str, Any]] = {}
+    records: list[dict[str, Any]] = []
+    failed: list[str] = []
+    with _load.busy(args.load) as load:
+        for i, setting in enumerate(settings):
+            config = dataclasses.replace(base, threads=setting, sections=SECTIONS if i == 0 else THREADED_SECTIONS)
+            got = measure_in_process(config)
+            if got is None:
+                failed.append(setting)
+                continue
+            runs[setting] = got["meta"]
+            records.extend(got["records"])
+    meta["load"] = {k: v for k, v in load.items() if k != "pids"}
+    meta["runs"] = runs
+    meta["missing"] = next(iter(runs.values()), {}).get("missing", {})
+    tgts = _targets.targets(records, meta)
+    _report.write(out, meta, records, tgts)
+    print(f"wrote {out / 'results.md'}, {out / 'results.json'}, {out / 'rotary_vs_copy.png'}", file=sys.stderr)
+    if failed:
+        print(f"no results for thread setting(s) {failed}: see the errors above", file=sys.stderr)
+        return 1
+    return 0
 
 
-def write(out: Path, meta: dict, records: list[dict], targets: list[dict], markdown: str) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"machine": meta, "targets": targets, "records": records}, indent=1, default=str))
-    (out / "results.md").write_text(markdown)
-
-
-def rss_peak_extra(code: str) -> float | None:
-    """Run ``code`` in a fresh interpreter; it prints the peak RSS growth in bytes beyond its output."""
-    try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=os.environ)
-        return float(done.stdout.strip().splitlines()[-1])
-    except Exception:
-        return None
+def measure_in_process(config: Config) -> dict[str, Any] | None:
+    """Run ``config`` in a fresh interpreter with its thread settings; its metadata and records."""
+    with tempfile.TemporaryDirectory(prefix="arrayrope-bench-") as tmp:
+        cfg, res = Path(tmp) / "config.json", Path(tmp) / "results.json"
+        cfg.write_text(json.dumps(config.to_json()))
+        done = subprocess.run([sys.executable, "-m", "bench._worker", str(cfg), str(res)],
+                              env=thread_env(config.threads), cwd=Path(__file__).resolve().parent.parent,
+                              check=False)
+        if done.returncode != 0 or not res.exists():
+            return None
+        got: dict[str, Any] = json.loads(res.read_text())
+        return got

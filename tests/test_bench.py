@@ -1,0 +1,147 @@
+"""The benchmark suite's plumbing on a tiny configuration: every record carries its ratios.
+
+Figures from these runs mean nothing (a few microseconds, one round); nothing here
+is timed or compared against a speed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NEW_TARGETS = (
+    "At default threads never slower than naive",
+    "Decode RotaryEmbedding, q (1, 8, 1, 128), k (1, 2, 1, 128)",
+    "With one busy process",
+)
+
+
+@pytest.fixture(scope="module")
+def bench():
+    """The ``bench`` package of this checkout (it is not installed)."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from bench import _config, _load, _suite, _targets
+
+        yield _config, _suite, _targets, _load
+    finally:
+        sys.path.remove(str(ROOT))
+
+
+@pytest.fixture(scope="module")
+def tiny_run(bench):
+    config_mod, suite, _, _ = bench
+    backends = ("numpy", "dask") + (("torch",) if importlib.util.find_spec("torch") else ())
+    config = dataclasses.replace(config_mod.MODES["tiny"], threads="default", backends=backends)
+    meta, records = suite.run(config, lambda text: None)
+    return config, meta, records
+
+
+def _finite(ratios: dict) -> bool:
+    return all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in ratios.values())
+
+
+def test_every_section_and_workload_is_recorded(tiny_run):
+    config, meta, records = tiny_run
+    assert {r["section"] for r in records} == {"apply", "embedding", "memory", "dask", "tables", "sweep"}
+    assert all(r["threads"] == "default" for r in records)
+    eager = [b for b in ("numpy", "torch") if b not in meta["missing"] and any(r["backend"] == b for r in records)]
+    assert "numpy" in eager
+    for backend in eager:
+        got = {(tuple(r["shape"]), r["layout"]) for r in records if r["section"] == "apply"
+               and r["backend"] == backend and r["dtype"] == "float32" and r["rotary_dim"] == r["shape"][-1]}
+        assert got == {(s, lay) for s in config.decode + config.prefill for lay in ("half", "interleaved")}
+        steps = {(tuple(r["shape"]), tuple(r["k_shape"]), r["layout"])
+                 for r in records if r["section"] == "embedding" and r["backend"] == backend}
+        assert ((1, 8, 1, 128), (1, 2, 1, 128), "half") in steps
+        assert ((1, 8, 1, 128), (1, 2, 1, 128), "interleaved") in steps
+
+
+def test_apply_records_have_ratios_to_copy_naive_and_ort(tiny_run):
+    _, meta, records = tiny_run
+    apply = [r for r in records if r["section"] == "apply"]
+    assert apply
+    for r in apply:
+        assert {"copy", "arrayrope", "reference path", "naive"} <= set(r["x_copy"]), r
+        assert r["x_copy"]["copy"] == 1.0 and _finite(r["x_copy"]), r
+        assert r["x_naive"]["naive"] == 1.0 and _finite(r["x_naive"]), r
+        if r["layout"] == "interleaved":
+            assert "naive complex" in r["x_copy"], r
+        if meta["onnxruntime fused"] and r["backend"] == "numpy" and r["dtype"] in ("float32", "float16"):
+            assert r["x_ort"]["ORT fused"] == 1.0 and "arrayrope" in r["x_ort"] and _finite(r["x_ort"]), r
+
+
+def test_decode_and_other_records_have_their_ratios(tiny_run):
+    _, _, records = tiny_run
+    for r in records:
+        if r["section"] == "embedding":
+            assert set(r["x_naive"]) == {"copy q and k", "naive q and k", "naive twice", "RotaryEmbedding",
+                                         "apply_rotary twice"}, r
+            assert r["x_naive"]["naive q and k"] == 1.0 and _finite(r["x_naive"]) and _finite(r["x_copy"]), r
+        elif r["section"] == "sweep":
+            assert {"arrayrope half", "arrayrope interleaved", "naive half"} <= set(r["x_copy"]), r
+            assert _finite(r["x_copy"]), r
+        elif r["section"] == "dask":
+            assert {"x * 1.0", "arrayrope", "naive"} == set(r["x_copy"]) and _finite(r["x_copy"]), r
+            assert r["tasks_in_rotary_layer"] == r["chunks"], r
+        elif r["section"] == "tables":
+            assert r["x_recipe"]["float32 recipe"] == 1.0 and _finite(r["x_recipe"]), r
+            assert all(e < 1e-2 for e in r["max_error"].values()), r
+        elif r["section"] == "memory":
+            assert {"arrayrope", "reference path", "naive"} == set(r["extra_over_x"]), r
+
+
+def test_targets_are_reported_never_asserted(bench, tiny_run):
+    _, _, targets, _ = bench
+    config, _, records = tiny_run
+    meta = {"settings": ["default"], "prefill": [list(p) for p in config.prefill], "load": {"busy processes": 0}}
+    rows = targets.targets(records, meta)
+    names = {t["target"] for t in rows}
+    assert set(NEW_TARGETS) <= names
+    assert {"NumPy prefill, half", "Decode apply_rotary (NumPy)", "Dask 2 GiB chunked"} <= names
+    assert all(t["met"] in (True, False, None) and t["reached"] for t in rows)
+    assert next(t for t in rows if t["target"] == "With one busy process")["met"] is None  # no load: not measured
+
+
+def test_command_line_runs_each_thread_setting_in_its_own_process_under_load(tmp_path):
+    pins = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS", "XLA_FLAGS")
+    env = {k: v for k, v in os.environ.items() if k not in pins}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--tiny", "--backends", "numpy", "--threads", "1,default", "--load", "1",
+         "--out", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads((tmp_path / "results.json").read_text())
+    machine = data["machine"]
+    assert machine["settings"] == ["1", "default"]
+    assert machine["load"]["busy processes"] == 1 and machine["load"]["stayed busy"] is True
+    assert machine["runs"]["1"]["environment"]["OMP_NUM_THREADS"] == "1"
+    assert "OMP_NUM_THREADS" not in machine["runs"]["default"]["environment"]
+    apply = [r for r in data["records"] if r["section"] == "apply"]
+    assert {r["threads"] for r in apply} == {"1", "default"}
+    assert all("arrayrope" in r["x_copy"] and "arrayrope" in r["x_naive"] for r in apply)
+    assert {r["threads"] for r in data["records"] if r["section"] in ("memory", "dask")} <= {"1"}
+    loaded = [t for t in data["targets"] if t["target"] == "With one busy process"]
+    assert {t["threads"] for t in loaded} == {"1", "default"} and all(t["met"] is not None for t in loaded)
+    md = (tmp_path / "results.md").read_text()
+    assert "1 thread / default" in md and "1 other busy process" in md
+
+
+def test_busy_processes_stop_after_the_block(bench):
+    _, _, _, load = bench
+    with load.busy(1) as info:
+        (pid,) = info["pids"]
+        assert Path(f"/proc/{pid}").exists() or not Path("/proc").exists()
+    assert info["stayed busy"] is True
+    if Path("/proc").exists():
+        assert not Path(f"/proc/{pid}").exists()
