@@ -1,14 +1,25 @@
-"""Suite-wide settings. The ``backend`` / ``xp`` fixtures come from arrayrope's pytest plugin.
+"""Suite-wide settings and fixtures. The ``backend`` fixture comes from arrayrope's pytest plugin.
 
 The plugin (:mod:`arrayrope.testing.pytest_plugin`, entry point ``pytest11``) runs
-every test that takes them on every installed backend; ``ARRAYROPE_BACKENDS=numpy,torch``
-narrows the set, and a missing library is a skipped parameter with the reason.
+every test that takes ``backend`` or ``xp`` on every installed backend;
+``ARRAYROPE_BACKENDS=numpy,torch`` narrows the set, and a missing library is a
+skipped parameter with the reason.
+
+``xp`` is redefined here: besides the backend's namespace it applies
+array-api-extra's :func:`~array_api_extra.testing.patch_lazy_xp_functions`, so that
+in a test taking ``xp`` every function its module tags with
+:func:`~array_api_extra.testing.lazy_xp_function` runs under a Dask scheduler that
+fails on any ``compute()`` (building a result must compute nothing) and under
+``jax.jit`` on JAX (it must trace). Oracles shared by the test modules live in
+``helpers.py``.
 """
 
 from __future__ import annotations
 
 import os
 
+import pytest
+from array_api_extra.testing import patch_lazy_xp_functions
 from hypothesis import settings
 
 settings.register_profile("ci", max_examples=30, deadline=None, derandomize=True)
@@ -20,3 +31,10 @@ def pytest_configure(config):
     # Installed arrayrope registers the plugin itself; a checkout whose metadata predates it loads it here.
     if not config.pluginmanager.has_plugin("arrayrope"):
         config.pluginmanager.import_plugin("arrayrope.testing.pytest_plugin")
+
+
+@pytest.fixture
+def xp(backend, request):
+    """The namespace of ``backend``, with the test module's ``lazy_xp_function`` tags in force."""
+    with patch_lazy_xp_functions(request, xp=backend.xp):
+        yield backend.xp
