@@ -1,28 +1,24 @@
-"""``rerotate``: keys rotated with one frequency set equal keys rotated with another (explicit matrices)."""
+"""``rerotate`` (``encodings/rerotate.py``): keys rotated with one frequency set equal keys rotated with
+another (explicit matrices)."""
 
 from __future__ import annotations
 
-import array_api_compat
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from array_api_extra.testing import lazy_xp_function
+from hypothesis import given
+from hypothesis import strategies as st
 
 import arrayrope
+from arrayrope import rerotate
 from arrayrope.testing import to_numpy
-
-from helpers import rope_by_matrix
+from helpers import check_like, rope_by_matrix, xp_assert_close
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
 
-
-def same_kind(out, backend, dtype: str, shape: tuple) -> None:
-    """``out`` has the backend's array type and device, this dtype and shape."""
-    probe = backend.asarray(np.zeros(1, dtype=np.float32))
-    assert type(out) is type(probe), (type(out), type(probe))
-    assert tuple(out.shape) == tuple(shape) and str(out.dtype).split(".")[-1] == dtype, (out.shape, out.dtype)
-    dev = array_api_compat.device(out)
-    assert dev is None or dev == backend.device, (dev, backend.device)
+# In tests taking ``xp``: no Dask compute while building, traced under jax.jit (see conftest.py).
+lazy_xp_function(rerotate)
 
 
 def oracle(k: np.ndarray, positions: np.ndarray, freqs, layout: str) -> np.ndarray:
@@ -63,7 +59,7 @@ def test_rerotate_every_backend(backend, layout, kind):
         kb = backend.asarray(k, dtype=dtype)
         k1 = backend.asarray(oracle(to_numpy(kb).astype(np.float64), pos, f1, layout), dtype=dtype)
         out = arrayrope.rerotate(k1, positions=backend.asarray(pos), from_freqs=f1, to_freqs=f2, layout=layout)
-        same_kind(out, backend, dtype, k.shape)
+        check_like(out, backend, dtype, k.shape)
         tol = 2.5e-11 if dtype == "float64" else 2e-6  # float64: angles near 2e5 rad carry ~1e-11
         want = oracle(to_numpy(kb).astype(np.float64), pos, f2, layout)
         np.testing.assert_allclose(to_numpy(out).astype(np.float64), want, rtol=tol, atol=tol * 4)
@@ -87,6 +83,17 @@ def test_rerotate_property(kind, dims, layout, positions, dtype):
     tol = 2.5e-11 if dtype == "float64" else 2e-6  # float64: angles near 2e5 rad carry ~1e-11
     np.testing.assert_allclose(out, oracle(k.astype(np.float64), pos, f2, layout), rtol=tol, atol=4 * tol)
     np.testing.assert_allclose(out, direct, rtol=tol, atol=4 * tol)
+
+
+def test_lazy_backends_neither_compute_nor_break_under_jit(xp, backend):
+    """Dask builds the re-rotation without computing anything, JAX traces it; the keys end at the new angles."""
+    f1, f2 = freq_pair("yarn", 16, 12)
+    kb = backend.asarray(np.random.default_rng(3).standard_normal((2, 4, 16)), dtype="float32")
+    k64 = to_numpy(kb).astype(np.float64)
+    pos = np.array([0, 5, 4096, 70000])
+    k1 = backend.asarray(oracle(k64, pos, f1, "half"), dtype="float32")
+    out = rerotate(k1, positions=backend.asarray(pos), from_freqs=f1, to_freqs=f2)
+    xp_assert_close(out, oracle(k64, pos, f2, "half"), backend, "float32", rtol=2e-6, atol=8e-6)
 
 
 def test_attention_factor_left_out():

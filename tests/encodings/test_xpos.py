@@ -1,28 +1,24 @@
-"""xPos against the paper's definition written with explicit rotation and scaling matrices."""
+"""xPos (``encodings/xpos.py``) against the paper's definition written with explicit rotation and scaling
+matrices."""
 
 from __future__ import annotations
 
-import array_api_compat
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from array_api_extra.testing import lazy_xp_function
+from hypothesis import given
+from hypothesis import strategies as st
 
 import arrayrope
+from arrayrope import xpos_tables
 from arrayrope.testing import to_numpy
-
-from helpers import rotation_matrix
+from helpers import check_like, rotation_matrix, xp_assert_close
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
 
-
-def same_kind(out, backend, dtype: str, shape: tuple) -> None:
-    """``out`` has the backend's array type and device, this dtype and shape."""
-    probe = backend.asarray(np.zeros(1, dtype=np.float32))
-    assert type(out) is type(probe), (type(out), type(probe))
-    assert tuple(out.shape) == tuple(shape) and str(out.dtype).split(".")[-1] == dtype, (out.shape, out.dtype)
-    dev = array_api_compat.device(out)
-    assert dev is None or dev == backend.device, (dev, backend.device)
+# In tests taking ``xp``: no Dask compute while building, traced under jax.jit (see conftest.py).
+lazy_xp_function(xpos_tables)
 
 
 def xpos_matrix(n: float, inv_freq: np.ndarray, head_dim: int, layout: str, sign: int, scale_base=512.0,
@@ -54,7 +50,7 @@ def test_xpos_every_backend(backend, layout):
     dtype = "float32"
     tabs = arrayrope.xpos_tables(f, backend.asarray(pos), center=1000.0)
     for t in tabs:
-        same_kind(t, backend, dtype, (4, 12))
+        check_like(t, backend, dtype, (4, 12))
     qr = arrayrope.apply_rotary(backend.asarray(q, dtype=dtype), tabs[0], tabs[1], layout=layout)
     kr = arrayrope.apply_rotary(backend.asarray(k, dtype=dtype), tabs[2], tabs[3], layout=layout)
     for out, x, sign in ((qr, q, 1), (kr, k, -1)):
@@ -76,6 +72,20 @@ def test_scores_depend_on_distance_only(m, n, layout, scale_base):
     want = (xpos_matrix(m - n, f.inv_freq, 16, layout, 1, scale_base) @ q) @ (rotation_matrix(
         0 * f.inv_freq, layout, 16) @ k)
     assert float(q_m @ k_n) == pytest.approx(float(want), rel=1e-9, abs=1e-9)
+
+
+def test_lazy_backends_neither_compute_nor_break_under_jit(xp, backend):
+    """Dask builds the four tables without computing anything, JAX traces them; applied, they are the paper's."""
+    f = arrayrope.rope_frequencies(16, rotary_dim=12)
+    pos = np.array([0, 9, 600])
+    q = np.random.default_rng(5).standard_normal((3, 16))
+    tabs = xpos_tables(f, backend.asarray(pos), center=300.0)
+    for t in tabs:
+        check_like(t, backend, "float32", (3, 6))
+    for (c, s), sign in (((tabs[0], tabs[1]), 1), ((tabs[2], tabs[3]), -1)):
+        out = arrayrope.apply_rotary(backend.asarray(q, dtype="float32"), c, s)
+        want = np.stack([xpos_matrix(p, f.inv_freq, 16, "half", sign, center=300.0) @ q[j] for j, p in enumerate(pos)])
+        xp_assert_close(out, want, backend, "float32", rtol=2e-6, atol=2e-6)
 
 
 def test_bad_arguments():
