@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 import pytest
+from array_api_extra.testing import lazy_xp_function
 
 import arrayrope
 from arrayrope._lib.digits import DIGIT_BITS, digit_rotations, float32_tables
@@ -21,6 +22,9 @@ from helpers import check_like, exact_cos_sin
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
+
+# In tests taking ``xp``: no Dask compute while building, traced under jax.jit (see conftest.py).
+lazy_xp_function(float32_tables)
 
 INV_FREQ = arrayrope.rope_frequencies(64, base=10000.0).inv_freq
 #: float32 tables from float64 digits, composed in float32: within 2.5 float32 ulps at 1 (2**-23 = 1.2e-7)
@@ -85,14 +89,17 @@ def test_real_positions_round_to_digits_plus_a_fraction():
 def test_a_count_is_positions_0_to_n_minus_1():
     cos, sin = float32_tables(np, INV_FREQ, 2100, "cpu")
     assert cos.shape == (2100, 32) and cos.dtype == np.float32
-    assert _error(cos, sin, np.arange(2100)) <= BOUND
-    positions = np.arange(2100, dtype=np.int32)
-    np.testing.assert_array_equal(cos, float32_tables(np, INV_FREQ, positions, "cpu")[0])
+    rows = np.array([0, 1, 2, 1023, 1024, 1025, 1500, 2047, 2048, 2099])  # around the digit boundaries
+    assert _error(cos[rows], sin[rows], rows) <= BOUND
+    same_c, same_s = float32_tables(np, INV_FREQ, np.arange(2100, dtype=np.int32), "cpu")
+    np.testing.assert_array_equal(cos, same_c)
+    np.testing.assert_array_equal(sin, same_s)
 
 
-def test_positions_of_any_shape(backend):
+def test_positions_of_any_shape(xp, backend):
+    """Pure Array API on every backend: built without computing on Dask, traced under jax.jit on JAX."""
     positions = np.array([[5, -1_000_000, 70_000], [2**30 + 12_345, 0, 1023]])
-    cos, sin = float32_tables(backend.xp, INV_FREQ, backend.asarray(positions), backend.device)
+    cos, sin = float32_tables(xp, INV_FREQ, backend.asarray(positions), backend.device)
     check_like(cos, backend, "float32", (2, 3, 32))
     check_like(sin, backend, "float32", (2, 3, 32))
     assert _error(cos, sin, positions) <= BOUND

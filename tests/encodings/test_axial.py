@@ -48,21 +48,21 @@ def notes_apply(x: np.ndarray, freqs_cis: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("width,height,dim", [(14, 14, 128), (4, 3, 16)])
-def test_2d_notes_construction_equals_axial_interleaved(backend, width, height, dim):
+def test_2d_notes_construction_equals_axial_interleaved(xp, backend, width, height, dim):
     rng = np.random.default_rng(width * height)
     x64 = rng.standard_normal((2, width * height, dim))
     t = np.arange(width * height)
     coords = backend.asarray(np.stack([t % width, t // width], axis=-1))
     for dtype in float_dtypes(backend):
         x = backend.asarray(x64, dtype=dtype)
-        cos, sin = arrayrope.axial_rope_tables(coords, dim, dtype=dtype)
+        cos, sin = axial_rope_tables(coords, dim, dtype=dtype)
         check_like(cos, backend, dtype, (width * height, dim // 2))
         out = arrayrope.apply_rotary(x, cos, sin, layout="interleaved")
         expected = notes_apply(to_numpy(x).astype(np.float64), notes_freqs_cis_2d(dim, width, height))
         xp_assert_close(out, expected, backend, dtype, **tol(dtype))
 
 
-def test_axial_half_layout_is_the_pair_block_rotation(backend):
+def test_axial_half_layout_is_the_pair_block_rotation(xp, backend):
     """Half-split: pair i = (i, i + d/2); the first d/4 pairs turn with x, the rest with y."""
     width, height, dim = 4, 3, 16
     x64 = np.random.default_rng(1).standard_normal((height * width, dim))
@@ -71,7 +71,7 @@ def test_axial_half_layout_is_the_pair_block_rotation(backend):
     coords = backend.asarray(np.stack([t % width, t // width], axis=-1))
     for dtype in float_dtypes(backend):
         x = backend.asarray(x64, dtype=dtype)
-        cos, sin = arrayrope.axial_rope_tables(coords, dim, dtype=dtype)
+        cos, sin = axial_rope_tables(coords, dim, dtype=dtype)
         out = arrayrope.apply_rotary(x, cos, sin, layout="half")
         xin = to_numpy(x).astype(np.float64)
         expected = np.stack(
@@ -81,9 +81,9 @@ def test_axial_half_layout_is_the_pair_block_rotation(backend):
         xp_assert_close(out, expected, backend, dtype, **tol(dtype))
 
 
-def test_grid_shape_is_row_major_row_then_column(backend):
+def test_grid_shape_is_row_major_row_then_column(xp, backend):
     h, w, dim = 3, 4, 16
-    cos, sin = arrayrope.axial_rope_tables((h, w), dim, xp=backend.xp, device=backend.device)
+    cos, sin = axial_rope_tables((h, w), dim, xp=backend.xp, device=backend.device)
     t = np.arange(h * w)
     theta = notes_theta(dim)
     angles = np.concatenate([np.outer(t // w, theta), np.outer(t % w, theta)], axis=-1)
@@ -91,7 +91,7 @@ def test_grid_shape_is_row_major_row_then_column(backend):
     xp_assert_close(sin, np.sin(angles), backend, "float32")
 
 
-def test_relative_property_per_axis(backend):
+def test_relative_property_per_axis(xp, backend):
     """<R(p) q, R(p') k> depends only on p - p', axis by axis (fractional shifts too)."""
     dim = 16
     rng = np.random.default_rng(2)
@@ -102,7 +102,7 @@ def test_relative_property_per_axis(backend):
     scores = []
     for coords in (p, p + shift):
         c = backend.asarray(coords, dtype=dtype)
-        cos, sin = arrayrope.axial_rope_tables(c, dim, axis_dims=(6, 10), dtype=dtype)
+        cos, sin = axial_rope_tables(c, dim, axis_dims=(6, 10), dtype=dtype)
         q = to_numpy(arrayrope.apply_rotary(backend.asarray(np.tile(q64, (4, 1)), dtype=dtype), cos, sin))
         k = to_numpy(arrayrope.apply_rotary(backend.asarray(np.tile(k64, (4, 1)), dtype=dtype), cos, sin))
         scores.append(q.astype(np.float64) @ k.astype(np.float64).T)
@@ -111,22 +111,22 @@ def test_relative_property_per_axis(backend):
     assert abs(scores[0][0, 1] - scores[0][0, 2]) > 1e-3
 
 
-def test_one_axis_reduces_to_1d(backend):
+def test_one_axis_reduces_to_1d(xp, backend):
     dim, base = 32, 10000.0
     pos = np.array([0, 1, 5, 77, 4096])
     x64 = np.random.default_rng(3).standard_normal((len(pos), dim))
     for layout in ("half", "interleaved"):
-        cos, sin = arrayrope.axial_rope_tables(backend.asarray(pos[:, None]), dim, base=base)
+        cos, sin = axial_rope_tables(backend.asarray(pos[:, None]), dim, base=base)
         out = arrayrope.apply_rotary(backend.asarray(x64, dtype="float32"), cos, sin, layout=layout)
         expected = rope_by_matrix(x64.astype(np.float32), pos, inv_freq_formula(dim, base), layout)
         xp_assert_close(out, expected, backend, "float32", rtol=2e-6, atol=2e-5)
-    cos, _ = arrayrope.axial_rope_tables((6,), dim, base=base, xp=backend.xp, device=backend.device)
+    cos, _ = axial_rope_tables((6,), dim, base=base, xp=backend.xp, device=backend.device)
     xp_assert_close(cos, np.cos(np.outer(np.arange(6), inv_freq_formula(dim, base))), backend, "float32")
 
 
-def test_video_grid_axis_dims_train_grid_and_class_token(backend):
+def test_video_grid_axis_dims_train_grid_and_class_token(xp, backend):
     grid, dims, train, base = (2, 3, 4), (4, 6, 6), (4, 6, 6), 100.0
-    cos, sin = arrayrope.axial_rope_tables(
+    cos, sin = axial_rope_tables(
         grid, 16, axis_dims=dims, train_grid=train, num_prefix_tokens=2, base=base, xp=backend.xp, device=backend.device
     )
     coords = np.stack(np.unravel_index(np.arange(24), grid), axis=-1) * (np.array(train) / np.array(grid))
@@ -138,9 +138,9 @@ def test_video_grid_axis_dims_train_grid_and_class_token(backend):
     xp_assert_close(sin, np.sin(angles), backend, "float32")
 
 
-def test_coordinates_with_batch_axes_and_prefix(backend):
+def test_coordinates_with_batch_axes_and_prefix(xp, backend):
     coords = np.random.default_rng(4).uniform(-5, 20, size=(2, 3, 2))
-    cos, sin = arrayrope.axial_rope_tables(backend.asarray(coords, dtype="float32"), 8, num_prefix_tokens=1)
+    cos, sin = axial_rope_tables(backend.asarray(coords, dtype="float32"), 8, num_prefix_tokens=1)
     c32 = coords.astype(np.float32).astype(np.float64)
     theta = notes_theta(8)
     angles = np.concatenate([c32[..., :1] * theta, c32[..., 1:] * theta], axis=-1)

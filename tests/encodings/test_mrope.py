@@ -40,7 +40,7 @@ def qwen3_vl_reference(q, positions, inv_freq, sections):
 
 
 @pytest.mark.parametrize("interleaved,sections", [(False, (2, 3, 3)), (True, (3, 3, 2))])
-def test_mrope_matches_qwen(backend, interleaved, sections):
+def test_mrope_matches_qwen(xp, backend, interleaved, sections):
     dim = 2 * sum(sections)
     rng = np.random.default_rng(5)
     b, s = 2, 7
@@ -49,7 +49,7 @@ def test_mrope_matches_qwen(backend, interleaved, sections):
     freqs = arrayrope.rope_frequencies(dim, base=1e6)
     q64 = rng.standard_normal((b, 2, s, dim))
     for dtype in float_dtypes(backend):
-        cos, sin = arrayrope.mrope_tables(
+        cos, sin = mrope_tables(
             freqs, backend.asarray(positions), sections=sections, interleaved=interleaved, dtype=dtype
         )
         check_like(cos, backend, dtype, (b, s, dim // 2))
@@ -79,18 +79,6 @@ def test_mrope_text_tokens_are_1d_rope():
     for interleaved in (False, True):
         cos, _sin = arrayrope.mrope_tables(freqs, np.stack([pos] * 3), sections=(4, 6, 6), interleaved=interleaved)
         np.testing.assert_allclose(cos, np.cos(np.outer(pos, inv_freq_formula(32, 1e4))), atol=1e-7)
-
-
-def test_lazy_backends_neither_compute_nor_break_under_jit(xp, backend):
-    """Dask builds the tables without computing anything, JAX traces them; every backend gives Qwen2-VL's angles."""
-    sections = (2, 3, 3)
-    positions = np.stack([np.zeros(5, dtype=np.int64), np.arange(5), np.arange(5) % 2])
-    freqs = arrayrope.rope_frequencies(16)
-    cos, sin = mrope_tables(freqs, backend.asarray(positions), sections=sections)
-    axis = np.repeat(np.arange(3), sections)  # frequency k is driven by axis axis[k]
-    angles = positions[axis].T * inv_freq_formula(16, 10000.0)
-    xp_assert_close(cos, np.cos(angles), backend, "float32", rtol=1e-7, atol=1e-6)
-    xp_assert_close(sin, np.sin(angles), backend, "float32", rtol=1e-7, atol=1e-6)
 
 
 # -- bad input --------------------------------------------------------------------------------
