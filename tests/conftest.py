@@ -10,8 +10,8 @@ array-api-extra's :func:`~array_api_extra.testing.patch_lazy_xp_functions`, so t
 in a test taking ``xp`` every function its module tags with
 :func:`~array_api_extra.testing.lazy_xp_function` runs under a Dask scheduler that
 fails on any ``compute()`` (building a result must compute nothing) and under
-``jax.jit`` on JAX (it must trace). Oracles shared by the test modules live in
-``helpers.py``.
+``jax.jit`` on JAX (it must trace). ``missing_library`` makes a library look
+uninstalled. Oracles shared by the test modules live in ``helpers.py``.
 """
 
 from __future__ import annotations
@@ -38,3 +38,21 @@ def xp(backend, request):
     """The namespace of ``backend``, with the test module's ``lazy_xp_function`` tags in force."""
     with patch_lazy_xp_functions(request, xp=backend.xp):
         yield backend.xp
+
+
+@pytest.fixture
+def missing_library(monkeypatch):
+    """``missing_library(name)``: from now on, in this test, ``name``'s backends fail to load as an
+    uninstalled library does (its registry probe raises ImportError ``No module named 'name'``)."""
+    from arrayrope.backends import registry
+
+    def register(name: str) -> str:
+        message = f"No module named {name!r}"
+
+        def probe():
+            raise ImportError(message)
+
+        monkeypatch.setitem(registry.PROBES, name, probe)
+        return message
+
+    return register

@@ -14,13 +14,6 @@ from arrayrope.backends import ENV_VAR, LIBRARIES, VARIANTS, Backend, available,
 from arrayrope.backends import registry as _registry
 
 
-def _absent(message):
-    def probe():
-        raise ImportError(message)
-
-    return probe
-
-
 def test_libraries_and_variants_are_the_package_modules():
     assert LIBRARIES == ("numpy", "array_api_strict", "torch", "jax", "dask", "cupy")
     assert set(_registry.PROBES) == set(LIBRARIES)
@@ -62,8 +55,8 @@ def test_unknown_names_list_the_known_ones():
         available([3])
 
 
-def test_a_library_that_fails_to_load_is_missing_with_its_reason(monkeypatch):
-    monkeypatch.setitem(_registry.PROBES, "torch", _absent("No module named 'torch'"))
+def test_a_library_that_fails_to_load_is_missing_with_its_reason(missing_library):
+    missing_library("torch")
     found, missing = available(["numpy", "torch", "torch-cuda"], with_reasons=True)
     assert [b.name for b in found] == ["numpy"]
     reason = "torch unavailable: ImportError: No module named 'torch'"

@@ -10,15 +10,11 @@ import textwrap
 
 import pytest
 
-from arrayrope.backends import registry as _backends
 from arrayrope.testing import pytest_plugin
 
 
-def test_plugin_skips_a_missing_library_with_its_reason(monkeypatch):
-    def absent():
-        raise ImportError("No module named 'fancyarrays'")
-
-    monkeypatch.setitem(_backends.PROBES, "fancyarrays", absent)
+def test_plugin_skips_a_missing_library_with_its_reason(monkeypatch, missing_library):
+    missing_library("fancyarrays")
     monkeypatch.setenv("ARRAYROPE_BACKENDS", "numpy,fancyarrays")
     monkeypatch.setattr(pytest_plugin, "_params", None)
     params = pytest_plugin.backend_params()
