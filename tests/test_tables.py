@@ -35,9 +35,9 @@ def _int_dtype(backend):
     return "int32" if backend.name == "jax" else "int64"
 
 
-def test_tables_from_count_match_formula(backend):
+def test_tables_from_count_match_formula(xp, backend):
     f = ar.rope_frequencies(16)
-    cos, sin = ar.rope_tables(f, 7, xp=backend.xp, device=backend.device)
+    cos, sin = rope_tables(f, 7, xp=backend.xp, device=backend.device)
     c, s = _oracle(np.arange(7), 16, 10000.0)
     check_like(cos, backend, "float32", (7, 8))
     check_like(sin, backend, "float32", (7, 8))
@@ -45,11 +45,11 @@ def test_tables_from_count_match_formula(backend):
     np.testing.assert_allclose(to_numpy(sin), s, atol=1e-7, rtol=0)
 
 
-def test_float32_tables_stay_exact_at_large_positions(backend):
+def test_float32_tables_stay_exact_at_large_positions(xp, backend):
     """<= 1e-6 up to 2**20 (the float32 angle recipe is off by 6e-2 there), also without float64."""
     f = ar.rope_frequencies(128)
     pos = np.array([0, 1, 4095, 32767, 131071, 2**20 - 1, 2**20, 2**20 + 12345, 2**24 + 1, 10**9])
-    cos, sin = ar.rope_tables(f, backend.asarray(pos.astype(_int_dtype(backend))))
+    cos, sin = rope_tables(f, backend.asarray(pos.astype(_int_dtype(backend))))
     c, s = _oracle(pos, 128, 10000.0)
     err = max(np.abs(to_numpy(cos) - c).max(), np.abs(to_numpy(sin) - s).max())
     assert err <= 1e-6, err
@@ -58,29 +58,29 @@ def test_float32_tables_stay_exact_at_large_positions(backend):
     assert np.abs(naive - c).max() > 1e-3
 
 
-def test_negative_and_multidimensional_positions(backend):
+def test_negative_and_multidimensional_positions(xp, backend):
     f = ar.rope_frequencies(8, base=100.0)
     pos = np.array([[-5, 0, 3], [2**20, -(2**20), 7]])
-    cos, sin = ar.rope_tables(f, backend.asarray(pos.astype(_int_dtype(backend))))
+    cos, sin = rope_tables(f, backend.asarray(pos.astype(_int_dtype(backend))))
     c, s = _oracle(pos, 8, 100.0)
     check_like(cos, backend, "float32", (2, 3, 4))
     np.testing.assert_allclose(to_numpy(cos), c, atol=2e-7, rtol=0)
     np.testing.assert_allclose(to_numpy(sin), s, atol=2e-7, rtol=0)
 
 
-def test_fractional_positions(backend):
+def test_fractional_positions(xp, backend):
     f = ar.rope_frequencies(8)
     pos = np.array([0.25, 1.5, -2.75, 1000.125, 65536.5], dtype=np.float32)
-    cos, sin = ar.rope_tables(f, backend.asarray(pos))
+    cos, sin = rope_tables(f, backend.asarray(pos))
     c, s = _oracle(pos.astype(np.float64), 8, 10000.0)
     np.testing.assert_allclose(to_numpy(cos), c, atol=2e-7, rtol=0)
     np.testing.assert_allclose(to_numpy(sin), s, atol=2e-7, rtol=0)
 
 
-def test_requested_dtype(backend):
+def test_requested_dtype(xp, backend):
     f = ar.rope_frequencies(8)
     for name in backend.dtypes:
-        cos, sin = ar.rope_tables(f, backend.asarray(np.arange(4)), dtype=getattr(backend.xp, name))
+        cos, sin = rope_tables(f, backend.asarray(np.arange(4)), dtype=getattr(backend.xp, name))
         check_like(cos, backend, name, (4, 4))
         np.testing.assert_allclose(to_numpy(sin).astype(np.float64), _oracle(np.arange(4), 8, 1e4)[1], atol=1e-2)
 
