@@ -60,7 +60,12 @@ def check_like(out, backend, dtype: str, shape: tuple) -> None:
     assert tuple(out.shape) == tuple(shape), (tuple(out.shape), shape)
     assert str(out.dtype).split(".")[-1] == dtype, (out.dtype, dtype)
     dev = array_api_compat.device(out)
-    assert dev is None or dev == backend.device, (dev, backend.device)
+    assert dev is None or on_device(dev, backend.device), (dev, backend.device)
+
+
+def on_device(found, expected) -> bool:
+    """Whether ``found`` is the device ``expected`` names, up to a default index (``cuda`` is ``cuda:0``)."""
+    return found == expected or (":" not in str(expected) and str(found) == f"{expected}:0")
 
 
 def xp_assert_close(out, desired, backend, dtype: str, *, rtol=None, atol=None) -> None:
@@ -186,6 +191,7 @@ __all__ = [
     "float_dtypes",
     "inv_freq_formula",
     "llama3_inv_freq",
+    "on_device",
     "random_case",
     "rope_by_complex",
     "rope_by_matrix",
