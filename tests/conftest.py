@@ -1,14 +1,25 @@
-"""Suite-wide settings. The ``backend`` / ``xp`` fixtures come from arrayrope's pytest plugin.
+"""Suite-wide settings and fixtures. The ``backend`` fixture comes from arrayrope's pytest plugin.
 
 The plugin (:mod:`arrayrope.testing.pytest_plugin`, entry point ``pytest11``) runs
-every test that takes them on every installed backend; ``ARRAYROPE_BACKENDS=numpy,torch``
-narrows the set, and a missing library is a skipped parameter with the reason.
+every test that takes ``backend`` or ``xp`` on every installed backend;
+``ARRAYROPE_BACKENDS=numpy,torch`` narrows the set, and a missing library is a
+skipped parameter with the reason.
+
+``xp`` is redefined here: besides the backend's namespace it applies
+array-api-extra's :func:`~array_api_extra.testing.patch_lazy_xp_functions`, so that
+in a test taking ``xp`` every function its module tags with
+:func:`~array_api_extra.testing.lazy_xp_function` runs under a Dask scheduler that
+fails on any ``compute()`` (building a result must compute nothing) and under
+``jax.jit`` on JAX (it must trace). ``missing_library`` makes a library look
+uninstalled. Oracles shared by the test modules live in ``helpers.py``.
 """
 
 from __future__ import annotations
 
 import os
 
+import pytest
+from array_api_extra.testing import patch_lazy_xp_functions
 from hypothesis import settings
 
 settings.register_profile("ci", max_examples=30, deadline=None, derandomize=True)
@@ -20,3 +31,28 @@ def pytest_configure(config):
     # Installed arrayrope registers the plugin itself; a checkout whose metadata predates it loads it here.
     if not config.pluginmanager.has_plugin("arrayrope"):
         config.pluginmanager.import_plugin("arrayrope.testing.pytest_plugin")
+
+
+@pytest.fixture
+def xp(backend, request):
+    """The namespace of ``backend``, with the test module's ``lazy_xp_function`` tags in force."""
+    with patch_lazy_xp_functions(request, xp=backend.xp):
+        yield backend.xp
+
+
+@pytest.fixture
+def missing_library(monkeypatch):
+    """``missing_library(name)``: from now on, in this test, ``name``'s backends fail to load as an
+    uninstalled library does (its registry probe raises ImportError ``No module named 'name'``)."""
+    from arrayrope.backends import registry
+
+    def register(name: str) -> str:
+        message = f"No module named {name!r}"
+
+        def probe():
+            raise ImportError(message)
+
+        monkeypatch.setitem(registry.PROBES, name, probe)
+        return message
+
+    return register

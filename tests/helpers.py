@@ -1,12 +1,27 @@
-"""Shared oracles and checks for the test suite (independent of the code under test)."""
+"""Shared oracles and checks for the test suite, written independently of the code under test.
+
+* Tolerances: :data:`POW_ULPS`, :func:`ulps`, :func:`tol`.
+* Result checks: :func:`check_like` (namespace, array type, device, dtype, shape of a
+  backend's result), :func:`xp_assert_close` (that, then values against a NumPy oracle),
+  :func:`float_dtypes`.
+* Inputs: :func:`random_case`.
+* Oracles from the published formulas, float64 NumPy: :func:`inv_freq_formula`,
+  :func:`llama3_inv_freq`, :func:`rotation_matrix`, :func:`rope_by_matrix`,
+  :func:`rope_by_complex`, :func:`rotate_half`, and :func:`exact_cos_sin`, the cos and
+  sin of ``p * theta`` with the angle reduced exactly (rational arithmetic and a
+  256-bit pi), for positions where a float64 product ``p * theta`` itself rounds.
+"""
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
+import array_api_compat
 import numpy as np
 
+import arrayrope
 from arrayrope.testing import assert_close, to_numpy
-import array_api_compat
-
 
 #: ulps by which two math libraries' float64 ``pow`` (or ``exp``/``log``) may differ: each is within an ulp
 #: or two of the exact value (glibc's pow is correctly rounded in nearly all cases; NumPy's vectorised
@@ -23,13 +38,34 @@ def ulps(dtype: str, n: int = 16) -> dict:
     return {"rtol": tol, "atol": tol}
 
 
+def tol(dtype: str) -> dict:
+    """``rtol``/``atol`` of a float32 or float64 result against a float64 formula of the same inputs."""
+    return dict(rtol=2e-6, atol=2e-6) if dtype == "float32" else dict(rtol=1e-12, atol=1e-12)
+
+
+def float_dtypes(backend) -> list[str]:
+    """float32 and float64, where ``backend`` has them."""
+    return [d for d in ("float32", "float64") if d in backend.dtypes]
+
+
+_array_types: dict[str, type] = {}
+
+
 def check_like(out, backend, dtype: str, shape: tuple) -> None:
-    """``out`` is an array of ``backend``'s namespace and device, with this dtype and shape."""
+    """``out`` is an array of ``backend``'s namespace, array type and device, with this dtype and shape."""
     assert array_api_compat.array_namespace(out) is backend.xp, type(out)
+    if backend.name not in _array_types:
+        _array_types[backend.name] = type(backend.asarray(np.zeros(1, dtype=np.float32)))
+    assert type(out) is _array_types[backend.name], (type(out), _array_types[backend.name])
     assert tuple(out.shape) == tuple(shape), (tuple(out.shape), shape)
     assert str(out.dtype).split(".")[-1] == dtype, (out.dtype, dtype)
     dev = array_api_compat.device(out)
-    assert dev is None or dev == backend.device, (dev, backend.device)
+    assert dev is None or on_device(dev, backend.device), (dev, backend.device)
+
+
+def on_device(found, expected) -> bool:
+    """Whether ``found`` is the device ``expected`` names, up to a default index (``cuda`` is ``cuda:0``)."""
+    return found == expected or (":" not in str(expected) and str(found) == f"{expected}:0")
 
 
 def xp_assert_close(out, desired, backend, dtype: str, *, rtol=None, atol=None) -> None:
@@ -37,6 +73,33 @@ def xp_assert_close(out, desired, backend, dtype: str, *, rtol=None, atol=None) 
     check_like(out, backend, dtype, np.shape(desired))
     # namespace, device, dtype and shape are checked against the backend above; values against the oracle here
     assert_close(out, desired, rtol=rtol, atol=atol, check_namespace=False, check_dtype=False)
+
+
+def inv_freq_formula(rotary_dim: int, base: float) -> np.ndarray:
+    """``theta_i = base ** (-2i / rotary_dim)``, element by element in Python floats."""
+    return np.array([base ** (-(2.0 * i) / rotary_dim) for i in range(rotary_dim // 2)])
+
+
+def llama3_inv_freq(rotary_dim: int, base: float, factor: float, low: float, high: float, original: int) -> np.ndarray:
+    """Llama 3.1's frequency rule, from its published definition, one frequency at a time."""
+    out = []
+    for t in inv_freq_formula(rotary_dim, base):
+        wavelen = 2 * math.pi / t
+        if wavelen < original / high:
+            out.append(t)
+        elif wavelen > original / low:
+            out.append(t / factor)
+        else:
+            g = (original / wavelen - low) / (high - low)
+            out.append((1 - g) * t / factor + g * t)
+    return np.array(out)
+
+
+def random_case(shape, rotary_dim=None, base=10000.0, seed=0, start=0):
+    """``x`` (standard normal, float64), its frequencies and positions ``start .. start + shape[-2] - 1``."""
+    x = np.random.default_rng(seed).standard_normal(shape)
+    f = arrayrope.rope_frequencies(shape[-1], base=base, rotary_dim=rotary_dim)
+    return x, f, np.arange(start, start + shape[-2])
 
 
 def rotation_matrix(angles: np.ndarray, layout: str, head_dim: int) -> np.ndarray:
@@ -75,9 +138,67 @@ def rope_by_complex(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray) 
     return out
 
 
-def inv_freq_formula(rotary_dim: int, base: float) -> np.ndarray:
-    return np.array([base ** (-(2.0 * i) / rotary_dim) for i in range(rotary_dim // 2)])
+def rotate_half(x: np.ndarray) -> np.ndarray:
+    """Hugging Face's ``rotate_half``: ``[-x2, x1]`` for the halves ``x1, x2`` of the last axis."""
+    h = x.shape[-1] // 2
+    return np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
 
 
-__all__ = ["POW_ULPS", "ulps", "check_like", "xp_assert_close", "rotation_matrix", "rope_by_matrix", "rope_by_complex",
-           "inv_freq_formula", "to_numpy"]
+def _arctan_inverse(n: int, bits: int) -> int:
+    """``arctan(1 / n) * 2**bits`` rounded down, by its alternating series in integers."""
+    guard = 32
+    term = (1 << (bits + guard)) // n
+    total, k, sign = 0, 1, 1
+    while term:
+        total += sign * (term // k)
+        term //= n * n
+        k += 2
+        sign = -sign
+    return total >> guard
+
+
+#: pi to 256 bits by Machin's formula, pi = 16 arctan(1/5) - 4 arctan(1/239).
+PI = Fraction(16 * _arctan_inverse(5, 256) - 4 * _arctan_inverse(239, 256), 1 << 256)
+
+
+def exact_cos_sin(positions, inv_freq) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of ``p * theta`` for every position and frequency, float64, with the product taken exactly.
+
+    The product of the (float) position and the float64 frequency is a rational number;
+    it is reduced modulo ``2 pi`` against a 256-bit pi, and only the reduced angle, in
+    ``[-pi, pi]``, is rounded to float64 for ``math.cos``/``math.sin``. The result is
+    then within an ulp or two of the true values at any position, where a float64
+    product ``p * theta`` carries an error of ``|p theta| 2**-53`` radians.
+    """
+    two_pi = 2 * PI
+    pos = np.asarray(positions)
+    cos = np.empty((*pos.shape, len(inv_freq)))
+    sin = np.empty_like(cos)
+    for index, p in np.ndenumerate(pos):
+        exact_p = Fraction(int(p)) if pos.dtype.kind in "iu" else Fraction(float(p))
+        for i, t in enumerate(inv_freq):
+            angle = exact_p * Fraction(float(t))
+            reduced = float(angle - round(angle / two_pi) * two_pi)
+            cos[(*index, i)], sin[(*index, i)] = math.cos(reduced), math.sin(reduced)
+    return cos, sin
+
+
+__all__ = [
+    "PI",
+    "POW_ULPS",
+    "check_like",
+    "exact_cos_sin",
+    "float_dtypes",
+    "inv_freq_formula",
+    "llama3_inv_freq",
+    "on_device",
+    "random_case",
+    "rope_by_complex",
+    "rope_by_matrix",
+    "rotate_half",
+    "rotation_matrix",
+    "to_numpy",
+    "tol",
+    "ulps",
+    "xp_assert_close",
+]

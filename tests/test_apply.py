@@ -1,29 +1,34 @@
+"""Rotary application and the layout converters (``apply.py``) against explicit rotation matrices, the
+complex form, and the row permutation of Meta's checkpoint conversion."""
+
+from __future__ import annotations
+
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from array_api_extra.testing import lazy_xp_function
+from hypothesis import given
+from hypothesis import strategies as st
 
 import arrayrope as ar
-from arrayrope.testing import default_tolerance, to_numpy
-from helpers import check_like, rope_by_complex, rope_by_matrix, ulps, xp_assert_close
+from arrayrope import apply_rotary
+from arrayrope.testing import assert_close, default_tolerance, to_numpy
+from helpers import check_like, random_case, rope_by_complex, rope_by_matrix, ulps, xp_assert_close
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
 
+# In tests taking ``xp``: no Dask compute while building, traced under jax.jit (see conftest.py).
+lazy_xp_function(apply_rotary)
+
 LAYOUTS = ("half", "interleaved")
 
 
-def _case(shape, rotary_dim=None, base=10000.0, seed=0, start=0):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(shape)
-    f = ar.rope_frequencies(shape[-1], base=base, rotary_dim=rotary_dim)
-    positions = np.arange(start, start + shape[-2])
-    return x, f, positions
-
-
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("shape, rotary_dim", [((2, 3, 5, 8), None), ((1, 1, 7, 6), 4), ((4, 1, 12), None), ((3, 10), 2)])
+@pytest.mark.parametrize(
+    "shape, rotary_dim", [((2, 3, 5, 8), None), ((1, 1, 7, 6), 4), ((4, 1, 12), None), ((3, 10), 2)]
+)
 def test_matches_explicit_rotation_matrix(backend, layout, shape, rotary_dim):
-    x, f, pos = _case(shape, rotary_dim, start=37)
+    x, f, pos = random_case(shape, rotary_dim, start=37)
     expected = rope_by_matrix(x, pos, f.inv_freq, layout)
     for dtype in backend.dtypes:
         xb = backend.asarray(x, dtype=dtype)
@@ -38,14 +43,14 @@ def test_matches_explicit_rotation_matrix(backend, layout, shape, rotary_dim):
 def test_interleaved_equals_complex_form(backend):
     if "float64" not in backend.dtypes:
         pytest.skip(f"{backend.name} has no float64 to compare at 1e-12")
-    x, f, pos = _case((2, 4, 9, 16), start=1000)
+    x, f, pos = random_case((2, 4, 9, 16), start=1000)
     cos, sin = ar.rope_tables(f, backend.asarray(pos), dtype=backend.xp.float64)
     y = ar.apply_rotary(backend.asarray(x), cos, sin, layout="interleaved")
     xp_assert_close(y, rope_by_complex(x, pos, f.inv_freq), backend, "float64", rtol=1e-12, atol=1e-12)
 
 
 def test_partial_rotary_passes_the_rest_through_bit_for_bit(backend):
-    x, f, pos = _case((2, 3, 4, 10), rotary_dim=6)
+    x, f, pos = random_case((2, 3, 4, 10), rotary_dim=6)
     xb = backend.asarray(x, dtype="float32")
     cos, sin = ar.rope_tables(f, backend.asarray(pos))
     for layout in LAYOUTS:
@@ -54,7 +59,7 @@ def test_partial_rotary_passes_the_rest_through_bit_for_bit(backend):
 
 
 def test_input_is_not_modified(backend):
-    x, f, pos = _case((1, 2, 4, 8))
+    x, f, pos = random_case((1, 2, 4, 8))
     xb = backend.asarray(x, dtype="float32")
     before = to_numpy(xb).copy()
     cos, sin = ar.rope_tables(f, backend.asarray(pos))
@@ -65,7 +70,7 @@ def test_input_is_not_modified(backend):
 
 def test_tables_broadcast_per_batch(backend):
     """cos/sin (B, 1, S, h) against x (B, H, S, D): each batch row at its own positions."""
-    x, f, _ = _case((2, 3, 4, 8))
+    x, f, _ = random_case((2, 3, 4, 8))
     pos = np.array([[0, 1, 2, 3], [50, 51, 52, 53]])
     cos, sin = ar.rope_tables(f, backend.asarray(pos))
     y = ar.apply_rotary(backend.asarray(x, dtype="float32"), cos[:, None, ...], sin[:, None, ...])
@@ -89,7 +94,7 @@ def test_score_depends_only_on_relative_position(backend, m, n):
 
 
 def test_norm_preserved_and_negative_positions_undo(backend):
-    x, f, pos = _case((3, 6, 32), start=123456)
+    x, f, pos = random_case((3, 6, 32), start=123456)
     xb = backend.asarray(x, dtype="float32")
     c, s = ar.rope_tables(f, backend.asarray(pos))
     cn, sn = ar.rope_tables(f, backend.asarray(-pos))
@@ -101,7 +106,7 @@ def test_norm_preserved_and_negative_positions_undo(backend):
 
 
 def test_layouts_agree_through_the_permutation(backend):
-    x, f, pos = _case((2, 5, 12), rotary_dim=8)
+    x, f, pos = random_case((2, 5, 12), rotary_dim=8)
     xb = backend.asarray(x, dtype="float32")
     c, s = ar.rope_tables(f, backend.asarray(pos))
     inter = ar.apply_rotary(ar.to_interleaved(xb, rotary_dim=8), c, s, layout="interleaved")
@@ -124,7 +129,7 @@ def test_layouts_agree_through_the_permutation(backend):
 )
 def test_shapes_layouts_dtypes_property(lead, seq, half, extra, layout, dtype, start):
     d = 2 * half + extra
-    x, f, pos = _case(lead + (seq, d), rotary_dim=2 * half, start=start)
+    x, f, pos = random_case((*lead, seq, d), rotary_dim=2 * half, start=start)
     x = x.astype(dtype)
     cos, sin = ar.rope_tables(f, pos)
     y = ar.apply_rotary(x, cos, sin, layout=layout)
@@ -136,7 +141,7 @@ def test_shapes_layouts_dtypes_property(lead, seq, half, extra, layout, dtype, s
 
 def test_low_precision_inputs_round_once():
     """float16 x with float32 tables: the result is the float64 answer rounded once (<= 1/2 ulp + table error)."""
-    x, f, pos = _case((4, 64, 32), start=5000)
+    x, f, pos = random_case((4, 64, 32), start=5000)
     x16 = x.astype(np.float16)
     c, s = ar.rope_tables(f, pos)
     y = ar.apply_rotary(x16, c, s)
@@ -145,63 +150,21 @@ def test_low_precision_inputs_round_once():
     assert np.all(np.abs(y.astype(np.float64) - ref) <= 0.5 * ulp + 1e-6)
 
 
-def test_jax_jit_matches_eager():
-    jax = pytest.importorskip("jax")
-    jnp = jax.numpy
-    x, f, pos = _case((2, 2, 6, 8), rotary_dim=6)
-    c, s = ar.rope_tables(f, jnp.asarray(pos))
-    xj = jnp.asarray(x, dtype=jnp.float32)
-    for layout in LAYOUTS:
-        eager = ar.apply_rotary(xj, c, s, layout=layout)
-        jitted = jax.jit(lambda a, b, d: ar.apply_rotary(a, b, d, layout=layout))(xj, c, s)
-        np.testing.assert_allclose(np.asarray(jitted), rope_by_matrix(x, pos, f.inv_freq, layout), atol=2e-6)
-        np.testing.assert_allclose(np.asarray(jitted), np.asarray(eager), atol=1e-6)
-    # tables can be built inside jit too (traced positions)
-    cj, sj = jax.jit(lambda p: ar.rope_tables(f, p))(jnp.asarray(pos))
-    np.testing.assert_allclose(np.asarray(cj), np.asarray(c), atol=1e-7)
-
-
-def test_dask_builds_lazily_and_blockwise():
-    dask = pytest.importorskip("dask")
-    da = pytest.importorskip("dask.array")
-    calls = []
-
-    def counting_scheduler(dsk, keys, **kwargs):
-        calls.append(keys)
-        return dask.get(dsk, keys, **kwargs)
-
-    x, f, pos = _case((4, 2, 8, 16))
-    xd = da.from_array(x.astype(np.float32), chunks=(1, 2, 8, 16))
-    with dask.config.set(scheduler=counting_scheduler):
-        c, s = ar.rope_tables(f, da.from_array(pos))
-        y = ar.apply_rotary(xd, c, s, layout="interleaved")
-        assert calls == [], "building the result computed something"
-        assert isinstance(y, da.Array) and y.shape == x.shape
-        result = y.compute()
-    assert len(calls) == 1
-    np.testing.assert_allclose(result, rope_by_matrix(x, pos, f.inv_freq, "interleaved"), atol=2e-6)
-
-
-def test_torch_autograd_gives_the_inverse_rotation():
-    torch = pytest.importorskip("torch")
-    x, f, pos = _case((1, 2, 5, 8), rotary_dim=6)
-    g = np.random.default_rng(7).standard_normal(x.shape)
-    c, s = ar.rope_tables(f, torch.as_tensor(pos), dtype=torch.float64)
-    for layout in LAYOUTS:
-        xt = torch.tensor(x, requires_grad=True)
-        (ar.apply_rotary(xt, c, s, layout=layout) * torch.tensor(g)).sum().backward()
-        # d/dx <R x, g> = R^T g = rotation by -p
-        expected = rope_by_matrix(g, -pos, f.inv_freq, layout)
-        np.testing.assert_allclose(xt.grad.numpy(), expected, atol=1e-12)
-
-
-def test_torch_compile():
-    torch = pytest.importorskip("torch")
-    x, f, pos = _case((1, 2, 5, 8))
-    c, s = ar.rope_tables(f, torch.as_tensor(pos))
-    xt = torch.tensor(x, dtype=torch.float32)
-    compiled = torch.compile(lambda a, b, d: ar.apply_rotary(a, b, d), fullgraph=False)
-    np.testing.assert_allclose(compiled(xt, c, s).numpy(), rope_by_matrix(x, pos, f.inv_freq, "half"), atol=2e-6)
+@pytest.mark.parametrize(
+    "shape, rotary_dim, layout",
+    [((2, 2, 6, 8), 6, "half"), ((2, 2, 6, 8), 6, "interleaved"), ((4, 2, 8, 16), None, "interleaved")],
+)
+def test_lazy_backends_neither_compute_nor_break_under_jit(xp, backend, shape, rotary_dim, layout):
+    """Dask builds the rotation without computing anything (from several chunks too), JAX traces it under
+    jax.jit; on every backend the result is the rotation matrices' and the eager call's."""
+    x, f, pos = random_case(shape, rotary_dim=rotary_dim)
+    xb = backend.asarray(x, dtype="float32")
+    if backend.library == "dask":
+        xb = xb.rechunk((1, *shape[1:]))
+    c, s = ar.rope_tables(f, backend.asarray(pos))
+    y = apply_rotary(xb, c, s, layout=layout)  # tagged: under the no-compute scheduler or jax.jit
+    xp_assert_close(y, rope_by_matrix(x, pos, f.inv_freq, layout), backend, "float32", rtol=1e-7, atol=2e-6)
+    assert_close(y, ar.apply_rotary(xb, c, s, layout=layout), rtol=1e-7, atol=1e-6)
 
 
 # ---- bad input ------------------------------------------------------------------------------
@@ -209,7 +172,7 @@ def test_torch_compile():
 
 def test_bad_inputs_name_the_argument(backend):
     xp = backend.xp
-    x, f, pos = _case((2, 4, 8))
+    x, f, pos = random_case((2, 4, 8))
     xb = backend.asarray(x, dtype="float32")
     c, s = ar.rope_tables(f, backend.asarray(pos))
     with pytest.raises(ValueError, match="layout must be one of"):
@@ -240,12 +203,64 @@ def test_mixed_namespaces_and_devices():
         ar.apply_rotary(torch.ones(4, 8), c, s)
     x = strict.ones((4, 8), device=strict.Device("device1"))
     cs = ar.rope_tables(f, 4, xp=strict, device=strict.Device("device2"))
-    with pytest.raises(ValueError, match="cos is on device .*device2.* but x is on device .*device1"):
+    with pytest.raises(ValueError, match=r"cos is on device .*device2.* but x is on device .*device1"):
         ar.apply_rotary(x, *cs)
 
 
+# ---- converters between the layouts, and of checkpoint rows ---------------------------------
+
+
+def _meta_to_hf(w, n_heads):
+    """The row permutation used to convert Meta's interleaved Llama q/k weights to half-split form."""
+    dim1, dim2 = w.shape
+    return w.reshape(n_heads, dim1 // n_heads // 2, 2, dim2).transpose(0, 2, 1, 3).reshape(dim1, dim2)
+
+
+def test_permute_rows_matches_the_checkpoint_conversion(backend):
+    w = np.random.default_rng(0).standard_normal((4 * 8, 6)).astype(np.float32)
+    out = ar.permute_rotary_rows(backend.asarray(w), num_heads=4, head_dim=8)
+    check_like(out, backend, "float32", w.shape)
+    np.testing.assert_array_equal(to_numpy(out), _meta_to_hf(w, 4))
+    back = ar.permute_rotary_rows(out, num_heads=4, head_dim=8, to="interleaved")
+    np.testing.assert_array_equal(to_numpy(back), w)
+
+
+@pytest.mark.parametrize("rotary_dim", [None, 4])
+def test_permuted_checkpoint_gives_the_same_scores(rotary_dim):
+    """q.k with interleaved weights + interleaved RoPE == permuted weights + half RoPE (GQA: k has 2 heads)."""
+    rng = np.random.default_rng(3)
+    heads, kv_heads, d, hidden, seq = 4, 2, 8, 12, 6
+    wq, wk = rng.standard_normal((heads * d, hidden)), rng.standard_normal((kv_heads * d, hidden))
+    bq = rng.standard_normal(heads * d)
+    h = rng.standard_normal((seq, hidden))
+    f = ar.rope_frequencies(d, rotary_dim=rotary_dim)
+    pos = np.arange(seq)
+
+    def scores(wq, bq, wk, layout):
+        q = (h @ wq.T + bq).reshape(seq, heads, d).transpose(1, 0, 2)
+        k = (h @ wk.T).reshape(seq, kv_heads, d).transpose(1, 0, 2)
+        q, k = rope_by_matrix(q, pos, f.inv_freq, layout), rope_by_matrix(k, pos, f.inv_freq, layout)
+        k = np.repeat(k, heads // kv_heads, axis=0)
+        return q @ k.transpose(0, 2, 1)
+
+    conv = dict(head_dim=d, rotary_dim=rotary_dim)
+    wq2 = ar.permute_rotary_rows(wq, num_heads=heads, **conv)
+    bq2 = ar.permute_rotary_rows(bq, num_heads=heads, **conv)
+    wk2 = ar.permute_rotary_rows(wk, num_heads=kv_heads, **conv)
+    np.testing.assert_allclose(scores(wq2, bq2, wk2, "half"), scores(wq, bq, wk, "interleaved"), atol=1e-10)
+
+
+def test_permute_rows_bad_input():
+    with pytest.raises(ValueError, match="w must have num_heads \\* head_dim = 32 rows"):
+        ar.permute_rotary_rows(np.ones((30, 2)), num_heads=4, head_dim=8)
+    with pytest.raises(ValueError, match="to must be one of"):
+        ar.permute_rotary_rows(np.ones((32, 2)), num_heads=4, head_dim=8, to="neox")
+    with pytest.raises(ValueError, match="num_heads must be positive"):
+        ar.permute_rotary_rows(np.ones((32, 2)), num_heads=0, head_dim=8)
+
+
 def test_converters_bad_input():
-    with pytest.raises(ValueError, match="x.shape\\[-1\\]=5 is odd"):
+    with pytest.raises(ValueError, match=r"x.shape\[-1\]=5 is odd"):
         ar.to_interleaved(np.ones(5))
     with pytest.raises(ValueError, match="rotary_dim must be <= head_dim=4"):
         ar.to_half(np.ones(4), rotary_dim=6)

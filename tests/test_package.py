@@ -54,10 +54,3 @@ def test_docstring_examples_run(name):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
     assert result.failed == 0
 
-
-def test_cli_demo_runs_and_agrees():
-    out = subprocess.run(
-        [sys.executable, "-m", "arrayrope", "demo", "--backends", "numpy"], capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "numpy" in out.stdout and "float32" in out.stdout

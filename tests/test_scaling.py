@@ -7,11 +7,12 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 import arrayrope
 from arrayrope.scaling import ROPE_TYPES, yarn_mscale
-from helpers import POW_ULPS
+from helpers import POW_ULPS, inv_freq_formula, llama3_inv_freq
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
@@ -19,22 +20,18 @@ pytestmark = pytest.mark.precision
 HEAD_DIMS = (64, 80, 128, 256)
 
 
-def theta(d: int, base: float) -> list[float]:
-    return [base ** (-(2.0 * i) / d) for i in range(d // 2)]
-
-
 # ---- the formulas (NOTES section 2 / the YaRN, LongRoPE, Llama 3.1 and NTK write-ups), one element at a time
 
 
 def linear_ref(d, base, s):
-    return [t / s for t in theta(d, base)], 1.0
+    return [t / s for t in inv_freq_formula(d, base)], 1.0
 
 
 def dynamic_ref(d, base, s, lmax, seq_len):
     if seq_len is None or seq_len <= lmax:
-        return theta(d, base), 1.0
+        return inv_freq_formula(d, base), 1.0
     new_base = base * (s * seq_len / lmax - (s - 1)) ** (d / (d - 2))
-    return theta(d, new_base), 1.0
+    return inv_freq_formula(d, new_base), 1.0
 
 
 def yarn_ref(d, base, s, l0, *, beta_fast=32, beta_slow=1, truncate=True, mscale=None, mscale_all_dim=None,
@@ -49,7 +46,7 @@ def yarn_ref(d, base, s, l0, *, beta_fast=32, beta_slow=1, truncate=True, mscale
     if hi == lo:
         hi += 0.001
     out = []
-    for i, t in enumerate(theta(d, base)):
+    for i, t in enumerate(inv_freq_formula(d, base)):
         g = min(max((i - lo) / (hi - lo), 0.0), 1.0)
         out.append(t * ((1 - g) + g / s))
 
@@ -64,21 +61,11 @@ def yarn_ref(d, base, s, l0, *, beta_fast=32, beta_slow=1, truncate=True, mscale
 def longrope_ref(d, base, short, long, l0, seq_len, s):
     lam = long if seq_len is not None and seq_len > l0 else short
     att = 1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(l0))
-    return [t / lam[i] for i, t in enumerate(theta(d, base))], att
+    return [t / lam[i] for i, t in enumerate(inv_freq_formula(d, base))], att
 
 
 def llama3_ref(d, base, s, low, high, l0):
-    out = []
-    for t in theta(d, base):
-        w = 2 * math.pi / t
-        if w < l0 / high:
-            out.append(t)
-        elif w > l0 / low:
-            out.append(t / s)
-        else:
-            g = (l0 / w - low) / (high - low)
-            out.append((1 - g) * t / s + g * t)
-    return out, 1.0
+    return llama3_inv_freq(d, base, s, low, high, l0), 1.0
 
 
 def check(freqs, expected, attention):
@@ -93,7 +80,7 @@ def test_yarn_correction_range_by_hand():
     # d=128, base 1e4, L0=4096: r(32) = 128 ln(4096/(64 pi)) / (2 ln 1e4) = 20.9 -> 20; r(1) = 45.0 -> 46
     f = arrayrope.rope_frequencies(128, scaling={"rope_type": "yarn", "factor": 4.0,
                                                  "original_max_position_embeddings": 4096})
-    th = np.array(theta(128, 1e4))
+    th = inv_freq_formula(128, 1e4)
     ratio = f.inv_freq / th
     np.testing.assert_allclose(ratio[:21], 1.0, rtol=1e-13)  # pairs 0..20 keep theta
     np.testing.assert_allclose(ratio[46:], 0.25, rtol=1e-13)  # pairs 46.. are theta / 4
@@ -108,9 +95,9 @@ def test_longrope_phi3_attention_factor():
            "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 48, "long_factor": [4.0] * 48}}
     f = arrayrope.rope_frequencies_from_config(cfg)
     assert f.attention_factor == pytest.approx(math.sqrt(17 / 12), rel=1e-14)
-    np.testing.assert_allclose(f.inv_freq, theta(96, 1e4), rtol=1e-13)  # short factors at start
+    np.testing.assert_allclose(f.inv_freq, inv_freq_formula(96, 1e4), rtol=1e-13)  # short factors at start
     g = arrayrope.rope_frequencies_from_config(cfg, seq_len=4097)
-    np.testing.assert_allclose(g.inv_freq, np.array(theta(96, 1e4)) / 4, rtol=1e-13)
+    np.testing.assert_allclose(g.inv_freq, inv_freq_formula(96, 1e4) / 4, rtol=1e-13)
 
 
 def test_deepseek_yarn_mscale_equal_gives_factor_one():
@@ -136,7 +123,7 @@ def test_longrope_explicit_attention_factor_wins():
           "original_max_position_embeddings": 4096, "factor": 32.0, "attention_factor": 1.5}
     f = arrayrope.rope_frequencies(64, scaling=sc, max_position_embeddings=131072, seq_len=5000)
     assert f.attention_factor == 1.5
-    np.testing.assert_allclose(f.inv_freq, np.array(theta(64, 1e4)) / 2, rtol=1e-14)
+    np.testing.assert_allclose(f.inv_freq, inv_freq_formula(64, 1e4) / 2, rtol=1e-14)
 
 
 def test_yarn_missing_factor_is_length_ratio():
@@ -179,7 +166,7 @@ def test_llama31_band_counts():
     sc = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 8192}
     f = arrayrope.rope_frequencies(128, base=500000.0, scaling=sc)
-    th = np.array(theta(128, 5e5))
+    th = inv_freq_formula(128, 5e5)
     w = 2 * np.pi / th
     kept, scaled = w < 2048, w > 8192
     plain = arrayrope.rope_frequencies(128, base=500000.0).inv_freq

@@ -1,15 +1,26 @@
+"""Cos/sin tables (``tables.py``) against ``p * theta`` from the formula, cos and sin taken by Python's math
+element by element, on every backend, with and without float64."""
+
+from __future__ import annotations
+
 import math
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from array_api_extra.testing import lazy_xp_function
+from hypothesis import given
+from hypothesis import strategies as st
 
 import arrayrope as ar
-from arrayrope.testing import to_numpy
-from helpers import check_like, inv_freq_formula
+from arrayrope import rope_tables
+from arrayrope.testing import assert_close, to_numpy
+from helpers import check_like, inv_freq_formula, xp_assert_close
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
+
+# In tests taking ``xp``: no Dask compute while building, traced under jax.jit (see conftest.py).
+lazy_xp_function(rope_tables)
 
 
 def _oracle(positions, rotary_dim, base):
@@ -24,9 +35,9 @@ def _int_dtype(backend):
     return "int32" if backend.name == "jax" else "int64"
 
 
-def test_tables_from_count_match_formula(backend):
+def test_tables_from_count_match_formula(xp, backend):
     f = ar.rope_frequencies(16)
-    cos, sin = ar.rope_tables(f, 7, xp=backend.xp, device=backend.device)
+    cos, sin = rope_tables(f, 7, xp=backend.xp, device=backend.device)
     c, s = _oracle(np.arange(7), 16, 10000.0)
     check_like(cos, backend, "float32", (7, 8))
     check_like(sin, backend, "float32", (7, 8))
@@ -34,11 +45,11 @@ def test_tables_from_count_match_formula(backend):
     np.testing.assert_allclose(to_numpy(sin), s, atol=1e-7, rtol=0)
 
 
-def test_float32_tables_stay_exact_at_large_positions(backend):
+def test_float32_tables_stay_exact_at_large_positions(xp, backend):
     """<= 1e-6 up to 2**20 (the float32 angle recipe is off by 6e-2 there), also without float64."""
     f = ar.rope_frequencies(128)
     pos = np.array([0, 1, 4095, 32767, 131071, 2**20 - 1, 2**20, 2**20 + 12345, 2**24 + 1, 10**9])
-    cos, sin = ar.rope_tables(f, backend.asarray(pos.astype(_int_dtype(backend))))
+    cos, sin = rope_tables(f, backend.asarray(pos.astype(_int_dtype(backend))))
     c, s = _oracle(pos, 128, 10000.0)
     err = max(np.abs(to_numpy(cos) - c).max(), np.abs(to_numpy(sin) - s).max())
     assert err <= 1e-6, err
@@ -47,29 +58,29 @@ def test_float32_tables_stay_exact_at_large_positions(backend):
     assert np.abs(naive - c).max() > 1e-3
 
 
-def test_negative_and_multidimensional_positions(backend):
+def test_negative_and_multidimensional_positions(xp, backend):
     f = ar.rope_frequencies(8, base=100.0)
     pos = np.array([[-5, 0, 3], [2**20, -(2**20), 7]])
-    cos, sin = ar.rope_tables(f, backend.asarray(pos.astype(_int_dtype(backend))))
+    cos, sin = rope_tables(f, backend.asarray(pos.astype(_int_dtype(backend))))
     c, s = _oracle(pos, 8, 100.0)
     check_like(cos, backend, "float32", (2, 3, 4))
     np.testing.assert_allclose(to_numpy(cos), c, atol=2e-7, rtol=0)
     np.testing.assert_allclose(to_numpy(sin), s, atol=2e-7, rtol=0)
 
 
-def test_fractional_positions(backend):
+def test_fractional_positions(xp, backend):
     f = ar.rope_frequencies(8)
     pos = np.array([0.25, 1.5, -2.75, 1000.125, 65536.5], dtype=np.float32)
-    cos, sin = ar.rope_tables(f, backend.asarray(pos))
+    cos, sin = rope_tables(f, backend.asarray(pos))
     c, s = _oracle(pos.astype(np.float64), 8, 10000.0)
     np.testing.assert_allclose(to_numpy(cos), c, atol=2e-7, rtol=0)
     np.testing.assert_allclose(to_numpy(sin), s, atol=2e-7, rtol=0)
 
 
-def test_requested_dtype(backend):
+def test_requested_dtype(xp, backend):
     f = ar.rope_frequencies(8)
     for name in backend.dtypes:
-        cos, sin = ar.rope_tables(f, backend.asarray(np.arange(4)), dtype=getattr(backend.xp, name))
+        cos, sin = rope_tables(f, backend.asarray(np.arange(4)), dtype=getattr(backend.xp, name))
         check_like(cos, backend, name, (4, 4))
         np.testing.assert_allclose(to_numpy(sin).astype(np.float64), _oracle(np.arange(4), 8, 1e4)[1], atol=1e-2)
 
@@ -85,7 +96,7 @@ def test_any_shape_numpy(shape, half, base, seed):
     f = ar.rope_frequencies(2 * half, base=base)
     cos, sin = ar.rope_tables(f, pos, dtype="float64")
     c, s = _oracle(pos, 2 * half, base)
-    assert cos.shape == shape + (half,) and cos.dtype == np.float64
+    assert cos.shape == (*shape, half) and cos.dtype == np.float64
     np.testing.assert_allclose(cos, c, atol=1e-9, rtol=0)
     np.testing.assert_allclose(sin, s, atol=1e-9, rtol=0)
 
@@ -115,11 +126,29 @@ def test_complex_and_non_finite_positions_numpy():
             ar.rope_tables(f, np.array([0.0, bad]))
 
 
-def test_non_finite_positions_are_not_inspected_on_lazy_backends():
-    da = pytest.importorskip("dask.array")
+def test_non_finite_positions_are_inspected_on_eager_backends_only(xp, backend):
     f = ar.rope_frequencies(8)
-    cos, _ = ar.rope_tables(f, da.from_array(np.array([0.0, np.nan])))  # builds, computes nothing
-    assert np.isnan(cos.compute()[1]).all()
+    pos = backend.asarray(np.array([0.0, np.nan]), dtype="float32")
+    if backend.lazy:  # Dask builds without computing, JAX traces: the values are never looked at
+        cos, _ = rope_tables(f, pos)
+        assert np.isnan(to_numpy(cos)[1]).all()
+    else:
+        with pytest.raises(ValueError, match="positions must be finite"):
+            rope_tables(f, pos)
+
+
+def test_lazy_backends_neither_compute_nor_break_under_jit(xp, backend):
+    """Tables from position arrays and from a count: built without computing on Dask, traced under jax.jit
+    on JAX (traced positions); on every backend the formula's values and the eager call's."""
+    f = ar.rope_frequencies(8, rotary_dim=6)
+    c, s = _oracle(np.arange(6), 6, 10000.0)
+    for positions in (backend.asarray(np.arange(6)), 6):
+        cos, sin = rope_tables(f, positions, xp=xp, device=backend.device)
+        xp_assert_close(cos, c, backend, "float32", rtol=0.0, atol=1e-7)
+        xp_assert_close(sin, s, backend, "float32", rtol=0.0, atol=1e-7)
+        eager_cos, eager_sin = ar.rope_tables(f, positions, xp=xp, device=backend.device)
+        assert_close(cos, eager_cos, rtol=1e-7, atol=1e-7)
+        assert_close(sin, eager_sin, rtol=1e-7, atol=1e-7)
 
 
 def test_float64_requested_where_missing():

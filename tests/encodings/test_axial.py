@@ -1,54 +1,35 @@
-"""Multi-axis rotary tables against independent float64 oracles.
+"""Axial RoPE tables (``encodings/axial.py``) against independent float64 oracles.
 
 Oracles: the 2-D construction of the image notes rebuilt in complex form, explicit
-rotation matrices, Qwen2-VL/Qwen3-VL's frequency selection written out from its
-definition, finite differences for the learned frequencies.
+rotation matrices, and the per-axis frequencies written out from their definition.
 """
 
 from __future__ import annotations
 
-import array_api_compat
-import dataclasses
-
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from array_api_extra.testing import lazy_xp_function
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import arrayrope
-from arrayrope.testing._cases import _axial_case as _demo_case
+from arrayrope import axial_rope_tables
 from arrayrope.testing import to_numpy
-from arrayrope.testing import assert_close
-from helpers import inv_freq_formula, rope_by_matrix, rotation_matrix
+from helpers import check_like, float_dtypes, inv_freq_formula, rope_by_matrix, rotation_matrix, tol, xp_assert_close
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
 
-FLOATS = ("float32", "float64")
-
-
-def check_like(out, backend, dtype, shape):
-    """Namespace (by library), device, dtype and shape of a result."""
-    assert type(out).__module__.split(".")[0] == type(backend.asarray(np.zeros(1, np.float32))).__module__.split(".")[0]
-    assert tuple(out.shape) == tuple(shape), (tuple(out.shape), shape)
-    assert str(out.dtype).split(".")[-1] == dtype, (out.dtype, dtype)
-    dev = array_api_compat.device(out)
-    assert dev is None or dev == backend.device, (dev, backend.device)
-
-
-def xp_assert_close(out, desired, backend, dtype, *, rtol=None, atol=None):
-    check_like(out, backend, dtype, np.shape(desired))
-    assert_close(out, desired, rtol=rtol, atol=atol, check_namespace=False, check_dtype=False)
-
-
-def _dtypes(backend):
-    return [d for d in FLOATS if d in backend.dtypes]
-
-
-def _tol(dtype):
-    return dict(rtol=2e-6, atol=2e-6) if dtype == "float32" else dict(rtol=1e-12, atol=1e-12)
+# In tests taking ``xp``: no Dask compute while building, traced under jax.jit (see conftest.py).
+lazy_xp_function(axial_rope_tables)
 
 
 # -- the 2-D construction of the notes, rebuilt independently ---------------------------------
+
+
+def notes_theta(dim: int, base: float = 100.0) -> np.ndarray:
+    """The frequencies of each of two axes in the 2-D notes: ``base ** (-4i / dim)``, ``i < dim / 4``."""
+    return base ** (-np.arange(0, dim, 4) / dim)
 
 
 def notes_freqs_cis_2d(dim: int, width: int, height: int, theta: float = 100.0) -> np.ndarray:
@@ -67,50 +48,50 @@ def notes_apply(x: np.ndarray, freqs_cis: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("width,height,dim", [(14, 14, 128), (4, 3, 16)])
-def test_2d_notes_construction_equals_axial_interleaved(backend, width, height, dim):
+def test_2d_notes_construction_equals_axial_interleaved(xp, backend, width, height, dim):
     rng = np.random.default_rng(width * height)
     x64 = rng.standard_normal((2, width * height, dim))
     t = np.arange(width * height)
     coords = backend.asarray(np.stack([t % width, t // width], axis=-1))
-    for dtype in _dtypes(backend):
+    for dtype in float_dtypes(backend):
         x = backend.asarray(x64, dtype=dtype)
-        cos, sin = arrayrope.axial_rope_tables(coords, dim, dtype=dtype)
+        cos, sin = axial_rope_tables(coords, dim, dtype=dtype)
         check_like(cos, backend, dtype, (width * height, dim // 2))
         out = arrayrope.apply_rotary(x, cos, sin, layout="interleaved")
         expected = notes_apply(to_numpy(x).astype(np.float64), notes_freqs_cis_2d(dim, width, height))
-        xp_assert_close(out, expected, backend, dtype, **_tol(dtype))
+        xp_assert_close(out, expected, backend, dtype, **tol(dtype))
 
 
-def test_axial_half_layout_is_the_pair_block_rotation(backend):
+def test_axial_half_layout_is_the_pair_block_rotation(xp, backend):
     """Half-split: pair i = (i, i + d/2); the first d/4 pairs turn with x, the rest with y."""
     width, height, dim = 4, 3, 16
     x64 = np.random.default_rng(1).standard_normal((height * width, dim))
     t = np.arange(width * height)
-    theta = 100.0 ** (-np.arange(0, dim, 4) / dim)
+    theta = notes_theta(dim)
     coords = backend.asarray(np.stack([t % width, t // width], axis=-1))
-    for dtype in _dtypes(backend):
+    for dtype in float_dtypes(backend):
         x = backend.asarray(x64, dtype=dtype)
-        cos, sin = arrayrope.axial_rope_tables(coords, dim, dtype=dtype)
+        cos, sin = axial_rope_tables(coords, dim, dtype=dtype)
         out = arrayrope.apply_rotary(x, cos, sin, layout="half")
         xin = to_numpy(x).astype(np.float64)
         expected = np.stack(
             [rotation_matrix(np.concatenate([(s % width) * theta, (s // width) * theta]), "half", dim) @ xin[s]
              for s in t]
         )
-        xp_assert_close(out, expected, backend, dtype, **_tol(dtype))
+        xp_assert_close(out, expected, backend, dtype, **tol(dtype))
 
 
-def test_grid_shape_is_row_major_row_then_column(backend):
+def test_grid_shape_is_row_major_row_then_column(xp, backend):
     h, w, dim = 3, 4, 16
-    cos, sin = arrayrope.axial_rope_tables((h, w), dim, xp=backend.xp, device=backend.device)
+    cos, sin = axial_rope_tables((h, w), dim, xp=backend.xp, device=backend.device)
     t = np.arange(h * w)
-    theta = 100.0 ** (-np.arange(0, dim, 4) / dim)
+    theta = notes_theta(dim)
     angles = np.concatenate([np.outer(t // w, theta), np.outer(t % w, theta)], axis=-1)
     xp_assert_close(cos, np.cos(angles), backend, "float32")
     xp_assert_close(sin, np.sin(angles), backend, "float32")
 
 
-def test_relative_property_per_axis(backend):
+def test_relative_property_per_axis(xp, backend):
     """<R(p) q, R(p') k> depends only on p - p', axis by axis (fractional shifts too)."""
     dim = 16
     rng = np.random.default_rng(2)
@@ -120,7 +101,8 @@ def test_relative_property_per_axis(backend):
     dtype = "float64" if "float64" in backend.dtypes else "float32"
     scores = []
     for coords in (p, p + shift):
-        cos, sin = arrayrope.axial_rope_tables(backend.asarray(coords, dtype=dtype), dim, axis_dims=(6, 10), dtype=dtype)
+        c = backend.asarray(coords, dtype=dtype)
+        cos, sin = axial_rope_tables(c, dim, axis_dims=(6, 10), dtype=dtype)
         q = to_numpy(arrayrope.apply_rotary(backend.asarray(np.tile(q64, (4, 1)), dtype=dtype), cos, sin))
         k = to_numpy(arrayrope.apply_rotary(backend.asarray(np.tile(k64, (4, 1)), dtype=dtype), cos, sin))
         scores.append(q.astype(np.float64) @ k.astype(np.float64).T)
@@ -129,22 +111,22 @@ def test_relative_property_per_axis(backend):
     assert abs(scores[0][0, 1] - scores[0][0, 2]) > 1e-3
 
 
-def test_one_axis_reduces_to_1d(backend):
+def test_one_axis_reduces_to_1d(xp, backend):
     dim, base = 32, 10000.0
     pos = np.array([0, 1, 5, 77, 4096])
     x64 = np.random.default_rng(3).standard_normal((len(pos), dim))
     for layout in ("half", "interleaved"):
-        cos, sin = arrayrope.axial_rope_tables(backend.asarray(pos[:, None]), dim, base=base)
+        cos, sin = axial_rope_tables(backend.asarray(pos[:, None]), dim, base=base)
         out = arrayrope.apply_rotary(backend.asarray(x64, dtype="float32"), cos, sin, layout=layout)
         expected = rope_by_matrix(x64.astype(np.float32), pos, inv_freq_formula(dim, base), layout)
         xp_assert_close(out, expected, backend, "float32", rtol=2e-6, atol=2e-5)
-    cos, _ = arrayrope.axial_rope_tables((6,), dim, base=base, xp=backend.xp, device=backend.device)
+    cos, _ = axial_rope_tables((6,), dim, base=base, xp=backend.xp, device=backend.device)
     xp_assert_close(cos, np.cos(np.outer(np.arange(6), inv_freq_formula(dim, base))), backend, "float32")
 
 
-def test_video_grid_axis_dims_train_grid_and_class_token(backend):
+def test_video_grid_axis_dims_train_grid_and_class_token(xp, backend):
     grid, dims, train, base = (2, 3, 4), (4, 6, 6), (4, 6, 6), 100.0
-    cos, sin = arrayrope.axial_rope_tables(
+    cos, sin = axial_rope_tables(
         grid, 16, axis_dims=dims, train_grid=train, num_prefix_tokens=2, base=base, xp=backend.xp, device=backend.device
     )
     coords = np.stack(np.unravel_index(np.arange(24), grid), axis=-1) * (np.array(train) / np.array(grid))
@@ -156,11 +138,11 @@ def test_video_grid_axis_dims_train_grid_and_class_token(backend):
     xp_assert_close(sin, np.sin(angles), backend, "float32")
 
 
-def test_coordinates_with_batch_axes_and_prefix(backend):
+def test_coordinates_with_batch_axes_and_prefix(xp, backend):
     coords = np.random.default_rng(4).uniform(-5, 20, size=(2, 3, 2))
-    cos, sin = arrayrope.axial_rope_tables(backend.asarray(coords, dtype="float32"), 8, num_prefix_tokens=1)
+    cos, sin = axial_rope_tables(backend.asarray(coords, dtype="float32"), 8, num_prefix_tokens=1)
     c32 = coords.astype(np.float32).astype(np.float64)
-    theta = 100.0 ** (-np.arange(0, 8, 4) / 8)
+    theta = notes_theta(8)
     angles = np.concatenate([c32[..., :1] * theta, c32[..., 1:] * theta], axis=-1)
     angles = np.concatenate([np.zeros((2, 1, 4)), angles], axis=1)
     xp_assert_close(cos, np.cos(angles), backend, "float32", atol=1e-6)
@@ -189,139 +171,17 @@ def test_property_matches_rotation_matrices(grid, pairs, layout, dtype, extra):
     for t in range(n):
         angles = np.concatenate([coords[t, j] * 100.0 ** (-np.arange(0, d, 2) / d) for j, d in enumerate(dims)])
         expected = rotation_matrix(angles, layout, head_dim) @ x[t].astype(np.float64)
-        np.testing.assert_allclose(out[t], expected, **_tol(dtype))
+        np.testing.assert_allclose(out[t], expected, **tol(dtype))
 
 
-def test_lazy_backends_stay_lazy(backend):
-    if not backend.lazy:
-        pytest.skip("eager backend")
+def test_lazy_backends_neither_compute_nor_break_under_jit(xp, backend):
+    """Dask builds the tables without computing anything, JAX traces them; every backend gives the formula."""
     coords = backend.asarray(np.array([[0.5, 1.0], [2.0, 3.0]]), dtype="float32")
-    if backend.name == "dask":
-        cos, _ = arrayrope.axial_rope_tables(coords, 8)
-        assert type(cos).__module__.startswith("dask")
-    else:
-        import jax
-
-        cos = jax.jit(lambda c: arrayrope.axial_rope_tables(c, 8)[0])(coords)
-        theta = 100.0 ** (-np.arange(0, 8, 4) / 8)
-        expected = np.cos(np.concatenate([np.outer([0.5, 2.0], theta), np.outer([1.0, 3.0], theta)], axis=-1))
-        np.testing.assert_allclose(np.asarray(cos), expected, atol=1e-6)
-
-
-def test_demo_case_row(backend):
-    case = _demo_case(width=6, head_dim=32)
-    report = case.run(backends=[backend.name.split("-")[0]])
-    rows = [r for r in report.rows if r.backend == backend.name]
-    assert rows and all(r.ok for r in rows), report
-    # and the row's oracle is a real one: a wrong grid order (y, x) is caught
-    wrong = dataclasses.replace(case, fn=lambda x, c: case.fn(x, c[:, ::-1]))
-    assert not wrong.run(backends=["numpy"]).ok
-
-
-# -- M-RoPE -----------------------------------------------------------------------------------
-
-
-def _rotate_half(x):
-    h = x.shape[-1] // 2
-    return np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
-
-
-def qwen2_vl_reference(q, positions, inv_freq, sections):
-    """Qwen2-VL: cos of (3, B, S, d), split by sections * 2, chunk i from axis i % 3."""
-    freqs = positions[..., None].astype(np.float64) * inv_freq
-    emb = np.concatenate([freqs, freqs], axis=-1)
-    bounds = np.cumsum(list(sections) * 2)[:-1]
-    cos = np.concatenate([c[i % 3] for i, c in enumerate(np.split(np.cos(emb), bounds, axis=-1))], axis=-1)
-    sin = np.concatenate([s[i % 3] for i, s in enumerate(np.split(np.sin(emb), bounds, axis=-1))], axis=-1)
-    return q * cos[:, None] + _rotate_half(q) * sin[:, None]
-
-
-def qwen3_vl_reference(q, positions, inv_freq, sections):
-    """Qwen3-VL: start from the temporal angles, overwrite h at k = 1, 4, ... and w at k = 2, 5, ..."""
-    freqs = positions[..., None].astype(np.float64) * inv_freq
-    mixed = freqs[0].copy()
-    for axis, start in ((1, 1), (2, 2)):
-        mixed[..., start : 3 * sections[axis] : 3] = freqs[axis][..., start : 3 * sections[axis] : 3]
-    emb = np.concatenate([mixed, mixed], axis=-1)
-    return q * np.cos(emb)[:, None] + _rotate_half(q) * np.sin(emb)[:, None]
-
-
-@pytest.mark.parametrize("interleaved,sections", [(False, (2, 3, 3)), (True, (3, 3, 2))])
-def test_mrope_matches_qwen(backend, interleaved, sections):
-    dim = 2 * sum(sections)
-    rng = np.random.default_rng(5)
-    b, s = 2, 7
-    positions = np.stack([rng.integers(0, 3, (b, s)), rng.integers(0, 20, (b, s)), rng.integers(0, 20, (b, s))])
-    positions[:, 0, :3] = np.arange(3)  # text tokens: one position on all axes
-    freqs = arrayrope.rope_frequencies(dim, base=1e6)
-    q64 = rng.standard_normal((b, 2, s, dim))
-    for dtype in _dtypes(backend):
-        cos, sin = arrayrope.mrope_tables(
-            freqs, backend.asarray(positions), sections=sections, interleaved=interleaved, dtype=dtype
-        )
-        check_like(cos, backend, dtype, (b, s, dim // 2))
-        q = backend.asarray(q64, dtype=dtype)
-        out = arrayrope.apply_rotary(q, cos[:, None, ...], sin[:, None, ...], layout="half")
-        ref = (qwen3_vl_reference if interleaved else qwen2_vl_reference)(
-            to_numpy(q).astype(np.float64), positions, inv_freq_formula(dim, 1e6), sections
-        )
-        xp_assert_close(out, ref, backend, dtype, **_tol(dtype))
-
-
-def test_mrope_interleaved_assignment_rule():
-    """Frequency k takes h when k%3==1 and k<3*s1, w when k%3==2 and k<3*s2, t otherwise."""
-    sections = (24, 20, 20)
-    freqs = arrayrope.rope_frequencies(128)
-    positions = np.array([1, 2, 3]).reshape(3, 1)  # t=1, h=2, w=3: angle / inv_freq names the axis
-    cos, sin = arrayrope.mrope_tables(freqs, positions, sections=sections, interleaved=True, dtype="float64")
-    angle = np.arctan2(sin[0], cos[0]) / freqs.inv_freq
-    k = np.arange(64)
-    expected = np.where((k % 3 == 1) & (k < 60), 2, np.where((k % 3 == 2) & (k < 60), 3, 1))
-    np.testing.assert_allclose(angle, expected, rtol=1e-9)
-
-
-def test_mrope_text_tokens_are_1d_rope():
-    freqs = arrayrope.rope_frequencies(32, base=1e4)
-    pos = np.arange(9)
-    for interleaved in (False, True):
-        cos, sin = arrayrope.mrope_tables(freqs, np.stack([pos] * 3), sections=(4, 6, 6), interleaved=interleaved)
-        np.testing.assert_allclose(cos, np.cos(np.outer(pos, inv_freq_formula(32, 1e4))), atol=1e-7)
-
-
-# -- learned mixed frequencies ----------------------------------------------------------------
-
-
-def test_mixed_tables_match_formula(backend):
-    heads, dim, grid = 3, 16, (3, 4)
-    f64 = arrayrope.mixed_rope_frequencies(dim, heads, seed=1)
-    n = grid[0] * grid[1]
-    rows, cols = np.divmod(np.arange(n), grid[1])
-    for dtype in _dtypes(backend):
-        f = backend.asarray(f64, dtype=dtype)
-        cos, sin = arrayrope.mixed_rope_tables(f, grid, num_prefix_tokens=1)
-        fd = to_numpy(f).astype(np.float64)
-        angles = rows[None, :, None] * fd[0][:, None, :] + cols[None, :, None] * fd[1][:, None, :]
-        angles = np.concatenate([np.zeros((heads, 1, dim // 2)), angles], axis=1)
-        xp_assert_close(cos, np.cos(angles), backend, dtype, **_tol(dtype))
-        xp_assert_close(sin, np.sin(angles), backend, dtype, **_tol(dtype))
-
-
-def test_mixed_initialisation_directions():
-    f = arrayrope.mixed_rope_frequencies(16, 5, seed=3)
-    mag = 10.0 ** (-np.arange(0, 16, 4) / 16)
-    np.testing.assert_allclose(np.hypot(f[0], f[1]), np.tile(np.concatenate([mag, mag]), (5, 1)))
-    # the two halves of each head are orthogonal directions
-    np.testing.assert_allclose(f[0, :, :4] * f[0, :, 4:] + f[1, :, :4] * f[1, :, 4:], 0, atol=1e-15)
-
-
-def test_mixed_tables_train_with_torch_autograd():
-    torch = pytest.importorskip("torch")
-    f = torch.tensor(arrayrope.mixed_rope_frequencies(8, 2, seed=0), dtype=torch.float64, requires_grad=True)
-    coords = torch.tensor([[0.0, 0.0], [1.0, 2.0], [3.5, -1.0]], dtype=torch.float64)
-    torch.autograd.gradcheck(lambda w: arrayrope.mixed_rope_tables(w, coords), (f,))
-    cos, sin = arrayrope.mixed_rope_tables(f, coords)
-    (cos.sum() + sin.sum()).backward()
-    assert f.grad is not None and float(f.grad.abs().sum()) > 0
+    cos, sin = axial_rope_tables(coords, 8)
+    theta = notes_theta(8)
+    angles = np.concatenate([np.outer([0.5, 2.0], theta), np.outer([1.0, 3.0], theta)], axis=-1)
+    xp_assert_close(cos, np.cos(angles), backend, "float32", rtol=1e-7, atol=1e-6)
+    xp_assert_close(sin, np.sin(angles), backend, "float32", rtol=1e-7, atol=1e-6)
 
 
 # -- bad input --------------------------------------------------------------------------------
@@ -350,26 +210,3 @@ def test_mixed_tables_train_with_torch_autograd():
 def test_axial_bad_input(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         arrayrope.axial_rope_tables(**kwargs)
-
-
-def test_mrope_bad_input():
-    f = arrayrope.rope_frequencies(32)
-    pos = np.zeros((3, 1, 4), dtype=int)
-    with pytest.raises(ValueError, match=r"sections=\[4, 4, 4\] sum to 12.*16"):
-        arrayrope.mrope_tables(f, pos, sections=(4, 4, 4))
-    with pytest.raises(ValueError, match=r"positions must have shape \(len\(sections\), ...\) = \(3, ...\)"):
-        arrayrope.mrope_tables(f, np.zeros((2, 4), dtype=int), sections=(4, 6, 6))
-    with pytest.raises(ValueError, match="sections must contain positive"):
-        arrayrope.mrope_tables(f, pos, sections=(0, 8, 8))
-    with pytest.raises(TypeError, match="freqs must be a RopeFrequencies"):
-        arrayrope.mrope_tables(np.ones(16), pos, sections=(4, 6, 6))
-
-
-def test_mixed_bad_input():
-    f = np.zeros((2, 3, 4))
-    with pytest.raises(ValueError, match="trailing size.*n_axes = freqs.shape\\[0\\] = 2"):
-        arrayrope.mixed_rope_tables(f, np.zeros((5, 3)))
-    with pytest.raises(ValueError, match="freqs must have shape"):
-        arrayrope.mixed_rope_tables(np.zeros((3, 4)), (2, 2))
-    with pytest.raises(ValueError, match="head_dim must be a multiple of 4"):
-        arrayrope.mixed_rope_frequencies(6, 2)

@@ -1,3 +1,9 @@
+"""``RotaryEmbedding`` (``encodings/embedding.py``) against explicit rotation matrices: offsets, positions,
+grouped-query heads, both axes orders, dtypes, its cache and threads, jax.jit, and the scaled frequencies
+(dynamic NTK, LongRoPE) that follow the sequence length, from their published formulas."""
+
+from __future__ import annotations
+
 import threading
 
 import numpy as np
@@ -5,7 +11,7 @@ import pytest
 
 import arrayrope as ar
 from arrayrope.testing import to_numpy
-from helpers import check_like, rope_by_matrix
+from helpers import POW_ULPS, check_like, inv_freq_formula, rope_by_matrix
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
@@ -43,10 +49,12 @@ def test_explicit_positions_and_per_batch_offsets(backend):
     xq = backend.asarray(q, dtype="float32")
     # (S,) positions
     p1 = np.array([7, 3, 0, 100, 2])
-    np.testing.assert_allclose(to_numpy(rope(xq, positions=backend.asarray(p1))), _oracle_bhsd(q, p1, inv, "half"), atol=3e-6)
+    out = rope(xq, positions=backend.asarray(p1))
+    np.testing.assert_allclose(to_numpy(out), _oracle_bhsd(q, p1, inv, "half"), atol=3e-6)
     # (B, S) position ids
     p2 = np.array([[0, 1, 2, 3, 4], [9, 10, 11, 12, 13]])
-    np.testing.assert_allclose(to_numpy(rope(xq, positions=backend.asarray(p2))), _oracle_bhsd(q, p2, inv, "half"), atol=3e-6)
+    out = rope(xq, positions=backend.asarray(p2))
+    np.testing.assert_allclose(to_numpy(out), _oracle_bhsd(q, p2, inv, "half"), atol=3e-6)
     # per-batch offsets (B,)
     off = np.array([4, 1000])
     qr, kr = rope(xq, backend.asarray(k, dtype="float32"), offset=backend.asarray(off))
@@ -91,7 +99,8 @@ def test_cache_grows_on_demand_and_is_reused():
     out = rope(q, offset=5000)  # beyond the cache: it grows to the next power of two
     (cos, _), = rope._cache.values()
     assert cos.shape[0] == 8192
-    np.testing.assert_allclose(out, _oracle_bhsd(q.astype(np.float64), np.arange(5000, 5004), rope.freqs.inv_freq, "half"), atol=3e-6)
+    expected = _oracle_bhsd(q.astype(np.float64), np.arange(5000, 5004), rope.freqs.inv_freq, "half")
+    np.testing.assert_allclose(out, expected, atol=3e-6)
 
 
 def test_threads_share_one_instance():
@@ -110,7 +119,8 @@ def test_threads_share_one_instance():
     [t.join() for t in threads]
     assert not errors
     for i, out in results.items():
-        np.testing.assert_allclose(out, _oracle_bhsd(q.astype(np.float64), np.arange(100 * i, 100 * i + 3), rope.freqs.inv_freq, "half"), atol=3e-6)
+        expected = _oracle_bhsd(q.astype(np.float64), np.arange(100 * i, 100 * i + 3), rope.freqs.inv_freq, "half")
+        np.testing.assert_allclose(out, expected, atol=3e-6)
 
 
 def test_jax_jit_with_traced_offset():
@@ -120,8 +130,9 @@ def test_jax_jit_with_traced_offset():
     rope = ar.RotaryEmbedding(16)
     step = jax.jit(lambda a, b, off: rope(a, b, offset=off))
     off = jnp.asarray([3, 40], dtype=jnp.int32)
-    qr, kr = step(jnp.asarray(q, dtype=jnp.float32), jnp.asarray(k, dtype=jnp.float32), off)
-    np.testing.assert_allclose(np.asarray(qr), _oracle_bhsd(q, np.array([[3], [40]]), rope.freqs.inv_freq, "half"), atol=3e-6)
+    qr, _kr = step(jnp.asarray(q, dtype=jnp.float32), jnp.asarray(k, dtype=jnp.float32), off)
+    expected = _oracle_bhsd(q, np.array([[3], [40]]), rope.freqs.inv_freq, "half")
+    np.testing.assert_allclose(np.asarray(qr), expected, atol=3e-6)
     # an int offset inside jit uses the cache without storing traced values in it
     qr = jax.jit(lambda a: rope(a, offset=7))(jnp.asarray(q, dtype=jnp.float32))
     np.testing.assert_allclose(np.asarray(qr), _oracle_bhsd(q, np.array([7]), rope.freqs.inv_freq, "half"), atol=3e-6)
@@ -138,7 +149,7 @@ def test_bad_calls(backend):
         ar.RotaryEmbedding(16, layout="gptj")
     with pytest.raises(ValueError, match="q must be 4-D"):
         rope(xq[0, ...])
-    with pytest.raises(ValueError, match="q.shape\\[-1\\] must be head_dim=16"):
+    with pytest.raises(ValueError, match=r"q.shape\[-1\] must be head_dim=16"):
         rope(xq[..., :8])
     with pytest.raises(ValueError, match="pass positions or offset, not both"):
         rope(xq, positions=backend.asarray(np.arange(5)), offset=3)
@@ -152,3 +163,92 @@ def test_bad_calls(backend):
         rope(xq, backend.asarray(k[:, :, :3], dtype="float32"))
     with pytest.raises(TypeError, match="q and k must have a real floating dtype"):
         rope(backend.asarray(np.ones((1, 1, 2, 16), dtype=np.int32)))
+
+
+# -- frequencies that follow the sequence length -----------------------------------------------
+
+LMAX = 64  # a tiny context so the switches happen at small positions
+
+
+def ntk(d: int, base: float, s: float, length: int) -> np.ndarray:
+    """Dynamic NTK frequencies from the published formula (unchanged up to LMAX)."""
+    if length > LMAX:
+        base = base * (s * length / LMAX - (s - 1)) ** (d / (d - 2))
+    return inv_freq_formula(d, base)
+
+
+def _q(backend, seq, dtype="float32"):
+    rng = np.random.default_rng(seq)
+    q = backend.asarray(rng.standard_normal((1, 2, seq, 32)), dtype=dtype)
+    return q, to_numpy(q).astype(np.float64)
+
+
+def test_dynamic_follows_transformers_rule(backend):
+    rope = ar.RotaryEmbedding(32, scaling={"rope_type": "dynamic", "factor": 2.0}, max_position_embeddings=LMAX)
+    dtype = "float64" if "float64" in backend.dtypes else "float32"
+    tol = 1e-12 if dtype == "float64" else 3e-6
+
+    def run(seq, offset, expect_len):
+        q, q64 = _q(backend, seq, dtype)
+        out = rope(q, offset=offset)
+        want = rope_by_matrix(q64, np.arange(offset, offset + seq), ntk(32, 1e4, 2.0, expect_len), "half")
+        np.testing.assert_allclose(to_numpy(out).astype(np.float64), want, rtol=tol, atol=tol)
+
+    run(8, 0, 8)  # within the context: the original frequencies
+    run(8, 92, 100)  # grows to 100
+    run(4, 80, 100)  # 84 < 100: the frequencies of the longest length stay
+    run(1, 100, 101)  # decoding one step further: recomputed for 101
+    run(4, 10, 14)  # back below max_position_embeddings: the original frequencies again
+    # the original frequencies come back unchanged (a property of the code) ...
+    np.testing.assert_array_equal(rope.freqs.inv_freq, ar.rope_frequencies(32).inv_freq)
+    # ... and they are the formula's, up to the rounding of pow (NumPy's vectorised pow may differ by an ulp)
+    np.testing.assert_array_max_ulp(rope.freqs.inv_freq, ntk(32, 1e4, 2.0, 1), maxulp=POW_ULPS)
+
+
+def test_longrope_switch(backend):
+    short = list(np.linspace(1.0, 1.3, 16))
+    long = list(np.linspace(1.0, 20.0, 16))
+    rope = ar.RotaryEmbedding(32, scaling={
+        "rope_type": "longrope", "short_factor": short, "long_factor": long, "original_max_position_embeddings": LMAX,
+    }, max_position_embeddings=4 * LMAX)
+    theta = inv_freq_formula(32, 1e4)
+    att = np.sqrt(1 + np.log(4) / np.log(LMAX))
+    dtype = "float64" if "float64" in backend.dtypes else "float32"
+    tol = 1e-12 if dtype == "float64" else 3e-6
+    for last, factors in ((LMAX - 1, short), (LMAX, long), (LMAX - 1, short)):  # max position + 1 vs L0
+        q, q64 = _q(backend, 4, dtype)
+        pos = np.arange(last - 3, last + 1)
+        if backend.lazy:
+            with pytest.raises(ValueError, match="seq_len="):
+                rope(q, positions=backend.asarray(pos))
+            out = rope(q, positions=backend.asarray(pos), seq_len=last + 1)
+        else:
+            out = rope(q, positions=backend.asarray(pos))
+        want = rope_by_matrix(q64, pos, theta / np.array(factors), "half") * att
+        np.testing.assert_allclose(to_numpy(out).astype(np.float64), want, rtol=tol, atol=tol)
+
+
+def test_rerotate_keeps_a_cache_valid_across_the_dynamic_switch():
+    rope = ar.RotaryEmbedding(32, scaling={"rope_type": "dynamic", "factor": 4.0}, max_position_embeddings=LMAX)
+    rng = np.random.default_rng(0)
+    k = rng.standard_normal((1, 2, LMAX, 32))
+    _, cache = rope(k, k, offset=0)
+    before = rope.freqs
+    k_new = rng.standard_normal((1, 2, 1, 32))
+    _, _k_new_rot = rope(k_new, k_new, offset=LMAX)  # position LMAX: the frequencies grow
+    assert rope.freqs != before
+    moved = ar.rerotate(cache, positions=np.arange(LMAX), from_freqs=before, to_freqs=rope.freqs)
+    want = rope_by_matrix(k, np.arange(LMAX), ntk(32, 1e4, 4.0, LMAX + 1), "half")
+    np.testing.assert_allclose(moved, want, rtol=1e-12, atol=1e-12)
+
+
+def test_from_config_and_errors():
+    cfg = {"head_dim": 32, "max_position_embeddings": LMAX, "rope_scaling": {"type": "dynamic", "factor": 2.0}}
+    rope = ar.RotaryEmbedding.from_config(cfg)
+    q = np.ones((1, 1, 2, 32))
+    rope(q, offset=LMAX)
+    np.testing.assert_allclose(rope.freqs.inv_freq, ntk(32, 1e4, 2.0, LMAX + 2), rtol=1e-14)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        ar.RotaryEmbedding(32, scaling={"rope_type": "dynamic", "factor": 2.0})
+    with pytest.raises(ValueError, match="seq_len must be positive"):
+        rope(q, positions=np.arange(2), seq_len=0)

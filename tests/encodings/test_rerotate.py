@@ -1,28 +1,24 @@
-"""``rerotate``: keys rotated with one frequency set equal keys rotated with another (explicit matrices)."""
+"""``rerotate`` (``encodings/rerotate.py``): keys rotated with one frequency set equal keys rotated with
+another (explicit matrices)."""
 
 from __future__ import annotations
 
-import array_api_compat
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from array_api_extra.testing import lazy_xp_function
+from hypothesis import given
+from hypothesis import strategies as st
 
 import arrayrope
+from arrayrope import rerotate
 from arrayrope.testing import to_numpy
-
-from helpers import rope_by_matrix
+from helpers import check_like, rope_by_matrix
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
 
-
-def same_kind(out, backend, dtype: str, shape: tuple) -> None:
-    """``out`` has the backend's array type and device, this dtype and shape."""
-    probe = backend.asarray(np.zeros(1, dtype=np.float32))
-    assert type(out) is type(probe), (type(out), type(probe))
-    assert tuple(out.shape) == tuple(shape) and str(out.dtype).split(".")[-1] == dtype, (out.shape, out.dtype)
-    dev = array_api_compat.device(out)
-    assert dev is None or dev == backend.device, (dev, backend.device)
+# In tests taking ``xp``: no Dask compute while building, traced under jax.jit (see conftest.py).
+lazy_xp_function(rerotate)
 
 
 def oracle(k: np.ndarray, positions: np.ndarray, freqs, layout: str) -> np.ndarray:
@@ -54,7 +50,7 @@ def freq_pair(kind: str, head_dim: int, rotary_dim: int):
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("kind", ["dynamic", "longrope", "yarn"])
-def test_rerotate_every_backend(backend, layout, kind):
+def test_rerotate_every_backend(xp, backend, layout, kind):
     f1, f2 = freq_pair(kind, 64, 48)
     rng = np.random.default_rng(1)
     k = rng.standard_normal((2, 3, 5, 64))
@@ -62,8 +58,8 @@ def test_rerotate_every_backend(backend, layout, kind):
     for dtype in [d for d in ("float32", "float64") if d in backend.dtypes]:
         kb = backend.asarray(k, dtype=dtype)
         k1 = backend.asarray(oracle(to_numpy(kb).astype(np.float64), pos, f1, layout), dtype=dtype)
-        out = arrayrope.rerotate(k1, positions=backend.asarray(pos), from_freqs=f1, to_freqs=f2, layout=layout)
-        same_kind(out, backend, dtype, k.shape)
+        out = rerotate(k1, positions=backend.asarray(pos), from_freqs=f1, to_freqs=f2, layout=layout)
+        check_like(out, backend, dtype, k.shape)
         tol = 2.5e-11 if dtype == "float64" else 2e-6  # float64: angles near 2e5 rad carry ~1e-11
         want = oracle(to_numpy(kb).astype(np.float64), pos, f2, layout)
         np.testing.assert_allclose(to_numpy(out).astype(np.float64), want, rtol=tol, atol=tol * 4)

@@ -1,28 +1,24 @@
-"""xPos against the paper's definition written with explicit rotation and scaling matrices."""
+"""xPos (``encodings/xpos.py``) against the paper's definition written with explicit rotation and scaling
+matrices."""
 
 from __future__ import annotations
 
-import array_api_compat
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from array_api_extra.testing import lazy_xp_function
+from hypothesis import given
+from hypothesis import strategies as st
 
 import arrayrope
+from arrayrope import xpos_tables
 from arrayrope.testing import to_numpy
-
-from helpers import rotation_matrix
+from helpers import check_like, rotation_matrix
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
 
-
-def same_kind(out, backend, dtype: str, shape: tuple) -> None:
-    """``out`` has the backend's array type and device, this dtype and shape."""
-    probe = backend.asarray(np.zeros(1, dtype=np.float32))
-    assert type(out) is type(probe), (type(out), type(probe))
-    assert tuple(out.shape) == tuple(shape) and str(out.dtype).split(".")[-1] == dtype, (out.shape, out.dtype)
-    dev = array_api_compat.device(out)
-    assert dev is None or dev == backend.device, (dev, backend.device)
+# In tests taking ``xp``: no Dask compute while building, traced under jax.jit (see conftest.py).
+lazy_xp_function(xpos_tables)
 
 
 def xpos_matrix(n: float, inv_freq: np.ndarray, head_dim: int, layout: str, sign: int, scale_base=512.0,
@@ -46,15 +42,15 @@ def test_published_scales_by_hand():
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_xpos_every_backend(backend, layout):
+def test_xpos_every_backend(xp, backend, layout):
     f = arrayrope.rope_frequencies(32, rotary_dim=24)
     rng = np.random.default_rng(0)
     pos = np.array([0, 3, 700, 2000])
     q, k = rng.standard_normal((2, 4, 32))
     dtype = "float32"
-    tabs = arrayrope.xpos_tables(f, backend.asarray(pos), center=1000.0)
+    tabs = xpos_tables(f, backend.asarray(pos), center=1000.0)
     for t in tabs:
-        same_kind(t, backend, dtype, (4, 12))
+        check_like(t, backend, dtype, (4, 12))
     qr = arrayrope.apply_rotary(backend.asarray(q, dtype=dtype), tabs[0], tabs[1], layout=layout)
     kr = arrayrope.apply_rotary(backend.asarray(k, dtype=dtype), tabs[2], tabs[3], layout=layout)
     for out, x, sign in ((qr, q, 1), (kr, k, -1)):

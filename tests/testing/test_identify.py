@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from arrayrope.scaling import ROPE_TYPES
 from arrayrope.testing import identify_rope
+from helpers import llama3_inv_freq
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
@@ -143,24 +145,9 @@ def test_linear_scaling_is_named():
     assert found.base == 10000.0
 
 
-def _llama3_theta(r, base, factor, low, high, original):
-    """Llama 3.1's frequency rule, from its published definition."""
-    out = []
-    for t in theta(r, base):
-        wavelen = 2 * np.pi / t
-        if wavelen < original / high:
-            out.append(t)
-        elif wavelen > original / low:
-            out.append(t / factor)
-        else:
-            g = (original / wavelen - low) / (high - low)
-            out.append((1 - g) * t / factor + g * t)
-    return np.array(out)
-
-
 @pytest.mark.skipif("llama3" not in ROPE_TYPES, reason="this arrayrope has no llama3 rope type")
 def test_llama3_scaling_is_named():
-    inv = _llama3_theta(128, 500000.0, 8.0, 1.0, 4.0, 8192)
+    inv = llama3_inv_freq(128, 500000.0, 8.0, 1.0, 4.0, 8192)
 
     def fn(x, positions):
         emb = np.concatenate([np.outer(positions, inv)] * 2, axis=-1)
@@ -219,7 +206,7 @@ def test_bad_arguments_are_named():
         identify_rope(lambda x, p: x, head_dim=8, seq_len=2)
     with pytest.raises(ValueError, match=r"fn returned shape \(1, 8, 32, 4\) for x of shape \(1, 8, 32, 8\)"):
         identify_rope(lambda x, p: x[..., :4], head_dim=8)
-    with pytest.raises(ValueError, match="raised for every probe.*ZeroDivisionError"):
+    with pytest.raises(ValueError, match=r"raised for every probe.*ZeroDivisionError"):
         identify_rope(lambda x, p: 1 / 0, head_dim=8)
     with pytest.raises(TypeError, match="one array"):
         identify_rope(lambda x, p: (x, x), head_dim=8)
