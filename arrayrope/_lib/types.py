@@ -21,8 +21,11 @@ Layout: TypeAlias = Literal["half", "interleaved"]
 """Which features pair up: ``"half"`` (i with i + r/2) or ``"interleaved"`` (2i with 2i + 1)."""
 Axes: TypeAlias = Literal["bhsd", "bshd"]
 """Where batch, heads, sequence and features sit in a 4-D query or key."""
+RotaryFeatures: TypeAlias = Literal["leading", "trailing"]
+"""Which features of a head rotate: the first ``rotary_dim`` (most models) or the last (DeepSeek's q_pe, k_pe)."""
 SinusoidalLayout: TypeAlias = Literal["interleaved", "concat"]
 """Sinusoidal feature order: sin/cos alternating, or all sines then all cosines."""
 
 LAYOUTS: tuple[Layout, ...] = get_args(Layout)
 AXES: tuple[Axes, ...] = get_args(Axes)
+ROTARY_FEATURES: tuple[RotaryFeatures, ...] = get_args(RotaryFeatures)
