@@ -52,6 +52,15 @@ _TWO_BASES = {
     **dict.fromkeys(("modernbert", "modernbert-decoder"), ("global_rope_theta", "local_rope_theta", True)),
 }
 _LAYER_TYPES = ("full_attention", "sliding_attention")
+#: rope_parameters of model types whose configs may leave them out (transformers' defaults).
+_DEFAULT_PARAMETERS: dict[str, dict[str, dict[str, Any]]] = {
+    "gemma4_text": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+        "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
+    },
+}
+#: model type -> (key, default) of the head dim of full-attention layers where it differs from head_dim.
+_GLOBAL_HEAD_DIM = {"gemma4_text": ("global_head_dim", 512)}
 #: Model types whose checkpoints pair features (2i, 2i + 1) (transformers applies them interleaved).
 _INTERLEAVED = frozenset({"gptj", "codegen", "cohere", "cohere2", "llama4", "llama4_text"})
 
@@ -62,9 +71,12 @@ KEYS: dict[str, str] = {
     "rope_theta": "the base; inside the dict it wins over the top level; default 10000 or the model type's",
     "partial_rotary_factor": "rotary_dim = int(head_dim * factor); the dict's value wins over the top level",
     "head_dim": "features per head; else hidden_size // num_attention_heads",
+    "global_head_dim": "Gemma 4: the head dim of the full-attention layers (default 512)",
     "hidden_size": "with num_attention_heads, the head dim where head_dim is missing",
     "num_attention_heads": "with hidden_size, the head dim where head_dim is missing",
     "max_position_embeddings": "the context length of dynamic (NTK) and of the yarn/longrope factor fallbacks",
+    "n_embd": "GPT-J, CodeGen: hidden_size", "n_head": "GPT-J, CodeGen: num_attention_heads",
+    "n_positions": "GPT-J, CodeGen: max_position_embeddings",
     "original_max_position_embeddings": "top level (Phi-3) wins over the dict's for llama3, yarn and longrope",
     "layer_types": "names the layer types a per-layer rope_parameters is keyed by; layer_type= picks one",
     "rope_local_base_freq": "Gemma 3 (v4): the base of the sliding-window layers (layer_type='sliding_attention')",
@@ -123,13 +135,16 @@ def read(cfg: Mapping[str, Any], where: str, layer_type: str | None) -> Settings
         prf = 0.25
 
     head_dim, rotary_dim, features = _dims(cfg, where)
+    if layer == "full_attention" and model_type in _GLOBAL_HEAD_DIM:
+        key, default = _GLOBAL_HEAD_DIM[model_type]
+        head_dim = checks.positive_int(cfg.get(key) or default, f"{where}: {key}")
     if prf is not None and features == "trailing" and rotary_dim is not None:
         rotary_dim = int(rotary_dim * float(prf))  # MLA: the factor applies to the rotary head (qk_rope_head_dim)
         prf = None
     if prf is not None and float(prf) == 1.0:
         prf = None
 
-    max_len = cfg.get("max_position_embeddings")
+    max_len = cfg.get("max_position_embeddings", cfg.get("n_positions"))
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral)):
         raise TypeError(f"{where}: max_position_embeddings must be an int, got {max_len!r}")
 
@@ -167,7 +182,7 @@ def _parameters(cfg: Mapping[str, Any], where: str, layer_type: str | None, mode
                 ) -> tuple[dict[str, Any], str | None]:
     """The rope dict for ``layer_type`` as transformers standardises it, and the layer type it is for
     (None when the config has one set for every layer)."""
-    raw = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    raw = cfg.get("rope_scaling") or cfg.get("rope_parameters") or _DEFAULT_PARAMETERS.get(model_type) or {}
     if not isinstance(raw, Mapping):
         raise TypeError(f"{where}: rope_scaling / rope_parameters must be an object, got {raw!r}")
     nested = bool(raw) and all(isinstance(v, Mapping) or v is None for v in raw.values())
@@ -233,7 +248,7 @@ def _dims(cfg: Mapping[str, Any], where: str) -> tuple[int, int | None, str]:
     if head_dim is not None:
         head = checks.positive_int(head_dim, f"{where}: head_dim")
     else:
-        hidden, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
+        hidden, heads = cfg.get("hidden_size", cfg.get("n_embd")), cfg.get("num_attention_heads", cfg.get("n_head"))
         if hidden is None or heads is None:
             missing = [k for k, v in (("hidden_size", hidden), ("num_attention_heads", heads)) if v is None]
             raise ValueError(f"{where} needs 'head_dim', or 'hidden_size' and 'num_attention_heads'; missing {missing}")

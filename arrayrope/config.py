@@ -109,7 +109,7 @@ def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_typ
 def settings(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: str | None = None) -> Settings:
     """Everything a config says about its rotary embedding (frequencies, rotary features, layout)."""
     cfg, where = _load(config)
-    if not any(k in cfg for k in ("head_dim", "hidden_size", "qk_rope_head_dim")) and isinstance(
+    if not any(k in cfg for k in ("head_dim", "hidden_size", "n_embd", "qk_rope_head_dim")) and isinstance(
         cfg.get("text_config"), Mapping
     ):
         cfg, where = cfg["text_config"], f"{where}['text_config']"

@@ -169,17 +169,17 @@ def llama3(omega: np.ndarray, sigma: np.ndarray, **context: Any) -> Iterator[Can
             kept, scaled = np.abs(g - 1.0) <= tol, np.abs(g) <= tol
             band = ~(kept | scaled)
             wavelength = 2 * np.pi / theta
-            specs: list[tuple[float, float, float]] = []
+            specs: list[tuple[float, float, float]] = []  # round lengths and factors first
+            for L0 in _POW2:
+                for low, high in _LLAMA3_FACTORS:
+                    if np.all(wavelength[kept] < L0 / high) and np.all(wavelength[scaled] > L0 / low):
+                        specs.append((float(L0), low, high))
             if band.sum() >= 2:  # g = (L0 / wavelength - low) / (high - low): a line in theta
                 slope, icept = np.polyfit(theta[band], g[band], 1)
                 if slope > 0 and icept < 0:
                     w_low, w_high = -2 * np.pi * slope / icept, 2 * np.pi * slope / (1.0 - icept)
                     L0 = float(round(nice(w_low, 1e-4)))
                     specs.append((L0, 1.0, nice(L0 / w_high, 1e-4)))
-            for L0 in _POW2:
-                for low, high in _LLAMA3_FACTORS:
-                    if np.all(wavelength[kept] < L0 / high) and np.all(wavelength[scaled] > L0 / low):
-                        specs.append((float(L0), low, high))
             for L0, low, high in specs:
                 yield b, r, {"rope_type": "llama3", "factor": s, "low_freq_factor": low, "high_freq_factor": high,
                              "original_max_position_embeddings": int(L0)}
@@ -212,17 +212,22 @@ def yarn(omega: np.ndarray, sigma: np.ndarray, *, gain: float, gain_sigma: float
         theta = b ** (-2.0 * i / r)
         factors = _factors(omega, sigma, theta)
         if gain > 1.0:  # the ramp may end past the last pair: the default attention factor names s
-            factors += [c for c in _roundest(math.exp((gain - 1.0) / 0.1), gain_sigma / 0.1) if c not in factors]
+            factors += [c for c in _roundest(math.exp((gain - 1.0) / 0.1), gain_sigma / 0.1)
+                        if c > 1.0 and c not in factors]
         for s in factors:
             gamma = (1.0 - omega / theta) / (1.0 - 1.0 / s)
             tol = K_SIGMA * sigma / theta / (1.0 - 1.0 / s)
             ramp = (gamma > tol) & (gamma < 1.0 - tol)
 
-            specs: list[dict[str, Any]] = []
+            specs: list[dict[str, Any]] = [  # round lengths with the default betas first
+                {"original_max_position_embeddings": L0} for L0 in _POW2
+                if math.floor(_ramp_end(L0, 32.0, b, r)) <= r // 2 and math.ceil(_ramp_end(L0, 1.0, b, r)) >= 1]
             if ramp.sum() >= 2:  # gamma = (i - lo) / (hi - lo)
                 slope, icept = np.polyfit(i[ramp], gamma[ramp], 1)
-                lo, hi = -icept / slope, (1.0 - icept) / slope
-                if abs(lo - round(lo)) < 0.05 and abs(hi - round(hi)) < 0.05:  # truncated to whole pairs
+                lo, hi = (-icept / slope, (1.0 - icept) / slope) if slope > 1.0 / r else (-1.0, -1.0)
+                if not (0 <= lo < hi <= r):
+                    pass  # no ramp of YaRN's shape: only the grid below
+                elif abs(lo - round(lo)) < 0.05 and abs(hi - round(hi)) < 0.05:  # truncated to whole pairs
                     lo, hi = round(lo), round(hi)
                     # floor(r(L0, 32)) == lo and ceil(r(L0, 1)) == hi, as intervals of L0
                     a = max(2 * math.pi * 32 * b ** (2 * lo / r), 2 * math.pi * b ** (2 * (hi - 1) / r))
@@ -237,9 +242,7 @@ def yarn(omega: np.ndarray, sigma: np.ndarray, *, gain: float, gain_sigma: float
                     if beta_fast != 32.0:
                         spec["beta_fast"] = beta_fast
                     specs.append(spec)
-            specs += [{"original_max_position_embeddings": L0} for L0 in _POW2
-                      if math.floor(_ramp_end(L0, 32.0, b, r)) <= r // 2 and math.ceil(_ramp_end(L0, 1.0, b, r)) >= 1]
-            attention = None if abs(yarn_mscale(s) - gain) <= K_SIGMA * gain_sigma else nice(gain, gain_sigma)
+            attention = None if abs(yarn_mscale(s) - gain) <= K_SIGMA * gain_sigma else nice(gain, 8 * gain_sigma)
             for spec in specs:
                 scaling = {"rope_type": "yarn", "factor": s, **spec}
                 if attention is not None:
