@@ -7,10 +7,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ._config_keys import Settings, read
+from ._config_keys import KEYS, Settings, read
 from .frequencies import RopeFrequencies, rope_frequencies
 
-__all__ = ["rope_config", "rope_frequencies_from_config", "settings"]
+__all__ = ["CONFIG_KEYS", "rope_config", "rope_frequencies_from_config", "settings"]
+
+#: Every config key transformers reads for rope, and what arrayrope does with it.
+CONFIG_KEYS = KEYS
 
 
 def rope_frequencies_from_config(
@@ -64,8 +67,8 @@ def rope_frequencies_from_config(
     ``max_position_embeddings``. Family keys: GPT-NeoX's ``rotary_pct`` (default 0.25) and
     ``rotary_emb_base``; GPT-J's and CodeGen's ``rotary_dim``; DeepSeek's (MLA)
     ``qk_rope_head_dim``, the rotary dim, rotating the trailing features of heads of
-    ``qk_nope_head_dim + qk_rope_head_dim``. ``arrayrope._config_keys.KEYS`` lists every
-    key transformers reads for rope with arrayrope's answer.
+    ``qk_nope_head_dim + qk_rope_head_dim``. :data:`arrayrope.config.CONFIG_KEYS` lists
+    every key transformers reads for rope with arrayrope's answer.
 
     Examples
     --------

@@ -31,6 +31,8 @@ BandSpacing: TypeAlias = Literal["linear", "log"]
 """How pixel frequency bands are spaced between 1 and ``max_freq / 2`` (times pi)."""
 SinusoidalLayout: TypeAlias = Literal["interleaved", "concat"]
 """Sinusoidal feature order: sin/cos alternating, or all sines then all cosines."""
+SinusoidalFrequencies: TypeAlias = Literal["paper", "tensor2tensor"]
+"""Sinusoidal frequencies: ``base ** (-2i / d)`` (the paper) or ``base ** (-i / (d/2 - 1))`` (tensor2tensor)."""
 
 LAYOUTS: tuple[Layout, ...] = get_args(Layout)
 AXES: tuple[Axes, ...] = get_args(Axes)
@@ -38,3 +40,4 @@ ROTARY_FEATURES: tuple[RotaryFeatures, ...] = get_args(RotaryFeatures)
 GRID_KINDS: tuple[GridKind, ...] = get_args(GridKind)
 GRID_INDEXINGS: tuple[GridIndexing, ...] = get_args(GridIndexing)
 BAND_SPACINGS: tuple[BandSpacing, ...] = get_args(BandSpacing)
+SINUSOIDAL_FREQUENCIES: tuple[SinusoidalFrequencies, ...] = get_args(SinusoidalFrequencies)

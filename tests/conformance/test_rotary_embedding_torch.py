@@ -86,9 +86,10 @@ def test_language_rope(kwargs, rope_type, dtype, record):
         factor = kwargs.get("interpolate_factor", 1.0)
         rounded = ((torch.arange(s, dtype=TORCH[dtype]) + offset) / factor).double().numpy() * factor
         lib_exact = rotate64(_np(x), rounded[:, None] * inv, "interleaved")
-        note = f"rotary-embedding-torch rounds the positions to {dtype} ({offset}..{offset + s - 1} -> " \
-               f"{int(rounded.min())}..{int(rounded.max())} in {len(set(rounded.tolist()))} steps)"
-    _check(record, f"rotated x, positions {offset}..{offset + s - 1}", f"RotaryEmbedding({kwargs})", dtype,
+        note = f"computes positions in x's dtype: {offset}..{offset + s - 1} become " \
+               f"{len(set(rounded.tolist()))} distinct {dtype} values from {int(rounded.min())} to {int(rounded.max())}"
+    family = "RotaryEmbedding(" + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ")"
+    _check(record, f"rotated x, positions {offset}..{offset + s - 1}", family, dtype,
            x.to(torch.float64), lib, ours, (rotate64(_np(x), angles, "interleaved"), angles.shape), lib_table,
            rope_type=rope_type, lib_exact=lib_exact, note=note)
 
@@ -170,7 +171,7 @@ def test_identify_rope_names_the_module(dtype, record):
         exact_to = 2048 if dtype == "float16" else 256
         far = identify_rope(fn, head_dim=64, dtype="float32", seq_len=8)
         assert not far.matched and "do not grow linearly" in far.reason, far
-        note = f"positions past {exact_to} are rounded to {dtype} by the library: probed up to {exact_to}"
+        note = f"{dtype}: positions past {exact_to} are rounded, identify_rope probed up to {exact_to}"
     found = identify_rope(fn, head_dim=64, dtype="float32", seq_len=8,
                           max_position=1 << 24 if not note else exact_to)
     assert found.matched, found

@@ -146,7 +146,8 @@ CASES = [
                                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}},
          run=LLAMA_RUN),
     Case("Llama 4", {**LLAMA, "model_type": "llama4_text", "max_position_embeddings": 131072, "rope_theta": 500000.0,
-                     "intermediate_size_mlp": 64, "intermediate_size": 64,
+                     "intermediate_size_mlp": 64, "intermediate_size": 64, "num_hidden_layers": 4,
+                     "no_rope_layers": [1, 1, 1, 0],
                      "rope_scaling": {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0,
                                       "high_freq_factor": 1.0, "original_max_position_embeddings": 8192}},
          layout="interleaved", run=llama4_run),
@@ -175,6 +176,12 @@ CASES = [
                                                                  "rope_theta": 1e6},
                                               "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
          layer_type="sliding_attention", run=llama_style("gemma3", "Gemma3RotaryEmbedding", layer_arg=True)),
+    Case("ModernBERT", {"model_type": "modernbert", "hidden_size": 256, "num_attention_heads": 2,
+                        "global_rope_theta": 160000.0, "local_rope_theta": 10000.0, "max_position_embeddings": 8192},
+         layer_type="full_attention", run=llama_style("modernbert", "ModernBertRotaryEmbedding", layer_arg=True)),
+    Case("ModernBERT", {"model_type": "modernbert", "hidden_size": 256, "num_attention_heads": 2,
+                        "global_rope_theta": 160000.0, "local_rope_theta": 10000.0, "max_position_embeddings": 8192},
+         layer_type="sliding_attention", run=llama_style("modernbert", "ModernBertRotaryEmbedding", layer_arg=True)),
     Case("Gemma 4", {**LLAMA, "model_type": "gemma4_text", "head_dim": 64, "global_head_dim": 128,
                      "layer_types": ["sliding_attention", "full_attention"], "num_hidden_layers": 2,
                      "rope_parameters": {"full_attention": {"rope_type": "proportional", "rope_theta": 1e6,
@@ -183,7 +190,7 @@ CASES = [
          layer_type="full_attention", run=llama_style("gemma4", "Gemma4TextRotaryEmbedding", layer_arg=True, one=True)),
     Case("DeepSeek-V3", {"model_type": "deepseek_v3", "hidden_size": 256, "num_attention_heads": 2,
                          "qk_nope_head_dim": 32, "qk_rope_head_dim": 64, "v_head_dim": 32, "kv_lora_rank": 32,
-                         "q_lora_rank": 48, "max_position_embeddings": 16384, "rope_interleave": True,
+                         "q_lora_rank": 48, "max_position_embeddings": 163840, "rope_interleave": True,
                          "rope_scaling": {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
                                           "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}},
          layout="interleaved", trailing=True,
@@ -237,7 +244,7 @@ def test_frequencies_and_tables(case, record):
     assert np.all(diff <= bound), float(np.max(diff - bound))
     lib = max(float(np.max(np.abs(cos_l - exact_c))), float(np.max(np.abs(sin_l - exact_s))))
     record(library="transformers", family=case.family, rope_type=case.rope_type, layout=case.layout,
-           compared=f"inv_freq, attention factor, cos/sin at positions up to {pos.max()}", dtype="float32",
+           compared="inv_freq, attention factor, cos/sin", dtype="float32",
            max_error=float(np.max(diff)), library_error=lib, arrayrope_error=ours, tolerance=float(np.max(bound)))
 
 
@@ -336,3 +343,48 @@ def test_every_rope_type_of_transformers_is_known_or_refused():
 
     known = set(ROPE_TYPES) | set(REFUSED) | set(ALIASES)
     assert set(ROPE_INIT_FUNCTIONS) <= known, set(ROPE_INIT_FUNCTIONS) - known
+
+
+def test_multimodal_rope_sections_of_qwen2_vl(record):
+    """mrope_section: the pairs of each section turn by that axis' positions (temporal, height, width)."""
+    cfg = {"model_type": "qwen2_vl_text", "hidden_size": 256, "num_attention_heads": 2, "rope_theta": 1e6,
+           "max_position_embeddings": 4096, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}
+    hf = CONFIG_MAPPING["qwen2_vl_text"].from_dict(copy.deepcopy(cfg))
+    rot = models("qwen2_vl").Qwen2VLRotaryEmbedding(hf)
+    rng = np.random.default_rng(1)
+    pos = rng.integers(0, 3000, size=(3, 2, 20))
+    x = torch.zeros(2, 20, 128)
+    cos_l, sin_l = rot(x, torch.from_numpy(pos))
+    with pytest.warns(UserWarning, match="mrope_section"):  # sections are an argument of mrope_tables
+        f = arrayrope.rope_frequencies_from_config(cfg)
+    cos, sin = arrayrope.mrope_tables(f, pos, sections=(16, 24, 24), dtype=np.float64)
+    rel = float(np.max(np.abs(rot.inv_freq.double().numpy() - f.inv_freq) / f.inv_freq))
+    assert rel <= inv_freq_rtol(1e6)
+    axis = np.repeat([0, 1, 2], [16, 24, 24])
+    angles = pos[axis, :, :].transpose(1, 2, 0) * f.inv_freq  # (B, S, 64): pair i takes its section's axis
+    bound = table_bound(angles, rel)
+    diff = np.maximum(np.abs(cos_l[..., :64].double().numpy() - cos), np.abs(sin_l[..., :64].double().numpy() - sin))
+    assert np.all(diff <= bound)
+    ours = max(float(np.max(np.abs(cos - np.cos(angles)))), float(np.max(np.abs(sin - np.sin(angles)))))
+    assert ours <= 1e-12
+    record(library="transformers", family="Qwen2-VL", rope_type="mrope", layout="half",
+           compared="M-RoPE cos/sin, 3 position axes up to 3000", dtype="float32", max_error=float(diff.max()),
+           library_error=float(np.max(np.abs(cos_l[..., :64].double().numpy() - np.cos(angles)))),
+           arrayrope_error=ours, tolerance=float(bound.max()))
+
+
+def test_every_config_key_transformers_reads_is_compared():
+    """Each key of arrayrope's list of the keys transformers reads for rope appears in a compared config."""
+    from arrayrope.config import CONFIG_KEYS as KEYS
+
+    seen: set[str] = {"model_type"}
+    for case in CASES:
+        seen |= set(case.cfg)
+        for value in case.cfg.values():
+            if isinstance(value, dict):
+                seen |= set(value)
+                seen |= {k for v in value.values() if isinstance(v, dict) for k in v}
+    # hidden_size / num_attention_heads / rope_scaling-with-mrope_section: compared in the tests above as well
+    seen |= {"mrope_section"}
+    missing = sorted(set(KEYS) - seen)
+    assert not missing, missing
