@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._lib import checks
+from .scaling import rope_type
 
 __all__ = ["DEFAULT_THETA", "KEYS", "Settings", "read"]
 
@@ -61,6 +62,16 @@ _DEFAULT_PARAMETERS: dict[str, dict[str, dict[str, Any]]] = {
 }
 #: model type -> (key, default) of the head dim of full-attention layers where it differs from head_dim.
 _GLOBAL_HEAD_DIM = {"gemma4_text": ("global_head_dim", 512)}
+#: Model types whose default rope reads partial_rotary_factor (the others' default rope ignores it).
+_DEFAULT_READS_PARTIAL = frozenset({
+    "bamba", "deepseek_v4", "diffusion_gemma", "dots3_note", "dots3_note_text", "efficientloftr", "glm", "glm4",
+    "glm4_moe", "glm4_moe_lite", "glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text", "glm_image", "glm_ocr",
+    "glmasr", "gpt_neox", "gpt_neox_japanese", "laguna", "mellum", "mimo_v2_flash", "minimax_m2", "minimax_m3_vl",
+    "minimax_m3_vl_text", "moonshine", "moonshine_streaming", "musicflamingo", "nemotron", "nemotron3_5_transcribe",
+    "nemotron3_diarization", "neomme", "persimmon", "phi", "phi3", "phi4_multimodal", "qwen3_5", "qwen3_5_text",
+    "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next", "qwen4_exp", "recurrent_gemma", "solar_open", "stablelm",
+    "step3p7", "zaya",
+})
 #: Model types whose checkpoints pair features (2i, 2i + 1) (transformers applies them interleaved).
 _INTERLEAVED = frozenset({"gptj", "codegen", "cohere", "cohere2", "llama4", "llama4_text"})
 
@@ -69,7 +80,8 @@ KEYS: dict[str, str] = {
     "rope_parameters": "the scaling dict (v5); per layer type when keyed by layer types (pass layer_type=)",
     "rope_scaling": "the scaling dict (v4); wins over rope_parameters when not empty",
     "rope_theta": "the base; inside the dict it wins over the top level; default 10000 or the model type's",
-    "partial_rotary_factor": "rotary_dim = int(head_dim * factor); the dict's value wins over the top level",
+    "partial_rotary_factor": "rotary_dim = int(head_dim * factor); the dict's value wins over the top level; "
+    "refused with the default rope of model types whose default rope ignores it (Llama and most others)",
     "head_dim": "features per head; else hidden_size // num_attention_heads",
     "global_head_dim": "Gemma 4: the head dim of the full-attention layers (default 512)",
     "hidden_size": "with num_attention_heads, the head dim where head_dim is missing",
@@ -144,13 +156,17 @@ def read(cfg: Mapping[str, Any], where: str, layer_type: str | None) -> Settings
     if prf is not None and float(prf) == 1.0:
         prf = None
 
+    if (prf is not None and isinstance(model_type, str) and model_type not in _DEFAULT_READS_PARTIAL
+            and features == "leading" and cfg.get("rotary_dim") is None and rope_type(params).name == "default"):
+        raise ValueError(
+            f"{where}: partial_rotary_factor={prf} but transformers' default rope of model type {model_type!r} "
+            "ignores it and rotates the whole head; remove the key (whole head) or the model_type (partial rotary)"
+        )
     max_len = cfg.get("max_position_embeddings", cfg.get("n_positions"))
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral)):
         raise TypeError(f"{where}: max_position_embeddings must be an int, got {max_len!r}")
 
     scaling: dict[str, Any] | None = params
-    from .scaling import rope_type
-
     entry = rope_type(params)
     if entry.name == "yarn" and nested and params.get("truncate") is False:
         raise ValueError(

@@ -229,6 +229,7 @@ def test_single_parameter_set_answers_every_declared_layer_type():
         ({"head_dim": 64, "rope_scaling_layers": [1, 2]}, "'rope_scaling_layers' is not supported"),
         ({"head_dim": 64, "my_rope_trick": 3}, "'my_rope_trick' looks like a rotary setting"),
         ({"head_dim": 64, "rope_scaling": {"rope_type": "axial"}}, "rope_type 'axial' is not supported"),
+        ({"model_type": "llama", "head_dim": 64, "partial_rotary_factor": 0.5}, "default rope of model type 'llama'"),
         ({"head_dim": 64, "layer_types": ["full_attention"], "rope_parameters": {"full_attention": {
             "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "truncate": False}}},
          "reads 'truncate' from the top level"),

@@ -37,13 +37,18 @@ default to 32/1, ``truncate`` to True, its missing ``factor`` to ``Lmax / L0`` a
 (transformers v5 does the same when it standardizes a config). An explicit
 ``attention_factor`` always wins. Values that are ``None`` count as missing.
 
+Each entry may also carry a ``fit``: what measured frequencies tell about the
+type's parameters (:mod:`._fit`), which is how :func:`arrayrope.testing.identify_rope`
+knows which rope types a probe can name. Rope types of transformers that are no 1-D
+frequency rule (a vision encoder's ``axial``) are in :data:`REFUSED` with the reason.
+
 Unlike transformers, which logs a warning and goes on, a dict that cannot be
 right raises: an unknown ``rope_type``, a missing required key, ``factor < 1``,
 ``low_freq_factor > high_freq_factor``, ``beta_fast < beta_slow``, factor lists
 of the wrong length. Keys a rope type does not read are left out of the math
 and reported in one warning.
 
-Adding a rope type is one function and its entry::
+Adding a rope type is one function and its entry (``fit=`` optional)::
 
     @register("mine", required=("factor",), optional=("beta",))
     def _mine(inv_freq, params, *, base, rotary_dim, max_position_embeddings, seq_len, **context):

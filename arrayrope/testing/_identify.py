@@ -208,7 +208,7 @@ def identify_rope(
             return _unmatched(found, f"fn returns x unchanged at positions 0..{last}")
         return _unmatched(found, f"fn changes x but does not turn any pair of features at positions 0..{last}")
     if isinstance(st, str):
-        return _unmatched(found, st)
+        return _unmatched(found, st + _permutation_hint(M[0], tol))
     features = "leading" if st.start == 0 else "trailing"
     found = dataclasses.replace(found, rotary_dim=st.width, layout=st.layout, rotary_features=features)
 
@@ -281,6 +281,22 @@ def identify_rope(
 def _unmatched(found: RopeConvention, reason: str) -> RopeConvention:
     """``found`` as far as it got, with the reason nothing matched."""
     return dataclasses.replace(found, matched=False, reason=reason)
+
+
+def _permutation_hint(m0: np.ndarray, tol: float) -> str:
+    """A hint when the matrix at position 0 moves features instead of leaving them (a rotation by 0 would)."""
+    big = np.abs(m0) > 0.5
+    if np.array_equal(big.sum(axis=0), np.ones(len(m0))) and np.array_equal(big.sum(axis=1), np.ones(len(m0))):
+        moved = np.flatnonzero(~np.diag(big))
+        if moved.size:
+            pairs = ", ".join(f"{j} -> {int(np.argmax(big[:, j]))}" for j in moved[:4])
+            return (
+                f"; at position 0 fn moves features ({pairs}"
+                f"{'...' if moved.size > 4 else ''}): its output is permuted, as DeepSeek's interleaved kernel "
+                "writes half-split order; probe fn composed with the permutation of its checkpoint rows "
+                "(arrayrope.to_interleaved / permute_rotary_rows)"
+            )
+    return ""
 
 
 def _offset(meas: _probe.Measured, max_offset: int) -> int | None:

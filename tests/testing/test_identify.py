@@ -384,3 +384,17 @@ def test_tables_that_end_and_lengths_that_change():
     assert not far.matched and "do not grow linearly" in far.reason and "max_position" in far.reason
     near = identify_rope(dynamic, head_dim=64, dtype="float32", seq_len=8, max_position=2047)
     assert near.matched and near.base == 1e4 and near.scaling is None
+
+
+def test_permuted_output_is_pointed_out():
+    """DeepSeek's kernel: interleaved pairs in, half-split order out. Composed with to_interleaved it is plain RoPE."""
+    inner = float32_recipe(theta(16, 1e4), "interleaved")
+
+    def kernel(x, p):
+        return arrayrope.to_half(inner(x, p))
+
+    found = identify_rope(kernel, head_dim=16, dtype="float32", seq_len=8)
+    assert not found.matched and "output is permuted" in found.reason, found
+    fixed = identify_rope(lambda x, p: kernel(arrayrope.to_interleaved(x), p), head_dim=16, dtype="float32",
+                          seq_len=8)
+    assert fixed.matched and fixed.layout == "half", fixed
