@@ -321,6 +321,41 @@ def test_rotary_embedding_in_float32_at_llama31_settings():
     assert found.max_error < 1e-6  # float32 tables correctly rounded: only the output's rounding
 
 
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("fraction", [0.5, 1.0])
+@pytest.mark.parametrize("scaling", [None, "llama3", "yarn"])
+def test_bfloat16_recipes_with_scalings(layout, fraction, scaling):
+    """float32 tables rounded to bfloat16 and the rotation in bfloat16, at base 1e7 (yarn: base 1e6)."""
+    torch = pytest.importorskip("torch")
+    head_dim = 128
+    r = int(head_dim * fraction)
+    base = 1e6 if scaling == "yarn" else 1e7
+    sc = {"llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192},
+          "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}}.get(scaling)
+    f = arrayrope.rope_frequencies(head_dim, base=base, rotary_dim=r, scaling=sc)
+    inv = torch.tensor(f.inv_freq, dtype=torch.float32)
+    att = f.attention_factor
+
+    def fn(x, positions):
+        t = torch.from_numpy(x).to(torch.bfloat16)
+        ang = torch.from_numpy(positions).float()[:, None] * inv
+        cos, sin = (att * ang.cos()).bfloat16(), (att * ang.sin()).bfloat16()
+        rot, rest = t[..., :r], t[..., r:]
+        if layout == "half":
+            x1, x2 = rot[..., : r // 2], rot[..., r // 2 :]
+            out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+        else:
+            x1, x2 = rot[..., 0::2], rot[..., 1::2]
+            out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).flatten(-2)
+        return torch.cat([out, rest], -1)
+
+    found = identify_rope(fn, head_dim=head_dim, dtype="float32", seq_len=8)
+    assert found.matched, found
+    assert (found.layout, found.rotary_dim, found.base, found.scaling) == (layout, r, base, sc), found
+    assert found.attention_factor == pytest.approx(att, rel=2**-8)
+
+
 def test_bfloat16_implementation_in_torch():
     torch = pytest.importorskip("torch")
     inv = torch.tensor(theta(64, 1e7), dtype=torch.float32)
