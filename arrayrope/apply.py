@@ -8,19 +8,23 @@ Layouts of the rotary features ``x[..., :r]`` (``r = 2 * cos.shape[-1]``):
   ``2i`` pairs with ``2i + 1``.
 
 Pair ``i`` rotates by the angle whose cos/sin are ``cos[..., i]``/``sin[..., i]``.
+With ``rotary_features="trailing"`` the rotary features are the last ``r`` of the axis
+instead (DeepSeek's MLA: ``q_pe`` after ``q_nope`` in each head), in either layout.
 """
 
 from __future__ import annotations
 
 from . import backends
 from ._lib import checks
-from ._lib.types import LAYOUTS, Array, Layout, Namespace
+from ._lib.types import LAYOUTS, ROTARY_FEATURES, Array, Layout, Namespace, RotaryFeatures
 
 __all__ = ["apply_rotary", "permute_rotary_rows", "to_half", "to_interleaved"]
 
 
-def apply_rotary(x: Array, cos: Array, sin: Array, *, layout: Layout = "half") -> Array:
-    """Rotate the leading ``2 * cos.shape[-1]`` features of ``x``'s last axis.
+def apply_rotary(
+    x: Array, cos: Array, sin: Array, *, layout: Layout = "half", rotary_features: RotaryFeatures = "leading"
+) -> Array:
+    """Rotate the leading (or trailing) ``2 * cos.shape[-1]`` features of ``x``'s last axis.
 
     Parameters
     ----------
@@ -32,6 +36,9 @@ def apply_rotary(x: Array, cos: Array, sin: Array, *, layout: Layout = "half") -
         ``x.shape[:-1]``. Features past ``rotary_dim`` pass through unchanged.
     layout : {"half", "interleaved"}
         Which features pair up (see the module docstring).
+    rotary_features : {"leading", "trailing"}
+        Whether the rotary part is the first ``rotary_dim`` features (the rest pass
+        through after it) or the last ones (the rest pass through before it).
 
     Returns
     -------
@@ -57,16 +64,35 @@ def apply_rotary(x: Array, cos: Array, sin: Array, *, layout: Layout = "half") -
     >>> y = arrayrope.apply_rotary(x, cos, sin)
     >>> bool(np.allclose(y, [[np.cos(1.0), 0.0, np.sin(1.0), 0.0]]))
     True
+
+    DeepSeek's layout: 6 features pass through, the last 4 rotate.
+
+    >>> x = np.zeros((1, 10), dtype=np.float32); x[0, 6] = 1.0
+    >>> y = arrayrope.apply_rotary(x, cos, sin, rotary_features="trailing")
+    >>> bool(np.allclose(y[0, 6:], [np.cos(1.0), 0.0, np.sin(1.0), 0.0]))
+    True
     """
     xp = check_rotary_args(x, cos, sin)
     if layout not in LAYOUTS:
         checks.layout(layout)
-    return rotate(xp, x, cos, sin, layout)
+    if rotary_features != "leading":
+        checks.choice(rotary_features, "rotary_features", ROTARY_FEATURES)
+    return rotate_features(xp, x, cos, sin, layout, rotary_features)
 
 
 def rotate(xp: Namespace | None, x: Array, cos: Array, sin: Array, layout: str) -> Array:
     """Checked arguments -> rotated copy, by the fast path of ``x``'s library or the reference."""
     return backends.rotate(xp, x, cos, sin, layout, _rotate_generic)
+
+
+def rotate_features(xp: Namespace, x: Array, cos: Array, sin: Array, layout: str, features: str) -> Array:
+    """:func:`rotate` of the leading rotary features, or of a view of the trailing ones joined after the rest."""
+    if features == "leading":
+        return rotate(xp, x, cos, sin, layout)
+    start = x.shape[-1] - 2 * cos.shape[-1]
+    if start == 0:
+        return rotate(xp, x, cos, sin, layout)
+    return xp.concat([x[..., :start], rotate(xp, x[..., start:], cos, sin, layout)], axis=-1)
 
 
 def check_rotary_args(x: Array, cos: Array, sin: Array) -> Namespace:
@@ -181,6 +207,7 @@ def permute_rotary_rows(
     head_dim: int,
     rotary_dim: int | None = None,
     to: Layout = "half",
+    rotary_features: RotaryFeatures = "leading",
 ) -> Array:
     """Permute the rows of a q or k projection so a checkpoint runs with the other layout.
 
@@ -191,18 +218,31 @@ def permute_rotary_rows(
     the reverse. Attention scores are unchanged, because queries and keys are
     permuted alike. For grouped-query attention pass ``num_heads=num_kv_heads`` for k.
 
+    ``rotary_features="trailing"`` reorders the last ``rotary_dim`` rows of each head
+    instead: DeepSeek-V2/V3 checkpoints (``rope_interleave``) store ``q_pe`` and ``k_pe``
+    interleaved after the unrotated rows. Converted with ``to="half"`` they run with the
+    half-split layout on the trailing features and give exactly what transformers computes
+    (its interleaved kernel writes its output in half-split order): ``q_b_proj`` with
+    ``num_heads=H, head_dim=qk_nope_head_dim + qk_rope_head_dim``, ``kv_a_proj_with_mqa``
+    with ``num_heads=1, head_dim=kv_lora_rank + qk_rope_head_dim``, both with
+    ``rotary_dim=qk_rope_head_dim``.
+
     Examples
     --------
     >>> import numpy as np, arrayrope
     >>> w = np.arange(8).reshape(8, 1)  # 2 heads of 4 rows
     >>> arrayrope.permute_rotary_rows(w, num_heads=2, head_dim=4)[:, 0].tolist()
     [0, 2, 1, 3, 4, 6, 5, 7]
+    >>> w = np.arange(6)  # one head: 2 rows pass through, 4 rotate after them
+    >>> arrayrope.permute_rotary_rows(w, num_heads=1, head_dim=6, rotary_dim=4, rotary_features="trailing").tolist()
+    [0, 1, 2, 4, 3, 5]
     """
     xp = backends.namespace(w, names=("w",))
     num_heads = checks.positive_int(num_heads, "num_heads")
     head_dim = checks.positive_int(head_dim, "head_dim")
     r = checks.rotary_dim(rotary_dim, head_dim)
     checks.choice(to, "to", LAYOUTS)
+    trailing = checks.choice(rotary_features, "rotary_features", ROTARY_FEATURES) == "trailing"
     if w.ndim not in (1, 2) or w.shape[0] != num_heads * head_dim:
         raise ValueError(
             f"w must have num_heads * head_dim = {num_heads * head_dim} rows (axis 0) and 1 or 2 dims, "
@@ -213,7 +253,11 @@ def permute_rotary_rows(
     # Move the row axis last so the converters (which act on the last axis) can be reused.
     if rest:
         heads = xp.permute_dims(heads, (0, 2, 1))
-    out = (to_half if to == "half" else to_interleaved)(heads, rotary_dim=r)
+    convert = to_half if to == "half" else to_interleaved
+    if trailing and r < head_dim:
+        out = xp.concat([heads[..., : head_dim - r], convert(heads[..., head_dim - r :])], axis=-1)
+    else:
+        out = convert(heads, rotary_dim=r)
     if rest:
         out = xp.permute_dims(out, (0, 2, 1))
     return xp.reshape(out, tuple(w.shape))

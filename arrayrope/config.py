@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
-import numbers
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from ._lib import checks
+from ._config_keys import KEYS, Settings, read
 from .frequencies import RopeFrequencies, rope_frequencies
-from .scaling import rope_type
 
-__all__ = ["rope_config", "rope_frequencies_from_config"]
+__all__ = ["CONFIG_KEYS", "rope_config", "rope_frequencies_from_config", "settings"]
+
+#: Every config key transformers reads for rope, and what arrayrope does with it.
+CONFIG_KEYS = KEYS
 
 
 def rope_frequencies_from_config(
@@ -38,23 +39,36 @@ def rope_frequencies_from_config(
         NTK base beyond ``max_position_embeddings``; ``longrope``: long factors
         beyond ``original_max_position_embeddings``). Default: the frequencies a
         model starts with.
-    layer_type : str, optional
-        For v5 configs whose ``rope_parameters`` differ per layer type (for
-        example ``{"full_attention": {...}, "sliding_attention": {...}}``): which one.
+    layer_type : {"full_attention", "sliding_attention"} or str, optional
+        Which layers' rope, where it differs per layer type (transformers' names): v5
+        ``rope_parameters`` keyed by layer type, and the v4 keys of families whose
+        sliding-window layers have a base of their own (Gemma 3's ``rope_local_base_freq``,
+        ModernBERT's ``local_rope_theta``). Such configs require it; a config with one set of
+        parameters accepts any layer type its ``layer_types`` lists.
 
     Returns
     -------
     RopeFrequencies
 
+    Raises
+    ------
+    ValueError
+        A key that changes RoPE in transformers but is not read here (named, with why),
+        a per-layer config without ``layer_type``, and the checks of :func:`rope_frequencies`.
+
     Notes
     -----
     Where transformers has a precedence, the same one is used: a non-empty
-    ``rope_scaling`` over ``rope_parameters``; ``rope_theta`` in the dict over the
-    top-level one (default 10000); a top-level ``partial_rotary_factor`` over the
-    dict's; for llama3, yarn and longrope a top-level ``original_max_position_embeddings``
-    (Phi-3) over the dict's, which falls back to ``max_position_embeddings``.
-    GPT-NeoX's ``rotary_pct`` and ``rotary_emb_base`` are read as
-    ``partial_rotary_factor`` and ``rope_theta``.
+    ``rope_scaling`` over ``rope_parameters``; ``rope_theta`` and ``partial_rotary_factor``
+    in the dict over the top-level ones; a missing base is the model type's default
+    (10000 for most; Gemma 3: 1e6 for full attention and 10000 for sliding windows;
+    Llama 4: 500000...); for llama3, yarn and longrope a top-level
+    ``original_max_position_embeddings`` (Phi-3) over the dict's, which falls back to
+    ``max_position_embeddings``. Family keys: GPT-NeoX's ``rotary_pct`` (default 0.25) and
+    ``rotary_emb_base``; GPT-J's and CodeGen's ``rotary_dim``; DeepSeek's (MLA)
+    ``qk_rope_head_dim``, the rotary dim, rotating the trailing features of heads of
+    ``qk_nope_head_dim + qk_rope_head_dim``. :data:`arrayrope.config.CONFIG_KEYS` lists
+    every key transformers reads for rope with arrayrope's answer.
 
     Examples
     --------
@@ -74,63 +88,35 @@ def rope_frequencies_from_config(
 def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: str | None = None) -> dict[str, Any]:
     """The keyword arguments of :func:`rope_frequencies` that a config describes.
 
-    ``head_dim``, ``base``, ``partial_rotary_factor``, ``scaling`` and
+    ``head_dim``, ``base``, ``rotary_dim``, ``partial_rotary_factor``, ``scaling`` and
     ``max_position_embeddings``; see :func:`rope_frequencies_from_config`.
 
     Examples
     --------
     >>> from arrayrope.config import rope_config
     >>> rope_config({"head_dim": 64, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}})
-    {'head_dim': 64, 'base': 1000000.0, 'partial_rotary_factor': None, 'scaling': None, 'max_position_embeddings': None}
+    {'head_dim': 64, 'base': 1000000.0, 'rotary_dim': None, 'partial_rotary_factor': None, 'scaling': None, \
+'max_position_embeddings': None}
     """
-    cfg, where = _load(config)
-    if not any(k in cfg for k in ("head_dim", "hidden_size")) and isinstance(cfg.get("text_config"), Mapping):
-        cfg, where = cfg["text_config"], f"{where}['text_config']"
-    head_dim = _head_dim(cfg, where)
-
-    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters") or None
-    if scaling is not None:
-        if not isinstance(scaling, Mapping):
-            raise TypeError(f"{where}: rope_scaling / rope_parameters must be an object, got {scaling!r}")
-        scaling = _layer(scaling, layer_type, where)
-        scaling = dict(scaling)
-    elif layer_type is not None:
-        raise ValueError(f"{where}: layer_type={layer_type!r} given but the config has no per-layer rope_parameters")
-
-    base = cfg.get("rope_theta", cfg.get("rotary_emb_base"))
-    if scaling is not None and scaling.get("rope_theta") is not None:
-        base = scaling["rope_theta"]
-    if base is None:
-        base = 10000.0
-    if isinstance(base, bool) or not isinstance(base, numbers.Real):
-        raise TypeError(f"{where}: rope_theta must be a number, got {base!r}")
-
-    prf = cfg.get("partial_rotary_factor", cfg.get("rotary_pct"))
-    if prf is None and scaling is not None:
-        prf = scaling.get("partial_rotary_factor")
-    if prf is not None and float(prf) == 1.0:
-        prf = None
-
-    max_len = cfg.get("max_position_embeddings")
-    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral)):
-        raise TypeError(f"{where}: max_position_embeddings must be an int, got {max_len!r}")
-
-    if scaling is not None:
-        scaling.pop("rope_theta", None)
-        scaling.pop("partial_rotary_factor", None)
-        entry = rope_type(scaling)
-        original = cfg.get("original_max_position_embeddings")
-        if entry.reads_original_length and original is not None:
-            scaling["original_max_position_embeddings"] = original
-        if entry.name == "default" and not (set(scaling) - {"rope_type", "type"}):
-            scaling = None
+    s = settings(config, layer_type=layer_type)
     return {
-        "head_dim": head_dim,
-        "base": float(base),
-        "partial_rotary_factor": prf,
-        "scaling": scaling,
-        "max_position_embeddings": max_len,
+        "head_dim": s.head_dim,
+        "base": s.base,
+        "rotary_dim": s.rotary_dim,
+        "partial_rotary_factor": s.partial_rotary_factor,
+        "scaling": s.scaling,
+        "max_position_embeddings": s.max_position_embeddings,
     }
+
+
+def settings(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: str | None = None) -> Settings:
+    """Everything a config says about its rotary embedding (frequencies, rotary features, layout)."""
+    cfg, where = _load(config)
+    if not any(k in cfg for k in ("head_dim", "hidden_size", "n_embd", "qk_rope_head_dim")) and isinstance(
+        cfg.get("text_config"), Mapping
+    ):
+        cfg, where = cfg["text_config"], f"{where}['text_config']"
+    return read(cfg, where, layer_type)
 
 
 def _load(config: Any) -> tuple[Mapping[str, Any], str]:
@@ -153,33 +139,3 @@ def _load(config: Any) -> tuple[Mapping[str, Any], str]:
     if not isinstance(data, dict):
         raise ValueError(f"config file {path!r} must hold a JSON object, got {type(data).__name__}")
     return data, path
-
-
-def _head_dim(config: Mapping[str, Any], where: str) -> int:
-    head_dim = config.get("head_dim")
-    if head_dim is not None:
-        return checks.positive_int(head_dim, f"{where}: head_dim")
-    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
-    if hidden is None or heads is None:
-        missing = [k for k, v in (("hidden_size", hidden), ("num_attention_heads", heads)) if v is None]
-        raise ValueError(
-            f"{where} needs 'head_dim', or 'hidden_size' and 'num_attention_heads'; missing {missing}"
-        )
-    for name, v in (("hidden_size", hidden), ("num_attention_heads", heads)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:
-            raise ValueError(f"{where}: {name} must be a positive int, got {v!r}")
-    return int(hidden) // int(heads)
-
-
-def _layer(scaling: Mapping[str, Any], layer_type: str | None, where: str) -> Mapping[str, Any]:
-    nested = bool(scaling) and all(isinstance(v, Mapping) for v in scaling.values())
-    if not nested:
-        if layer_type is not None:
-            raise ValueError(f"{where}: layer_type={layer_type!r} given but the rope parameters are not per layer type")
-        return scaling
-    if layer_type is None:
-        raise ValueError(f"{where}: rope_parameters differ per layer type {sorted(scaling)}; pass layer_type=")
-    if layer_type not in scaling:
-        raise ValueError(f"{where}: layer_type {layer_type!r} not in the config's {sorted(scaling)}")
-    chosen: Mapping[str, Any] = scaling[layer_type]
-    return chosen

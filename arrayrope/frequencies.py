@@ -135,4 +135,5 @@ def rope_frequencies(
         max_position_embeddings=max_position_embeddings,
         seq_len=seq_len,
     )
-    return RopeFrequencies(inv_freq, head_dim, rotary, float(attention_factor), base, rope_type)
+    # a rope type may widen the rotary part (proportional: the whole head, frequency 0 past rotary_dim)
+    return RopeFrequencies(inv_freq, head_dim, 2 * inv_freq.shape[0], float(attention_factor), base, rope_type)

@@ -264,3 +264,54 @@ def test_converters_bad_input():
         ar.to_interleaved(np.ones(5))
     with pytest.raises(ValueError, match="rotary_dim must be <= head_dim=4"):
         ar.to_half(np.ones(4), rotary_dim=6)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_trailing_rotary_features(backend, layout):
+    """DeepSeek's q_pe after q_nope: the last rotary_dim features rotate, the first ones pass through bit for bit."""
+    x, f, pos = random_case((2, 3, 5, 10), rotary_dim=4, start=11)
+    expected = x.copy()
+    expected[..., 6:] = rope_by_matrix(x[..., 6:], pos, f.inv_freq, layout)
+    for dtype in backend.dtypes:
+        xb = backend.asarray(x, dtype=dtype)
+        cos, sin = ar.rope_tables(f, backend.asarray(pos), dtype=getattr(backend.xp, dtype))
+        out = ar.apply_rotary(xb, cos, sin, layout=layout, rotary_features="trailing")
+        xp_assert_close(out, expected, backend, dtype, **ulps(dtype))
+        np.testing.assert_array_equal(to_numpy(out)[..., :6], to_numpy(xb)[..., :6])
+    dtype = backend.dtypes[0]
+    full = ar.apply_rotary(backend.asarray(x[..., 6:], dtype=dtype),
+                           *ar.rope_tables(f, backend.asarray(pos), dtype=getattr(backend.xp, dtype)),
+                           layout=layout, rotary_features="trailing")  # no pass-through part: plain RoPE
+    xp_assert_close(full, expected[..., 6:], backend, dtype, **ulps(dtype))
+
+
+def test_trailing_permutation_is_the_deepseek_checkpoint_conversion():
+    """Rows of q_pe converted to_half: half-split on the trailing features == transformers' interleaved kernel,
+    whose output is the half-split order of interleaved pairs (written out here with slices)."""
+    rng = np.random.default_rng(5)
+    heads, nope, rope_dim, hidden, seq = 2, 6, 8, 5, 7
+    d = nope + rope_dim
+    w, h = rng.standard_normal((heads * d, hidden)), rng.standard_normal((seq, hidden))
+    f = ar.rope_frequencies(d, rotary_dim=rope_dim, base=10000.0)
+    pos = np.arange(3, 3 + seq)
+    ang = pos[:, None] * f.inv_freq
+    q = (h @ w.T).reshape(seq, heads, d).transpose(1, 0, 2)
+    q1, q2 = q[..., nope::2], q[..., nope + 1 :: 2]  # interleaved pairs of q_pe
+    theirs = np.concatenate([q[..., :nope], q1 * np.cos(ang) - q2 * np.sin(ang), q2 * np.cos(ang) + q1 * np.sin(ang)],
+                            axis=-1)
+    w_half = ar.permute_rotary_rows(w, num_heads=heads, head_dim=d, rotary_dim=rope_dim, rotary_features="trailing")
+    q_half = (h @ w_half.T).reshape(seq, heads, d).transpose(1, 0, 2)
+    ours = ar.apply_rotary(q_half, *ar.rope_tables(f, pos, dtype="float64"), rotary_features="trailing")
+    np.testing.assert_allclose(ours, theirs, rtol=1e-13, atol=1e-13)
+    back = ar.permute_rotary_rows(w_half, num_heads=heads, head_dim=d, rotary_dim=rope_dim, to="interleaved",
+                                  rotary_features="trailing")
+    np.testing.assert_array_equal(back, w)
+
+
+def test_rotary_features_bad_value():
+    f = ar.rope_frequencies(4)
+    cos, sin = ar.rope_tables(f, 2)
+    with pytest.raises(ValueError, match=r"rotary_features must be one of \('leading', 'trailing'\), got 'last'"):
+        ar.apply_rotary(np.ones((2, 4), np.float32), cos, sin, rotary_features="last")
+    with pytest.raises(ValueError, match="rotary_features"):
+        ar.permute_rotary_rows(np.ones(8), num_heads=2, head_dim=4, rotary_features="middle")

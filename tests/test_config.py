@@ -144,3 +144,97 @@ def test_old_type_names():
     with pytest.warns(UserWarning, match="mrope_section"):
         g = arrayrope.rope_frequencies_from_config(qwen2vl)
     np.testing.assert_allclose(g.inv_freq, [1e6 ** (-2 * i / 128) for i in range(64)], rtol=1e-14)
+
+
+# ---- model families with rope settings of their own (transformers 5.x semantics; tests/conformance runs them
+# against transformers itself)
+
+
+def theta(d, base):
+    return np.array([base ** (-2.0 * i / d) for i in range(d // 2)])
+
+
+DEEPSEEK_V3 = {  # the published config.json's rope fields: no head_dim, 7168 / 128 = 56 is not a head size here
+    "model_type": "deepseek_v3", "hidden_size": 7168, "num_attention_heads": 128, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "v_head_dim": 128, "max_position_embeddings": 163840, "rope_theta": 10000,
+    "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32,
+                     "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+}
+
+
+def test_deepseek_mla_rotates_the_trailing_qk_rope_head_dim():
+    f = arrayrope.rope_frequencies_from_config(DEEPSEEK_V3)
+    assert (f.head_dim, f.rotary_dim, f.rope_type, f.attention_factor) == (192, 64, "yarn", 1.0)
+    assert f.inv_freq[0] == 1.0 and f.inv_freq[-1] == pytest.approx(theta(64, 1e4)[-1] / 40, rel=1e-13)
+    rope = arrayrope.RotaryEmbedding.from_config(dict(DEEPSEEK_V3, rope_interleave=True))
+    assert (rope.head_dim, rope.rotary_dim, rope.rotary_features, rope.layout) == (192, 64, "trailing", "interleaved")
+    assert arrayrope.RotaryEmbedding.from_config(DEEPSEEK_V3).layout == "half"
+    saved_v5 = dict(DEEPSEEK_V3, head_dim=64)  # transformers 5 writes head_dim = qk_rope_head_dim
+    assert arrayrope.rope_frequencies_from_config(saved_v5) == f
+
+
+GEMMA3_V4 = {"model_type": "gemma3_text", "head_dim": 256, "hidden_size": 2560, "num_attention_heads": 8,
+             "max_position_embeddings": 131072, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+             "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "sliding_window": 1024}
+
+
+def test_gemma3_v4_keys_give_each_layer_type_its_base():
+    full = arrayrope.rope_frequencies_from_config(GEMMA3_V4, layer_type="full_attention")
+    local = arrayrope.rope_frequencies_from_config(GEMMA3_V4, layer_type="sliding_attention")
+    np.testing.assert_allclose(full.inv_freq, theta(256, 1e6) / 8, rtol=1e-13)
+    np.testing.assert_allclose(local.inv_freq, theta(256, 1e4), rtol=1e-13)
+    assert (full.rope_type, local.rope_type) == ("linear", "default")
+    with pytest.raises(ValueError, match=r"differ per layer type.*pass layer_type="):
+        arrayrope.rope_frequencies_from_config(GEMMA3_V4)
+    bare = {k: v for k, v in GEMMA3_V4.items() if k not in ("rope_theta", "rope_local_base_freq", "rope_scaling")}
+    assert arrayrope.rope_frequencies_from_config(bare, layer_type="full_attention").base == 1e6  # Gemma 3 defaults
+    assert arrayrope.rope_frequencies_from_config(bare, layer_type="sliding_attention").base == 1e4
+
+
+def test_model_type_defaults_and_family_keys():
+    assert arrayrope.rope_frequencies_from_config({"model_type": "llama4_text", "head_dim": 128}).base == 500000.0
+    assert arrayrope.rope_frequencies_from_config({"model_type": "llama", "head_dim": 128}).base == 10000.0
+    neox = {"model_type": "gpt_neox", "hidden_size": 512, "num_attention_heads": 4}
+    assert arrayrope.rope_frequencies_from_config(neox).rotary_dim == 32  # rotary_pct defaults to 0.25
+    gptj = {"model_type": "gptj", "n_embd": 4096, "n_head": 16, "rotary_dim": 64, "n_positions": 2048}
+    assert arrayrope.RotaryEmbedding.from_config(gptj).layout == "interleaved"
+    assert arrayrope.rope_frequencies_from_config(gptj).rotary_dim == 64
+    gemma4 = {"model_type": "gemma4_text", "head_dim": 256, "global_head_dim": 512}
+    g = arrayrope.rope_frequencies_from_config(gemma4, layer_type="full_attention")
+    assert (g.head_dim, g.rotary_dim, g.rope_type) == (512, 512, "proportional")
+    np.testing.assert_allclose(g.inv_freq[:64], [1e6 ** (-2 * i / 512) for i in range(64)], rtol=1e-13)
+    assert not np.any(g.inv_freq[64:])
+
+
+def test_llama4_equal_factors_are_a_step():
+    cfg = {"model_type": "llama4_text", "head_dim": 128, "rope_theta": 500000.0, "rope_scaling": {
+        "rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192}}
+    f = arrayrope.rope_frequencies_from_config(cfg)
+    t = theta(128, 5e5)
+    np.testing.assert_allclose(f.inv_freq, np.where(2 * np.pi / t < 8192, t, t / 16), rtol=1e-14)
+
+
+def test_single_parameter_set_answers_every_declared_layer_type():
+    cfg = {"head_dim": 64, "rope_theta": 1e6, "layer_types": ["full_attention", "sliding_attention"]}
+    assert arrayrope.rope_frequencies_from_config(cfg, layer_type="sliding_attention").base == 1e6
+    with pytest.raises(ValueError, match=r"layer_type='chunked_attention'.*do not name it"):
+        arrayrope.rope_frequencies_from_config(cfg, layer_type="chunked_attention")
+
+
+@pytest.mark.parametrize(
+    "cfg, match",
+    [
+        ({"head_dim": 64, "layer_rope_theta": [1e4, 1e6]}, "'layer_rope_theta' is not supported: a base per layer"),
+        ({"head_dim": 64, "rope_scaling_layers": [1, 2]}, "'rope_scaling_layers' is not supported"),
+        ({"head_dim": 64, "my_rope_trick": 3}, "'my_rope_trick' looks like a rotary setting"),
+        ({"head_dim": 64, "rope_scaling": {"rope_type": "axial"}}, "rope_type 'axial' is not supported"),
+        ({"model_type": "llama", "head_dim": 64, "partial_rotary_factor": 0.5}, "default rope of model type 'llama'"),
+        ({"head_dim": 64, "layer_types": ["full_attention"], "rope_parameters": {"full_attention": {
+            "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "truncate": False}}},
+         "reads 'truncate' from the top level"),
+    ],
+)
+def test_keys_transformers_reads_but_arrayrope_does_not_are_refused(cfg, match):
+    with pytest.raises(ValueError, match=match):
+        arrayrope.rope_frequencies_from_config(cfg, layer_type="full_attention" if "layer_types" in cfg else None)

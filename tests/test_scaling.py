@@ -256,7 +256,7 @@ def test_registry_lists_every_type():
         ({"rope_type": "linear", "factor": 0.5}, {}, ValueError, r"scaling\['factor'\].*>= 1, got 0.5"),
         ({"rope_type": "linear", "factor": "2"}, {}, TypeError, r"scaling\['factor'\].*number"),
         ({"rope_type": "dynamic", "factor": 2.0}, {}, ValueError, "max_position_embeddings"),
-        ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 4.0,
+        ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 2.0,
           "original_max_position_embeddings": 8192}, {}, ValueError, "low_freq_factor.*high_freq_factor"),
         ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}, {},
          ValueError, "original_max_position_embeddings"),

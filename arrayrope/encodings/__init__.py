@@ -8,7 +8,7 @@
 * :mod:`.biases`: ALiBi and T5 relative position buckets.
 """
 
-from .axial import axial_rope_tables
+from .axial import axial_rope_tables, pixel_frequencies
 from .biases import alibi_bias, alibi_slopes, t5_relative_bias, t5_relative_buckets
 from .embedding import RotaryEmbedding
 from .mixed import mixed_rope_frequencies, mixed_rope_tables
@@ -25,6 +25,7 @@ __all__ = [
     "mixed_rope_frequencies",
     "mixed_rope_tables",
     "mrope_tables",
+    "pixel_frequencies",
     "rerotate",
     "sinusoidal_embedding",
     "t5_relative_bias",

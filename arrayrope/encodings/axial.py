@@ -15,15 +15,30 @@ exact float32 method where it does not.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
 
 from .._lib import checks
-from .._lib.types import Array, Device, DType, Namespace
-from ..frequencies import rope_frequencies
+from .._lib.types import (
+    BAND_SPACINGS,
+    GRID_INDEXINGS,
+    GRID_KINDS,
+    Array,
+    BandSpacing,
+    Device,
+    DType,
+    GridIndexing,
+    GridKind,
+    Namespace,
+)
+from ..frequencies import RopeFrequencies, rope_frequencies
 from ..tables import rope_tables
 from ._grid import coordinate_array, grid_coordinates, grid_shape, with_prefix
 
-__all__ = ["axial_rope_tables"]
+__all__ = ["axial_rope_tables", "pixel_frequencies"]
 
 
 def axial_rope_tables(
@@ -35,6 +50,11 @@ def axial_rope_tables(
     rotary_dim: int | None = None,
     train_grid: Sequence[int] | None = None,
     num_prefix_tokens: int = 0,
+    num_suffix_tokens: int = 0,
+    grid: GridKind = "index",
+    indexing: GridIndexing = "ij",
+    grid_offset: float = 0.0,
+    frequencies: Sequence[float] | np.ndarray | None = None,
     xp: Namespace | None = None, dtype: DType | None = None, device: Device = None,
 ) -> tuple[Array, Array]:
     """Cos/sin tables of axial RoPE: feature block ``j`` rotates by coordinate ``j``.
@@ -63,6 +83,25 @@ def axial_rope_tables(
         Tokens before the grid (a class token, registers) that are not rotated:
         they get coordinate 0 on every axis, i.e. ``cos = 1``, ``sin = 0``.
         Prepended along the token axis (``positions.shape[-2]`` for an array).
+    num_suffix_tokens : int
+        The same for tokens after the grid (torchtune's class token, appended last).
+    grid : {"index", "pixel", "centered"}
+        With a grid ``positions``: the coordinates of axis ``j`` (size ``s``) are
+        ``0 .. s-1`` (``"index"``), ``s`` points evenly spaced in ``[-1, 1]``
+        (``"pixel"``, ``linspace(-1, 1, s)``), or the cell centres
+        ``2 (k + 0.5) / s - 1`` (``"centered"``, DINOv3). ``train_grid`` rescales
+        before centres are mapped to ``[-1, 1]``, as timm does.
+    indexing : {"ij", "xy"}
+        With a grid: coordinate 0 is the row (``"ij"``) or the column (``"xy"``);
+        tokens stay in row-major order either way.
+    grid_offset : float
+        With a grid: added to every ``"index"`` or ``"centered"`` coordinate
+        (torchtune's vision RoPE counts from 1).
+    frequencies : sequence of float, optional
+        The frequencies of every axis (radians per unit of coordinate), in place of
+        ``base ** (-2i / axis_dim)``: each axis then has ``len(frequencies)`` pairs,
+        and ``axis_dims`` defaults to ``2 * len(frequencies)`` each. See
+        :func:`pixel_frequencies`.
     xp, dtype, device
         As for :func:`~arrayrope.rope_tables`: namespace for a grid (default NumPy),
         table dtype (default float32), device (default: the coordinates').
@@ -102,23 +141,48 @@ def axial_rope_tables(
     >>> cos, sin = arrayrope.axial_rope_tables((4, 6, 6), 64, axis_dims=(16, 24, 24), num_prefix_tokens=1)
     >>> cos.shape, float(cos[0].min()), float(sin[0].max())
     ((145, 32), 1.0, 0.0)
+
+    rotary-embedding-torch's pixel mode on a 14 x 14 grid (coordinates in ``[-1, 1]``, 16
+    linearly spaced bands per axis up to ``max_freq = 10``):
+
+    >>> bands = arrayrope.pixel_frequencies(16, 10.0)
+    >>> cos, sin = arrayrope.axial_rope_tables((14, 14), 64, grid="pixel", frequencies=bands)
+    >>> cos.shape
+    (196, 32)
     """
     head_dim = checks.positive_int(head_dim, "head_dim", even=True)
     rotary = checks.rotary_dim(rotary_dim, head_dim)
     prefix = checks.non_negative_int(num_prefix_tokens, "num_prefix_tokens")
-    grid = grid_shape(positions)
-    if grid is not None:
-        ns, coords, device = grid_coordinates(grid, train_grid, prefix, xp, device)
+    suffix = checks.non_negative_int(num_suffix_tokens, "num_suffix_tokens")
+    kind = checks.choice(grid, "grid", GRID_KINDS)
+    order = checks.choice(indexing, "indexing", GRID_INDEXINGS)
+    offset = checks.finite_real(grid_offset, "grid_offset")
+    bands = _bands(frequencies)
+    shape = grid_shape(positions)
+    if shape is not None:
+        ns, coords, device = grid_coordinates(shape, train_grid, prefix, xp, device, kind=kind, indexing=order,
+                                              offset=offset, suffix=suffix)
     else:
-        if train_grid is not None:
-            raise ValueError("train_grid applies to a grid shape; rescale coordinate arrays before passing them")
+        extras = [name for name, v, default in (("train_grid", train_grid, None), ("grid", kind, "index"),
+                                                ("indexing", order, "ij"), ("grid_offset", offset, 0.0))
+                  if v != default]
+        if extras:
+            raise ValueError(f"{extras[0]} applies to a grid shape; compute the coordinates of an array yourself")
         ns, coords = coordinate_array(positions, xp, device)
-        coords = with_prefix(ns, coords, prefix, device)
+        coords = with_prefix(ns, coords, prefix, device, suffix)
     n_axes = coords.shape[-1]
-    dims = _axis_dims(axis_dims, n_axes, rotary, from_grid=grid is not None)
+    if bands is not None and axis_dims is None:
+        axis_dims = (2 * bands.size,) * n_axes
+    dims = _axis_dims(axis_dims, n_axes, rotary, from_grid=shape is not None)
     cos, sin = [], []
     for j, d in enumerate(dims):
-        c, s = rope_tables(rope_frequencies(d, base=base), coords[..., j], xp=ns, dtype=dtype, device=device)
+        if bands is None:
+            freqs = rope_frequencies(d, base=base)
+        elif d != 2 * bands.size:
+            raise ValueError(f"axis_dims[{j}]={d} must be 2 * len(frequencies) = {2 * bands.size}")
+        else:
+            freqs = RopeFrequencies(bands, d, d, 1.0, float("nan"), "frequencies")
+        c, s = rope_tables(freqs, coords[..., j], xp=ns, dtype=dtype, device=device)
         cos.append(c)
         sin.append(s)
     if len(dims) == 1:
@@ -147,3 +211,40 @@ def _axis_dims(axis_dims: Sequence[int] | None, n_axes: int, rotary: int, *, fro
     if sum(dims) != rotary:
         raise ValueError(f"axis_dims={list(dims)} sum to {sum(dims)}; they must sum to the rotary dim {rotary}")
     return dims
+
+
+def _bands(frequencies: Any) -> np.ndarray | None:
+    if frequencies is None:
+        return None
+    try:
+        bands = np.asarray(frequencies, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"frequencies must be a sequence of numbers, got {frequencies!r}") from None
+    if bands.ndim != 1 or bands.size == 0 or not np.all(np.isfinite(bands)):
+        raise ValueError(f"frequencies must be a non-empty 1-D sequence of finite numbers, got {frequencies!r}")
+    return bands
+
+
+def pixel_frequencies(num_bands: int, max_freq: float, *, spacing: BandSpacing = "linear") -> np.ndarray:
+    """Frequency bands of vision RoPE in pixel mode: from pi to ``pi * max_freq / 2``, in float64.
+
+    ``"linear"``: ``pi * linspace(1, max_freq / 2, num_bands)`` (rotary-embedding-torch's
+    ``freqs_for="pixel"`` with its ``max_freq``, timm's ``linear_bands=True`` with ``max_res``);
+    ``"log"``: ``pi * 2 ** linspace(0, log2(max_freq) - 1, num_bands)`` (timm's default pixel
+    bands). Pair them with coordinates in ``[-1, 1]`` (``grid="pixel"``).
+
+    Examples
+    --------
+    >>> import numpy as np, arrayrope
+    >>> (arrayrope.pixel_frequencies(3, 10.0) / np.pi).tolist()
+    [1.0, 3.0, 5.0]
+    >>> (arrayrope.pixel_frequencies(3, 16.0, spacing="log") / np.pi).tolist()
+    [1.0, 2.8284271247461903, 8.0]
+    """
+    n = checks.positive_int(num_bands, "num_bands")
+    top = checks.positive_real(max_freq, "max_freq")
+    if checks.choice(spacing, "spacing", BAND_SPACINGS) == "linear":
+        bands: np.ndarray = np.linspace(1.0, top / 2, n)
+    else:
+        bands = 2.0 ** np.linspace(0.0, math.log2(top) - 1, n)
+    return bands * math.pi

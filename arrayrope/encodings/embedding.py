@@ -12,8 +12,8 @@ from .. import backends
 from .._lib import checks
 from .._lib.dtypes import host_dtype, table_dtype_for
 from .._lib.positions import position_array
-from .._lib.types import AXES, Array, Axes, Layout, Namespace
-from ..apply import rotate
+from .._lib.types import AXES, ROTARY_FEATURES, Array, Axes, Layout, Namespace, RotaryFeatures
+from ..apply import rotate_features
 from ..frequencies import RopeFrequencies, rope_frequencies
 from ..scaling import rope_type
 from ..tables import rope_tables
@@ -42,6 +42,9 @@ class RotaryEmbedding:
         Pair layout (see :func:`apply_rotary`).
     axes : {"bhsd", "bshd"}
         Where batch, heads, sequence and features sit in ``q`` and ``k``.
+    rotary_features : {"leading", "trailing"}
+        Whether the first ``rotary_dim`` features of each head rotate or the last ones
+        (DeepSeek-V2/V3, whose ``q_pe`` follows ``q_nope``).
 
     Notes
     -----
@@ -90,12 +93,14 @@ class RotaryEmbedding:
         max_position_embeddings: int | None = None,
         layout: Layout = "half",
         axes: Axes = "bhsd",
+        rotary_features: RotaryFeatures = "leading",
     ) -> None:
         self.freqs: RopeFrequencies = rope_frequencies(
             head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling, max_position_embeddings=max_position_embeddings
         )
         self.layout: Layout = checks.layout(layout)
         self.axes: Axes = checks.choice(axes, "axes", AXES)
+        self.rotary_features: RotaryFeatures = checks.choice(rotary_features, "rotary_features", ROTARY_FEATURES)
         self._cache: dict[tuple[int, str, str], tuple[Array, Array]] = {}
         self._lock = threading.Lock()
         # sequence-length-dependent types: the cache holds the starting frequencies only
@@ -105,11 +110,15 @@ class RotaryEmbedding:
             self._resize = _Resizer(self.freqs, scaling, max_position_embeddings)
 
     @classmethod
-    def from_config(cls, config: Any, *, layer_type: str | None = None, layout: Layout = "half",
+    def from_config(cls, config: Any, *, layer_type: str | None = None, layout: Layout | None = None,
                     axes: Axes = "bhsd") -> RotaryEmbedding:
         """A rotary embedding from a Hugging Face config (dict or ``config.json`` path).
 
-        See :func:`arrayrope.rope_frequencies_from_config` for the fields read.
+        See :func:`arrayrope.rope_frequencies_from_config` for the fields read. The rotary
+        features trail the others where the config says so (DeepSeek's ``qk_rope_head_dim``).
+        ``layout`` defaults to the checkpoint's: ``"interleaved"`` for configs with
+        ``rope_interleave`` (DeepSeek-V3) and for the model types transformers applies
+        interleaved (GPT-J, CodeGen, Cohere, Llama 4), else ``"half"``.
 
         Examples
         --------
@@ -118,13 +127,21 @@ class RotaryEmbedding:
         ...        "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}
         >>> arrayrope.RotaryEmbedding.from_config(cfg).freqs.rope_type
         'dynamic'
+        >>> ds = {"hidden_size": 7168, "num_attention_heads": 128, "qk_nope_head_dim": 128,
+        ...       "qk_rope_head_dim": 64, "rope_interleave": True, "rope_theta": 10000}
+        >>> arrayrope.RotaryEmbedding.from_config(ds)
+        RotaryEmbedding(head_dim=192, base=10000.0, rotary_dim=64, rope_type='default', layout='interleaved', \
+axes='bhsd', rotary_features='trailing')
         """
-        from ..config import rope_config
+        from ..config import settings
 
-        kw = rope_config(config, layer_type=layer_type)
-        rotary = rope_frequencies(**kw).rotary_dim
-        return cls(kw["head_dim"], base=kw["base"], rotary_dim=rotary, scaling=kw["scaling"],
-                   max_position_embeddings=kw["max_position_embeddings"], layout=layout, axes=axes)
+        s = settings(config, layer_type=layer_type)
+        rotary = rope_frequencies(s.head_dim, base=s.base, rotary_dim=s.rotary_dim,
+                                  partial_rotary_factor=s.partial_rotary_factor).rotary_dim
+        chosen: Layout = layout if layout is not None else ("interleaved" if s.layout == "interleaved" else "half")
+        return cls(s.head_dim, base=s.base, rotary_dim=rotary, scaling=s.scaling,
+                   max_position_embeddings=s.max_position_embeddings, layout=chosen, axes=axes,
+                   rotary_features=checks.choice(s.rotary_features, "rotary_features", ROTARY_FEATURES))
 
     @property
     def head_dim(self) -> int:
@@ -138,7 +155,8 @@ class RotaryEmbedding:
         f = self.freqs
         return (
             f"RotaryEmbedding(head_dim={f.head_dim}, base={f.base}, rotary_dim={f.rotary_dim}, "
-            f"rope_type={f.rope_type!r}, layout={self.layout!r}, axes={self.axes!r})"
+            f"rope_type={f.rope_type!r}, layout={self.layout!r}, axes={self.axes!r}"
+            + (")" if self.rotary_features == "leading" else f", rotary_features={self.rotary_features!r})")
         )
 
     def __call__(
@@ -177,24 +195,30 @@ class RotaryEmbedding:
         if k is not None:
             self._check_input(k, "k")
             backends.same_device(q, k, "q", "k")
-            b_ax, s_ax = 0, (2 if self.axes == "bhsd" else 1)
-            if q.shape[b_ax] != k.shape[b_ax] or q.shape[s_ax] != k.shape[s_ax]:
+            s_ax, other = (2, 1) if self.axes == "bhsd" else (1, 2)
+            if q.shape[0] != k.shape[0] or q.shape[s_ax] != k.shape[s_ax]:
+                flip = "bshd" if self.axes == "bhsd" else "bhsd"
+                hint = (f"; these shapes fit axes={flip!r} (sequence on axis {other}), pass that"
+                        if q.shape[0] == k.shape[0] and q.shape[other] == k.shape[other] else "")
                 raise ValueError(
-                    f"q and k must share batch and sequence sizes ({self.axes}); "
-                    f"got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
+                    f"q and k must share batch and sequence sizes; with axes={self.axes!r} the sequence is axis "
+                    f"{s_ax}, got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}{hint}"
                 )
         # The tables are built here to broadcast against q and k: no need to check them again.
         cos, sin = self._tables_for(xp, q, positions, offset, seq_len)
-        q_rot = rotate(xp, q, cos, sin, self.layout)
+        q_rot = rotate_features(xp, q, cos, sin, self.layout, self.rotary_features)
         if k is None:
             return q_rot
-        return q_rot, rotate(xp, k, cos, sin, self.layout)
+        return q_rot, rotate_features(xp, k, cos, sin, self.layout, self.rotary_features)
 
     def _check_input(self, x: Array, name: str) -> None:
         if x.ndim != 4:
-            raise ValueError(f"{name} must be 4-D ({self.axes}), got shape {tuple(x.shape)}")
+            raise ValueError(f"{name} must be 4-D as axes={self.axes!r} says, got shape {tuple(x.shape)}")
         if x.shape[-1] != self.freqs.head_dim:
-            raise ValueError(f"{name}.shape[-1] must be head_dim={self.freqs.head_dim}, got {x.shape[-1]}")
+            raise ValueError(
+                f"{name}.shape[-1] must be head_dim={self.freqs.head_dim} (axes={self.axes!r} puts features last), "
+                f"got shape {tuple(x.shape)}"
+            )
 
     def _table_dtype(self, xp: Namespace, x: Array) -> Any:
         if not backends.is_real_floating(xp, x.dtype):
@@ -216,9 +240,7 @@ class RotaryEmbedding:
                 raise ValueError("pass positions or offset, not both (positions already include any offset)")
             _, pos, _ = position_array(positions, "positions", like=q)
             if pos.ndim not in (1, 2) or pos.shape[-1] != seq or (pos.ndim == 2 and pos.shape[0] not in (1, batch)):
-                raise ValueError(
-                    f"positions must have shape (S,) or (B, S) = ({seq},) or ({batch}, {seq}), got {tuple(pos.shape)}"
-                )
+                raise ValueError(_positions_mismatch(tuple(q.shape), tuple(pos.shape), self.axes))
             cos, sin = rope_tables(freqs, pos, dtype=dtype)
         elif isinstance(offset, numbers.Integral) and not isinstance(offset, bool):
             offset = int(offset)
@@ -233,7 +255,8 @@ class RotaryEmbedding:
             _, off, _ = position_array(offset, "offset", like=q)
             if off.ndim != 1 or off.shape[0] != batch:
                 raise ValueError(
-                    f"offset must be an int or an array of shape (B,) = ({batch},), got {tuple(off.shape)}"
+                    f"offset must be an int or an array of shape (B,) = ({batch},) (axis 0 of q, axes={self.axes!r}), "
+                    f"got {tuple(off.shape)}"
                 )
             steps = xp.arange(seq, dtype=off.dtype, device=device)
             cos, sin = rope_tables(freqs, off[:, None] + steps, dtype=dtype)
@@ -274,6 +297,17 @@ class RotaryEmbedding:
         with self._lock:
             self.freqs = self._resize(length)
             return self.freqs
+
+
+def _positions_mismatch(q_shape: tuple[int, ...], pos_shape: tuple[int, ...], axes: str) -> str:
+    """Why ``positions`` do not fit q, naming ``axes=`` and the other order when they would fit it."""
+    s_ax, other = (2, 1) if axes == "bhsd" else (1, 2)
+    seq, batch = q_shape[s_ax], q_shape[0]
+    msg = (f"positions must have shape (S,) or (B, S) = ({seq},) or ({batch}, {seq}): with axes={axes!r} the "
+           f"sequence of q {q_shape} is axis {s_ax}; got {pos_shape}")
+    if pos_shape and pos_shape[-1] == q_shape[other] != seq:
+        msg += f". They fit axis {other}: for q laid out as {'bshd' if axes == 'bhsd' else 'bhsd'}, pass that as axes="
+    return msg
 
 
 class _Resizer:

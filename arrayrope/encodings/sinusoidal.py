@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from .. import backends
 from .._lib import checks
-from .._lib.types import Array, Device, DType, Namespace, SinusoidalLayout
-from ..frequencies import rope_frequencies
+from .._lib.types import (
+    SINUSOIDAL_FREQUENCIES,
+    Array,
+    Device,
+    DType,
+    Namespace,
+    SinusoidalFrequencies,
+    SinusoidalLayout,
+)
+from ..frequencies import RopeFrequencies, rope_frequencies
 from ..tables import rope_tables
 
 __all__ = ["sinusoidal_embedding"]
@@ -17,6 +27,7 @@ def sinusoidal_embedding(
     *,
     base: float = 10000.0,
     layout: SinusoidalLayout = "interleaved",
+    frequencies: SinusoidalFrequencies = "paper",
     xp: Namespace | None = None, dtype: DType | None = None, device: Device = None,
 ) -> Array:
     """Sinusoidal embedding ``sin/cos(pos / base ** (2i / dim))``, shape ``positions.shape + (dim,)``.
@@ -31,7 +42,13 @@ def sinusoidal_embedding(
         Wavelength base, 10000 in the Transformer paper.
     layout : {"interleaved", "concat"}
         ``"interleaved"``: sin on even features, cos on odd ones (the paper);
-        ``"concat"``: all sines, then all cosines (tensor2tensor, many vision models).
+        ``"concat"``: all sines, then all cosines (the order of tensor2tensor's timing
+        signal and of many vision models).
+    frequencies : {"paper", "tensor2tensor"}
+        ``"paper"``: ``base ** (-2i / dim)`` for ``i < dim / 2`` (Vaswani et al.);
+        ``"tensor2tensor"``: ``base ** (-i / (dim / 2 - 1))``, timescales log-spaced from 1
+        to ``base`` with both ends included (tensor2tensor's ``get_timing_signal_1d`` with
+        ``min_timescale=1, max_timescale=base``; use it with ``layout="concat"``).
     xp, dtype, device
         As for :func:`rope_tables` (float64 angles where available; default dtype float32).
 
@@ -41,12 +58,21 @@ def sinusoidal_embedding(
     >>> pe = arrayrope.sinusoidal_embedding(2, 4)
     >>> bool(np.allclose(pe[1], [np.sin(1), np.cos(1), np.sin(0.01), np.cos(0.01)]))
     True
+    >>> t2t = arrayrope.sinusoidal_embedding(2, 4, layout="concat", frequencies="tensor2tensor")
+    >>> bool(np.allclose(t2t[1], [np.sin(1), np.sin(1e-4), np.cos(1), np.cos(1e-4)]))
+    True
     """
     dim = checks.positive_int(dim, "dim")
     if dim % 2:
         raise ValueError(f"dim must be even (sin and cos come in pairs), got {dim}")
     checks.choice(layout, "layout", ("interleaved", "concat"))
-    freqs = rope_frequencies(dim, base=base)
+    if checks.choice(frequencies, "frequencies", SINUSOIDAL_FREQUENCIES) == "paper":
+        freqs = rope_frequencies(dim, base=base)
+    else:
+        base = checks.positive_real(base, "base")
+        h = dim // 2
+        inv = base ** (-np.arange(h, dtype=np.float64) / max(h - 1, 1))
+        freqs = RopeFrequencies(inv, dim, dim, 1.0, base, "tensor2tensor")
     cos, sin = rope_tables(freqs, positions, xp=xp, dtype=dtype, device=device)
     ns = backends.namespace(cos)
     if layout == "concat":

@@ -21,7 +21,11 @@ for the types that depend on the sequence length, the rule by which
 * longrope: ``theta / long_factor`` when ``L > L0``, else ``theta / short_factor``;
   ``sqrt(1 + ln s / ln L0)``.
 * llama3: ``theta`` for wavelengths below ``L0 / high_freq_factor``, ``theta / s``
-  above ``L0 / low_freq_factor``, a smooth blend in between; 1.
+  above ``L0 / low_freq_factor``, a smooth blend in between (none when the two factors
+  are equal, as in Llama 4); 1.
+* proportional (Gemma 4): every pair of the head, the first ``int(head_dim * p) / 2``
+  turning by ``b ** (-2i / head_dim) / s`` (``p = partial_rotary_factor``, ``s`` default 1),
+  the others not at all; 1. Its rotary part is the whole head.
 
 The semantics follow Hugging Face transformers (the convention checkpoints are
 loaded with), including its defaults: ``type`` is read where ``rope_type`` is
@@ -33,13 +37,18 @@ default to 32/1, ``truncate`` to True, its missing ``factor`` to ``Lmax / L0`` a
 (transformers v5 does the same when it standardizes a config). An explicit
 ``attention_factor`` always wins. Values that are ``None`` count as missing.
 
+Each entry may also carry a ``fit``: what measured frequencies tell about the
+type's parameters (:mod:`._fit`), which is how :func:`arrayrope.testing.identify_rope`
+knows which rope types a probe can name. Rope types of transformers that are no 1-D
+frequency rule (a vision encoder's ``axial``) are in :data:`REFUSED` with the reason.
+
 Unlike transformers, which logs a warning and goes on, a dict that cannot be
 right raises: an unknown ``rope_type``, a missing required key, ``factor < 1``,
-``low_freq_factor >= high_freq_factor``, ``beta_fast < beta_slow``, factor lists
+``low_freq_factor > high_freq_factor``, ``beta_fast < beta_slow``, factor lists
 of the wrong length. Keys a rope type does not read are left out of the math
 and reported in one warning.
 
-Adding a rope type is one function and its entry::
+Adding a rope type is one function and its entry (``fit=`` optional)::
 
     @register("mine", required=("factor",), optional=("beta",))
     def _mine(inv_freq, params, *, base, rotary_dim, max_position_embeddings, seq_len, **context):
@@ -56,14 +65,28 @@ from typing import Any
 
 import numpy as np
 
-from ._params import positive_length, real_value
-from ._registry import ALIASES, COMMON_KEYS, ROPE_TYPES, LengthRule, RopeType, ScalingFn, register
-from ._types import yarn_mscale
+from . import _types  # noqa: F401  (registers the built-in rope types)
+from ._params import positive_length, real_value, yarn_mscale
+from ._registry import (
+    ALIASES,
+    COMMON_KEYS,
+    REFUSED,
+    ROPE_TYPES,
+    Candidate,
+    FitFn,
+    LengthRule,
+    RopeType,
+    ScalingFn,
+    register,
+)
 
 __all__ = [
     "ALIASES",
     "COMMON_KEYS",
+    "REFUSED",
     "ROPE_TYPES",
+    "Candidate",
+    "FitFn",
     "LengthRule",
     "RopeType",
     "ScalingFn",
@@ -93,6 +116,8 @@ def rope_type(scaling: Mapping[str, Any]) -> RopeType:
     if not isinstance(name, str):
         raise TypeError(f"scaling['rope_type'] must be a string, got {name!r}")
     name = ALIASES.get(name, name)
+    if name in REFUSED:
+        raise ValueError(f"scaling: rope_type {name!r} is not supported: {REFUSED[name]}")
     if name not in ROPE_TYPES:
         raise ValueError(f"scaling: unknown rope_type {name!r}; known: {sorted(ROPE_TYPES)}")
     return ROPE_TYPES[name]

@@ -74,3 +74,24 @@ def factor_or_ratio(params: Mapping[str, Any], original: int, max_position_embed
             "max_position_embeddings= so that factor = max_position_embeddings / original_max_position_embeddings"
         )
     return max_position_embeddings / original
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's magnitude correction ``0.1 * mscale * ln(factor) + 1`` (1 when ``factor <= 1``).
+
+    Hugging Face multiplies cos and sin by ``yarn_mscale(s, mscale) / yarn_mscale(s, mscale_all_dim)``
+    (or ``yarn_mscale(s)``), which scales ``q . k`` by its square. DeepSeek-V2/V3 set
+    ``mscale == mscale_all_dim`` so that factor is 1, and instead multiply the softmax
+    scale by ``yarn_mscale(s, mscale_all_dim) ** 2``.
+
+    Examples
+    --------
+    >>> from arrayrope.scaling import yarn_mscale
+    >>> round(yarn_mscale(40.0, 1.0), 6)
+    1.368888
+    >>> yarn_mscale(1.0)
+    1.0
+    """
+    if factor <= 1:
+        return 1.0
+    return 0.1 * mscale * math.log(factor) + 1.0

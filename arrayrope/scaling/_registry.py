@@ -3,13 +3,31 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
-__all__ = ["ALIASES", "COMMON_KEYS", "ROPE_TYPES", "LengthRule", "RopeType", "ScalingFn", "register"]
+__all__ = [
+    "ALIASES",
+    "COMMON_KEYS",
+    "REFUSED",
+    "ROPE_TYPES",
+    "Candidate",
+    "FitFn",
+    "LengthRule",
+    "RopeType",
+    "ScalingFn",
+    "register",
+]
 
 ScalingFn = Callable[..., "tuple[np.ndarray, float]"]
+#: ``(base, rotary_dim, scaling)``: parameters a fit proposes (``scaling`` None for plain RoPE).
+Candidate = tuple[float, int, "dict[str, Any] | None"]
+#: ``fit(omega, sigma, *, head_dim, gain, gain_sigma) -> candidates``: parameters of the rope type that
+#: could have produced the measured pair frequencies ``omega`` (uncertainty ``sigma``) and the measured
+#: factor ``gain`` on cos and sin, roundest first (see :mod:`arrayrope.scaling._fit`).
+FitFn = Callable[..., Iterable[Candidate]]
 #: ``(length, current, max_position_embeddings, original_max_position_embeddings) -> length``:
 #: the sequence length the frequencies of a call are for, given the call's length and the
 #: length the current frequencies are for.
@@ -39,6 +57,10 @@ class RopeType:
         For types whose frequencies depend on the sequence length: how a
         :class:`~arrayrope.RotaryEmbedding` picks the length of its frequencies at
         each call (see :data:`LengthRule`); None for fixed frequencies.
+    fit : callable or None
+        What a probe of the frequencies can tell about the type's parameters (see
+        :data:`FitFn`); :func:`arrayrope.testing.identify_rope` names the types that
+        have one. None where measured frequencies cannot name the type.
     """
 
     name: str
@@ -46,6 +68,7 @@ class RopeType:
     required: frozenset[str] = frozenset()
     optional: frozenset[str] = frozenset()
     length: LengthRule | None = None
+    fit: FitFn | None = None
 
     @property
     def keys(self) -> frozenset[str]:
@@ -69,6 +92,12 @@ ROPE_TYPES: dict[str, RopeType] = {}
 # Qwen2-VL's "mrope" computes default frequencies (its sections split the head by axis).
 ALIASES: dict[str, str] = {"su": "longrope", "mrope": "default"}
 
+# Rope types of transformers that are no 1-D frequency rule arrayrope could compute, and why.
+REFUSED: dict[str, str] = {
+    "axial": "it is the 2-D rope of a vision encoder (Pixtral, Qwen2.5-VL, ...) whose frequencies each model "
+    "defines itself; build its tables with arrayrope.axial_rope_tables",
+}
+
 
 def register(
     name: str,
@@ -76,11 +105,12 @@ def register(
     required: tuple[str, ...] = (),
     optional: tuple[str, ...] = (),
     length: LengthRule | None = None,
+    fit: FitFn | None = None,
 ) -> Callable[[ScalingFn], ScalingFn]:
-    """Register ``fn`` as rope type ``name``: its dict keys and, if any, its sequence-length rule."""
+    """Register ``fn`` as rope type ``name``: its dict keys and, if any, its sequence-length rule and fit."""
 
     def deco(fn: ScalingFn) -> ScalingFn:
-        ROPE_TYPES[name] = RopeType(name, fn, frozenset(required), frozenset(optional), length)
+        ROPE_TYPES[name] = RopeType(name, fn, frozenset(required), frozenset(optional), length, fit)
         return fn
 
     return deco

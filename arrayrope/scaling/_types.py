@@ -9,10 +9,19 @@ from typing import Any
 
 import numpy as np
 
-from ._params import factor_of, factor_or_ratio, original_length, real_value, required_factor, where
+from . import _fit
+from ._params import (
+    factor_of,
+    factor_or_ratio,
+    original_length,
+    real_value,
+    required_factor,
+    where,
+    yarn_mscale,
+)
 from ._registry import register
 
-__all__ = ["yarn_mscale"]
+__all__: list[str] = []
 
 
 def _dynamic_length(length: int, current: int, max_len: int, original: int) -> int:
@@ -29,33 +38,12 @@ def _longrope_length(length: int, current: int, max_len: int, original: int) -> 
     return original + 1 if length > original else original
 
 
-def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
-    """YaRN's magnitude correction ``0.1 * mscale * ln(factor) + 1`` (1 when ``factor <= 1``).
-
-    Hugging Face multiplies cos and sin by ``yarn_mscale(s, mscale) / yarn_mscale(s, mscale_all_dim)``
-    (or ``yarn_mscale(s)``), which scales ``q . k`` by its square. DeepSeek-V2/V3 set
-    ``mscale == mscale_all_dim`` so that factor is 1, and instead multiply the softmax
-    scale by ``yarn_mscale(s, mscale_all_dim) ** 2``.
-
-    Examples
-    --------
-    >>> from arrayrope.scaling import yarn_mscale
-    >>> round(yarn_mscale(40.0, 1.0), 6)
-    1.368888
-    >>> yarn_mscale(1.0)
-    1.0
-    """
-    if factor <= 1:
-        return 1.0
-    return 0.1 * mscale * math.log(factor) + 1.0
-
-
-@register("default")
+@register("default", fit=_fit.default)
 def _default(inv_freq: np.ndarray, params: Mapping[str, Any], **context: Any) -> tuple[np.ndarray, float]:
     return inv_freq, 1.0
 
 
-@register("linear", required=("factor",))
+@register("linear", required=("factor",), fit=_fit.linear)
 def _linear(inv_freq: np.ndarray, params: Mapping[str, Any], **context: Any) -> tuple[np.ndarray, float]:
     return inv_freq / required_factor(params), 1.0
 
@@ -86,6 +74,7 @@ def _dynamic(
     "yarn",
     optional=("factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
               "mscale_all_dim", "truncate"),
+    fit=_fit.yarn,
 )
 def _yarn(
     inv_freq: np.ndarray,
@@ -194,7 +183,7 @@ def _factor_list(params: Mapping[str, Any], key: str, rotary_dim: int) -> np.nda
 
 
 @register("llama3", required=("factor", "low_freq_factor", "high_freq_factor"),
-          optional=("original_max_position_embeddings",))
+          optional=("original_max_position_embeddings",), fit=_fit.llama3)
 def _llama3(
     inv_freq: np.ndarray,
     params: Mapping[str, Any],
@@ -205,14 +194,37 @@ def _llama3(
     factor = required_factor(params)
     low = real_value(params, "low_freq_factor", minimum=0.0, strict_min=True)
     high = real_value(params, "high_freq_factor", minimum=0.0, strict_min=True)
-    if low >= high:
+    if low > high:
         raise ValueError(
-            f"llama3: scaling['low_freq_factor']={low:g} must be < scaling['high_freq_factor']={high:g}"
+            f"llama3: scaling['low_freq_factor']={low:g} must be <= scaling['high_freq_factor']={high:g}"
         )
     original = original_length(params, max_position_embeddings)
     wavelength = 2 * math.pi / inv_freq
+    kept, interpolated = wavelength < original / high, wavelength > original / low
+    if low == high:  # Llama 4: a step at one wavelength, no band in between
+        if not np.all(kept | interpolated):
+            raise ValueError(
+                f"llama3: with low_freq_factor == high_freq_factor == {low:g} a pair's wavelength equals the cutoff "
+                f"{original / low:g} exactly, where the blend is 0/0 (transformers gives NaN there)"
+            )
+        return np.where(kept, inv_freq, inv_freq / factor), 1.0
     smooth = (original / wavelength - low) / (high - low)
     out = (1 - smooth) * inv_freq / factor + smooth * inv_freq  # the band in between
-    out = np.where(wavelength < original / high, inv_freq, out)  # short wavelengths kept
-    out = np.where(wavelength > original / low, inv_freq / factor, out)  # long ones interpolated
+    out = np.where(kept, inv_freq, out)  # short wavelengths kept
+    out = np.where(interpolated, inv_freq / factor, out)  # long ones interpolated
     return out, 1.0
+
+
+@register("proportional", optional=("factor",), fit=_fit.proportional)
+def _proportional(
+    inv_freq: np.ndarray, params: Mapping[str, Any], *, base: float, head_dim: int, rotary_dim: int, **context: Any
+) -> tuple[np.ndarray, float]:
+    """Gemma 4: every pair of the head, the first ``rotary_dim / 2`` turning by ``base ** (-2i / head_dim) / s``.
+
+    The exponent runs over ``head_dim``, not the rotary dim, and the pairs past the rotary
+    dim keep frequency 0 (they pass through), so the result has ``head_dim // 2`` entries.
+    """
+    factor = factor_of(params) or 1.0
+    out = np.zeros(head_dim // 2, dtype=np.float64)
+    out[: rotary_dim // 2] = base ** (-np.arange(0, rotary_dim, 2, dtype=np.float64) / head_dim)
+    return out / factor, 1.0

@@ -1,27 +1,33 @@
 """``identify_rope``: which RoPE convention does someone else's function implement?
 
-The function is probed with unit vectors: its output for ``e_j`` at position ``p``
-is column ``j`` of the rotation matrix it applies there. From those matrices follow,
-in order: which features rotate (the rotary dim), which features pair up (the
-layout), the angle of each pair at each position, hence each pair's frequency (the
-angle's growth per position) and the position offset (the angle at position 0),
-and from the frequencies the base and any known frequency scaling. Every guess is
-checked by rebuilding the matrices from it; a convention is named only when the
-rebuilt ones agree with the measured ones, and a last call at other positions
-checks the result on random inputs.
+The function is probed with unit vectors (:mod:`._probe`): its output for ``e_j`` at
+position ``p`` is column ``j`` of the rotation matrix it applies there, measured at
+positions ``0 .. seq_len-1`` and at blocks of far positions up to ``max_position``. From
+those matrices follow, in order: which features pair up (the layout) and where they sit
+(leading or trailing rotary features, pairs that never turn), the angle of each pair at
+each position, hence each pair's frequency and the position offset, and the factor on
+cos and sin. The frequency set is then fitted as a whole by every rope type of
+:mod:`arrayrope.scaling` whose registry entry can be fitted; a convention is named only
+when the frequencies its own function computes agree with the measured ones within
+their uncertainties, and a last call on random inputs gives the error reported.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from .._lib import checks
-from ..backends import to_numpy
+from ..apply import apply_rotary
+from ..frequencies import RopeFrequencies, rope_frequencies
+from ..scaling import ROPE_TYPES
+from ..scaling._fit import K_SIGMA, nice
+from ..tables import rope_tables
+from . import _probe
 
 __all__ = ["RopeConvention", "identify_rope"]
 
@@ -29,9 +35,6 @@ _LAYOUT_NAMES = {
     "half": "half-split (GPT-NeoX, Llama, rotate_half)",
     "interleaved": "interleaved (RoFormer paper, GPT-J, complex freqs_cis)",
 }
-# Frequency scalings tried with these parameters; the registry decides which exist.
-_FACTORS = (1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0, 32.0, 40.0, 64.0)
-_ORIGINAL_LENGTHS = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +47,8 @@ class RopeConvention:
         Whether the function is a known RoPE convention (then every field below is set).
     layout : {"half", "interleaved"} or None
     rotary_dim, head_dim : int
+        The rotary dim is the number of features that turn (for ``proportional`` scaling
+        the frequencies span the whole head; the pairs past it keep frequency 0).
     base : float or None
         The base (``rope_theta``) of ``inv_freq[i] = base ** (-2i / rotary_dim)``.
     offset : int or None
@@ -57,10 +62,16 @@ class RopeConvention:
     inv_freq : numpy.ndarray or None
         The measured frequency of each pair (radians per position).
     max_error : float
-        Largest difference between ``fn`` and the named convention on random
-        inputs, relative to the largest input value (NaN when nothing matched).
+        Largest difference between ``fn`` and the named convention (computed in
+        float64) on random inputs at positions ``seq_len .. 2 seq_len - 1`` and at
+        the far block nearest 4096, relative to the largest input value: the
+        implementation's own rounding (its dtype, its float32 angles) included.
+        NaN when nothing matched.
     reason : str
         Why nothing matched (empty when matched).
+    rotary_features : {"leading", "trailing"}
+        Whether the rotary features are the first ones of the head or the last
+        (DeepSeek's ``q_pe`` after ``q_nope``).
     """
 
     matched: bool
@@ -74,6 +85,7 @@ class RopeConvention:
     inv_freq: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
     max_error: float = float("nan")
     reason: str = ""
+    rotary_features: str = "leading"
 
     def embedding_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :class:`arrayrope.RotaryEmbedding` that reproduce ``fn``.
@@ -82,13 +94,16 @@ class RopeConvention:
         """
         if not self.matched:
             raise ValueError(f"fn matches no known RoPE convention ({self.reason}); nothing to reproduce")
-        return {
+        kwargs = {
             "head_dim": self.head_dim,
             "base": self.base,
             "rotary_dim": self.rotary_dim,
             "scaling": self.scaling,
             "layout": self.layout,
         }
+        if self.rotary_features != "leading":
+            kwargs["rotary_features"] = self.rotary_features
+        return kwargs
 
     def __str__(self) -> str:
         if not self.matched:
@@ -101,9 +116,10 @@ class RopeConvention:
             f"{k}={v}" for k, v in self.scaling.items()
         )
         offset = "positions as given" if not self.offset else f"positions shifted by {self.offset:+d}"
+        where = "" if self.rotary_features == "leading" else " (the trailing features)"
         return (
-            f"{_LAYOUT_NAMES[self.layout or 'half']} RoPE, rotary_dim {self.rotary_dim} of head_dim {self.head_dim}, "
-            f"base {self.base:g}, {scaling}, {offset}; max error {self.max_error:.1e}"
+            f"{_LAYOUT_NAMES[self.layout or 'half']} RoPE, rotary_dim {self.rotary_dim} of head_dim {self.head_dim}"
+            f"{where}, base {self.base:g}, {scaling}, {offset}; max error {self.max_error:.1e}"
         )
 
 
@@ -114,6 +130,7 @@ def identify_rope(
     seq_len: int = 32,
     max_offset: int = 1 << 16,
     dtype: str = "float64",
+    max_position: int = 1 << 24,
 ) -> RopeConvention:
     """Find the RoPE convention a function implements by probing it.
 
@@ -122,21 +139,39 @@ def identify_rope(
     fn : callable
         ``fn(x, positions)``: ``x`` a NumPy array ``(..., seq, head_dim)`` (it is
         called with 4-D ``x``, then with 3-D ``x`` if that raises), ``positions``
-        int64 of shape ``(seq,)``; returns the rotated ``x`` (any array library).
+        int64 of shape ``(seq,)``, consecutive; returns the rotated ``x`` (any array
+        library, in the precision the implementation works in).
     head_dim : int
         Features per head.
     seq_len : int
-        Positions probed, ``0 .. seq_len-1`` (at least 4). Pair frequencies above
-        pi radians per position cannot be told from their aliases.
+        Positions probed first, ``0 .. seq_len-1`` (at least 4). Pair frequencies
+        above pi radians per position cannot be told from their aliases.
     max_offset : int
         Largest position offset looked for.
     dtype : str
-        Dtype of the probes given to ``fn``.
+        NumPy dtype of the probes given to ``fn``.
+    max_position : int
+        Farthest position probed (blocks of 4 at ``4 seq_len``, ``16 seq_len``, ...).
+        Far positions make slow pairs turn measurably; lower it for implementations
+        whose frequencies change with the length (``dynamic`` beyond
+        ``max_position_embeddings``) or whose tables end. A call that raises ends the
+        probing there. The default, ``2**24``, is the last position float32 holds exactly.
 
     Returns
     -------
     RopeConvention
         ``str()`` of it says what was found, or plainly why nothing matched.
+
+    Notes
+    -----
+    Every measured angle carries an uncertainty from the output dtype (float64,
+    float32, float16, bfloat16) and from float32 angle arithmetic, which most
+    implementations use (about ``4 eps32`` times the angle). The frequencies of all
+    pairs are fitted as a whole by each rope type whose :mod:`arrayrope.scaling`
+    registry entry has a fit (default, linear, llama3, yarn, proportional); the first,
+    roundest parameters whose frequencies agree with the measured ones within
+    ``K_SIGMA`` uncertainties are named. ``dynamic`` and ``longrope`` cannot be named
+    from a probe (their frequencies depend on the length, or are a list per pair).
 
     Examples
     --------
@@ -154,82 +189,93 @@ def identify_rope(
     if seq_len < 4:
         raise ValueError(f"seq_len must be >= 4 to measure frequencies, got {seq_len}")
     max_offset = checks.non_negative_int(max_offset, "max_offset")
+    max_position = checks.integer(max_position, "max_position", minimum=seq_len - 1)
     dt = np.dtype(dtype)
     if dt.kind != "f":
         raise ValueError(f"dtype must be a NumPy floating dtype name, got {dtype!r}")
 
     d, n = head_dim, seq_len
-    positions = np.arange(n, dtype=np.int64)
-    basis = np.broadcast_to(np.eye(d, dtype=dt)[:, None, :], (d, n, d))
-    out, ndim = _call(fn, basis, positions, None)
-    eps = float(np.finfo(out.dtype).eps) if out.dtype.kind == "f" else float(np.finfo(np.float64).eps)
-    tol = max(32 * eps, 1e-12)
+    probes = _probe.measure_matrices(fn, d, dt, n, max_position)
     found = RopeConvention(matched=False, head_dim=d)
-    M = np.transpose(out, (1, 2, 0)).astype(np.float64)  # M[s] is the matrix at position s
+    M, eps = probes.M, probes.eps
+    last = int(probes.positions[-1])
     if not np.all(np.isfinite(M)):
         return _unmatched(found, "fn returned NaN or infinity for unit inputs")
+    tol = K_SIGMA * (2 * eps + probes.tiny)
+    st = _probe.pairs_of(M, eps)
+    if st is None:
+        if np.max(np.abs(M - np.eye(d))) <= tol:
+            return _unmatched(found, f"fn returns x unchanged at positions 0..{last}")
+        return _unmatched(found, f"fn changes x but does not turn any pair of features at positions 0..{last}")
+    if isinstance(st, str):
+        return _unmatched(found, st + _permutation_hint(M[0], tol))
+    features = "leading" if st.start == 0 else "trailing"
+    found = dataclasses.replace(found, rotary_dim=st.width, layout=st.layout, rotary_features=features)
 
-    eye = np.eye(d)
-    moved = np.max(np.abs(M - eye), axis=(0, 1))
-    rotating = moved > tol
-    r = int(rotating.sum())
-    if r == 0:
-        return _unmatched(found, f"fn returns x unchanged at positions 0..{n - 1}")
-    if not rotating[:r].all():
-        changed = np.flatnonzero(rotating).tolist()
-        return _unmatched(found, f"the features that change, {changed}, are not the leading ones")
-    if r % 2:
-        return _unmatched(found, f"{r} leading features change, an odd number: they cannot rotate in pairs")
-    found = dataclasses.replace(found, rotary_dim=r)
-
-    layout, pairs = _layout(M, r, d, tol)
-    if layout is None or pairs is None:
-        return _unmatched(found, _mixing(M, r, tol))
-    found = dataclasses.replace(found, layout=layout)
-
-    p_idx, q_idx = pairs[:, 0], pairs[:, 1]
+    turning = st.pairs[: st.turning]
+    p_idx, q_idx = turning[:, 0], turning[:, 1]
     a, b = M[:, p_idx, p_idx], M[:, q_idx, p_idx]
     if np.max(np.abs(a - M[:, q_idx, q_idx])) > tol or np.max(np.abs(b + M[:, p_idx, q_idx])) > tol:
         return _unmatched(found, "a pair is not rotated (its 2x2 block is not [[cos, -sin], [sin, cos]])")
     gain = np.hypot(a, b)
-    g = float(np.mean(gain))
-    if np.max(np.abs(gain - g)) > tol * max(g, 1.0) or g == 0:
+    g = float(np.median(gain))
+    if g == 0 or np.max(np.abs(gain - g)) > tol * max(g, 1.0):
         return _unmatched(found, "pairs are scaled by different amounts, which no rotation does")
-    found = dataclasses.replace(found, attention_factor=_snap(g, tol))
+    still = st.pairs[st.turning :].ravel()
+    outside = np.setdiff1d(np.arange(d), st.pairs.ravel())
+    diag = np.diagonal(M, axis1=1, axis2=2)
+    if np.max(np.abs(diag[:, still] - g), initial=0.0) > tol or np.max(np.abs(diag[:, outside] - 1), initial=0.0) > tol:
+        return _unmatched(found, "features that do not turn are scaled, which no RoPE does")
+    found = dataclasses.replace(found, attention_factor=nice(g, 2 * eps))
+    sigma_g = eps * g / 4 + 1e-15  # the median of many roundings; bfloat16 and float16 round cos and sin alike
+
+    if probes.positions.size > n and np.array_equal(M[n : n + 4], M[:4]):
+        return _unmatched(found, "fn ignores its positions argument (it always uses 0, 1, 2, ...)")
     theta = np.arctan2(b, a)
-    step = _wrap(np.diff(theta, axis=0))
-    omega = np.mean(step, axis=0)
-    atol = max(tol / g, 1e-12) * 4
-    if np.max(np.abs(step - omega)) > atol * n:
-        return _unmatched(found, "the rotation angles do not grow linearly with the position")
-    if np.any(np.abs(omega) <= atol):
-        i = int(np.argmax(np.abs(omega) <= atol))
-        return _unmatched(found, f"pair {i} ({pairs[i, 0]}, {pairs[i, 1]}) does not turn as the position grows")
+    meas = _probe.frequencies(theta, probes.positions, n, eps, probes.tiny)
+    if meas.nonlinear is not None:
+        i, pos, dev = meas.nonlinear
+        return _unmatched(found, (
+            f"the rotation angles do not grow linearly with the position: pair {i} is {dev:.2g} rad off its best "
+            f"line at position {pos}, more than its dtype and float32 angles allow (frequencies that change with "
+            "the length, such as dynamic NTK beyond max_position_embeddings, do this; lower max_position=)"
+        ))
+    omega = meas.omega
+    still_turning = np.abs(omega) <= K_SIGMA * meas.sigma_omega
+    if np.any(still_turning):
+        i = int(np.argmax(still_turning))
+        stop = f"; {probes.stopped}" if probes.stopped else ""
+        return _unmatched(found, (
+            f"pair {i} ({turning[i, 0]}, {turning[i, 1]}) does not turn measurably as the position grows to {last}"
+            f"{stop}"
+        ))
     if np.any(omega < 0):
         i = int(np.argmax(omega < 0))
         return _unmatched(found, f"pair {i} turns by {omega[i]:.3g} rad per position: the sine has the opposite sign")
-    unwrapped = theta[0] + np.concatenate([np.zeros((1, r // 2)), np.cumsum(step, axis=0)])
-    omega = _slope(unwrapped)
-    found = dataclasses.replace(found, inv_freq=omega)
-
-    offset = _offset(_wrap(unwrapped[0]), omega, max_offset, atol * n)
+    offset = _offset(meas, max_offset)
     if offset is None:
         why = f"the angles at position 0 are no whole-number offset within +-{max_offset} of the positions"
         return _unmatched(found, why)
-    found = dataclasses.replace(found, offset=offset)
+    if offset:  # float32 angle errors grow with the offset too
+        meas = _probe.frequencies(theta, probes.positions, n, eps, probes.tiny, offset)
+    pad = st.width // 2 - st.turning
+    omega = np.concatenate([meas.omega, np.zeros(pad)])
+    sigma = np.concatenate([meas.sigma_omega, np.full(pad, 1e-300)])
+    found = dataclasses.replace(found, offset=offset, inv_freq=omega)
 
-    for base, scaling, factor in _candidates(omega, r, d, g):
-        model = (positions[:, None] + offset) * _freqs(base, scaling, r, d)[None, :]
-        if np.max(np.abs(_wrap(model - unwrapped))) <= atol * n and abs(factor - g) <= tol * max(g, 1.0):
-            found = dataclasses.replace(found, base=base, scaling=scaling)
-            break
-    else:
-        found = dataclasses.replace(found, base=_snap(_fit(omega, r)[0], 1e-4))
-        return _unmatched(found,
-            "the pair frequencies follow neither base ** (-2i / rotary_dim) nor a known scaling of it"
-            + ("" if g == 1.0 else f" with cos and sin scaled by {g:.4g}")
-        )
-    return _verify(fn, found, ndim, dt, n, max(tol, 1e-12))
+    match = _fit(omega, sigma, d, g, sigma_g, st.width)
+    if match is None:
+        guess = next(iter(_guess(omega, sigma)), None)
+        found = dataclasses.replace(found, base=guess)
+        names = ", ".join(name for name, entry in ROPE_TYPES.items() if entry.fit is not None)
+        return _unmatched(found, (
+            "the pair frequencies follow neither base ** (-2i / rotary_dim) nor a known scaling of it "
+            f"(the rope types a probe can fit: {names})" + ("" if g == 1.0 else f", with cos and sin scaled by {g:.4g}")
+        ))
+    freqs, scaling = match
+    found = dataclasses.replace(found, base=freqs.base, scaling=scaling, rotary_dim=_rotary_of(scaling, freqs),
+                                attention_factor=freqs.attention_factor)
+    return _verify(fn, found, freqs, probes, dt, n)
 
 
 def _unmatched(found: RopeConvention, reason: str) -> RopeConvention:
@@ -237,190 +283,104 @@ def _unmatched(found: RopeConvention, reason: str) -> RopeConvention:
     return dataclasses.replace(found, matched=False, reason=reason)
 
 
-def _call(fn: Callable[..., Any], basis: np.ndarray, positions: np.ndarray, ndim: int | None) -> tuple[np.ndarray, int]:
-    """``fn`` on ``basis`` ``(B, S, D)`` as 4-D ``(1, B, S, D)`` or else 3-D; the output as ``(B, S, D)``."""
-    errors = []
-    for nd in (4, 3) if ndim is None else (ndim,):
-        x = np.ascontiguousarray(basis[None] if nd == 4 else basis)
-        try:
-            out = fn(x, positions.copy())
-        except Exception as exc:  # try the other rank, then report both
-            errors.append(f"{nd}-D x {x.shape}: {type(exc).__name__}: {exc}")
-            continue
-        if isinstance(out, (tuple, list)):
-            raise TypeError(f"fn must return one array (the rotated x), got a {type(out).__name__}")
-        try:
-            out = np.asarray(to_numpy(out))
-        except Exception as exc:
-            raise TypeError(f"fn must return an array, got {type(out).__name__}") from exc
-        if out.shape != x.shape:
-            raise ValueError(f"fn returned shape {out.shape} for x of shape {x.shape}; RoPE keeps the shape")
-        return out.reshape(basis.shape), nd
-    raise ValueError("fn(x, positions) raised for every probe: " + "; ".join(errors))
-
-
-def _layout(M: np.ndarray, r: int, d: int, tol: float) -> tuple[str | None, np.ndarray | None]:
-    h = r // 2
-    options = {
-        "half": np.stack([np.arange(h), np.arange(h) + h], axis=1),
-        "interleaved": np.stack([np.arange(0, r, 2), np.arange(1, r, 2)], axis=1),
-    }
-    for name, pairs in options.items():
-        allowed = np.eye(d, dtype=bool)
-        for p, q in pairs:
-            allowed[p, q] = allowed[q, p] = True
-        if np.max(np.abs(M[:, ~allowed]), initial=0.0) <= tol:
-            return name, pairs
-    return None, None
-
-
-def _mixing(M: np.ndarray, r: int, tol: float) -> str:
-    """Say which feature mixes with which others, against both pairings."""
-    mixes = np.max(np.abs(M), axis=0) > tol
-    for j in range(r):
-        others = [k for k in np.flatnonzero(mixes[:, j]).tolist() if k != j]
-        half, inter = (j + r // 2) % r, j ^ 1
-        if others not in ([half], [inter]):
+def _permutation_hint(m0: np.ndarray, tol: float) -> str:
+    """A hint when the matrix at position 0 moves features instead of leaving them (a rotation by 0 would)."""
+    big = np.abs(m0) > 0.5
+    if np.array_equal(big.sum(axis=0), np.ones(len(m0))) and np.array_equal(big.sum(axis=1), np.ones(len(m0))):
+        moved = np.flatnonzero(~np.diag(big))
+        if moved.size:
+            pairs = ", ".join(f"{j} -> {int(np.argmax(big[:, j]))}" for j in moved[:4])
             return (
-                f"feature {j} mixes with features {others}: the pairs are neither half-split "
-                f"({j} with {half}) nor interleaved ({j} with {inter})"
+                f"; at position 0 fn moves features ({pairs}"
+                f"{'...' if moved.size > 4 else ''}): its output is permuted, as DeepSeek's interleaved kernel "
+                "writes half-split order; probe fn composed with the permutation of its checkpoint rows "
+                "(arrayrope.to_interleaved / permute_rotary_rows)"
             )
-    return "the features pair up as neither half-split nor interleaved"
+    return ""
 
 
-def _wrap(a: np.ndarray) -> np.ndarray:
-    wrapped: np.ndarray = (a + np.pi) % (2 * np.pi) - np.pi
-    return wrapped
+def _offset(meas: _probe.Measured, max_offset: int) -> int | None:
+    """The smallest whole number ``o`` with ``phi = o * omega (mod 2 pi)`` for every pair, within the uncertainties."""
+    cands = np.arange(-max_offset, max_offset + 1, dtype=np.float64)
+    for i in np.argsort(meas.omega):  # the slowest pairs wrap least: they prune first
+        om = meas.omega[i]
+        res = _probe.wrap(meas.phi[i] - om * cands)
+        tol = (K_SIGMA * (meas.sigma_phi[i] + np.abs(cands) * meas.sigma_omega[i])
+               + 4 * _probe.EPS32 * np.abs(om * cands))
+        cands = cands[np.abs(res) <= tol + 1e-12]
+        if cands.size == 0:
+            return None
+    return int(cands[np.argmin(np.abs(cands))])
 
 
-def _slope(unwrapped: np.ndarray) -> np.ndarray:
-    s = np.arange(unwrapped.shape[0], dtype=np.float64)
-    s = s - s.mean()
-    slope: np.ndarray = (s[:, None] * (unwrapped - unwrapped.mean(axis=0))).sum(axis=0) / (s * s).sum()
-    return slope
-
-
-def _offset(phase: np.ndarray, omega: np.ndarray, max_offset: int, atol: float) -> int | None:
-    """The whole number ``k`` with ``phase = k * omega (mod 2 pi)`` for every pair."""
-    i = int(np.argmin(omega))  # the slowest pair wraps least: few candidates
-    turns = math.ceil(max_offset * omega[i] / (2 * np.pi)) + 1
-    cands = np.round((phase[i] + 2 * np.pi * np.arange(-turns, turns + 1)) / omega[i])
-    cands = cands[np.abs(cands) <= max_offset]
-    if cands.size == 0:
-        return None
-    resid = np.max(np.abs(_wrap(phase[None, :] - cands[:, None] * omega[None, :])), axis=1)
-    best = int(np.argmin(resid))
-    return int(cands[best]) if resid[best] <= atol * (1 + abs(cands[best]) / 32) else None
-
-
-def _snap(value: float, rel: float) -> float:
-    """The shortest decimal within ``rel`` (relative) of ``value``."""
-    if not math.isfinite(value) or value == 0:
-        return value
-    for digits in range(1, 16):
-        c = float(f"{value:.{digits}g}")
-        if abs(c - value) <= rel * abs(value):
-            return c
-    return value
-
-
-def _freqs(base: float, scaling: Mapping[str, Any] | None, r: int, d: int) -> np.ndarray:
-    from ..frequencies import rope_frequencies
-
-    if scaling is not None and scaling["rope_type"] == "linear":  # theta / factor, by definition
-        linear: np.ndarray = rope_frequencies(d, base=base, rotary_dim=r).inv_freq / scaling["factor"]
-        return linear
-    kwargs = {}
-    if scaling is not None and "original_max_position_embeddings" in scaling:
-        kwargs["max_position_embeddings"] = int(scaling["original_max_position_embeddings"] * scaling["factor"])
-    return rope_frequencies(d, base=base, rotary_dim=r, scaling=scaling, **kwargs).inv_freq
-
-
-def _fit(omega: np.ndarray, r: int) -> tuple[float, float]:
-    """``(base, factor)`` of ``omega[i] = base ** (-2i / r) / factor``, weighted to the fast pairs."""
-    if r <= 2:
-        return float("nan"), 1.0 / float(omega[0])
-    i = np.arange(r // 2, dtype=np.float64)
-    w = omega / omega.max()
-    A = np.stack([np.ones_like(w), i], axis=1) * w[:, None]
-    (a, b), *_ = np.linalg.lstsq(A, np.log(omega) * w, rcond=None)
-    return (math.exp(-b * r / 2) if b < 0 else float("nan")), math.exp(-a)
-
-
-def _candidates(
-    omega: np.ndarray, r: int, d: int, g: float
-) -> Iterator[tuple[float, dict[str, Any] | None, float]]:
-    """(base, scaling, attention factor) guesses, plainest first."""
-    from ..frequencies import rope_frequencies
-    from ..scaling import ROPE_TYPES
-
-    i = np.arange(r // 2)
-    base, factor = _fit(omega, r)
-    if math.isfinite(base):
-        for rel in (1e-4, 1e-5, 1e-7, 1e-9):  # the roundest value that fits first
-            nice = _snap(base, rel)
-            if abs(factor - 1) <= 1e-6:
-                yield nice, None, 1.0
-            else:
-                yield nice, {"rope_type": "linear", "factor": _snap(factor, 1e-6)}, 1.0
-    if r <= 2:
-        return
-    # Scalings that keep the fastest pairs and slow the others down.
-    base = _snap(float(omega[1] ** (-r / 2)), 1e-5)
-    plain = base ** (-2.0 * i / r)
-    slowdown = float(plain[-1] / omega[-1])
-    factors = sorted(_FACTORS, key=lambda f: abs(f - slowdown))[:3]
-    for rope_type in ("llama3", "yarn"):
-        if rope_type not in ROPE_TYPES:
+def _fit(omega: np.ndarray, sigma: np.ndarray, d: int, g: float, sigma_g: float, width: int
+         ) -> tuple[RopeFrequencies, dict[str, Any] | None] | None:
+    """The first candidate of a fittable rope type whose own frequencies agree with the measured ones."""
+    for entry in ROPE_TYPES.values():
+        if entry.fit is None:
             continue
-        for f in factors:
-            for L0 in _ORIGINAL_LENGTHS:
-                scaling = {"rope_type": rope_type, "factor": f, "original_max_position_embeddings": L0}
-                if rope_type == "llama3":  # the values Llama 3.1 and 3.2 ship with
-                    scaling.update(low_freq_factor=1.0, high_freq_factor=4.0)
-                try:
-                    freqs = rope_frequencies(d, base=base, rotary_dim=r, scaling=scaling,
-                                             max_position_embeddings=int(L0 * f))
-                except Exception:  # parameters this rope type does not accept
-                    continue
-                if np.max(np.abs(freqs.inv_freq - omega) / omega) > 1e-3:
-                    continue
-                if np.max(np.abs(freqs.inv_freq - plain) / plain) <= 1e-6:
-                    continue  # these parameters change nothing: not evidence of this scaling
-                factor = freqs.attention_factor
-                if abs(factor - g) > 1e-6 * g:
-                    if not ROPE_TYPES[rope_type].carries_attention_factor:
-                        continue
-                    scaling = dict(scaling, attention_factor=_snap(g, 1e-9))
-                    factor = g
-                yield base, scaling, factor
+        for base, r, scaling in entry.fit(omega, sigma, head_dim=d, gain=g, gain_sigma=sigma_g):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    freqs = rope_frequencies(d, base=base, rotary_dim=r, scaling=scaling)
+            except (ValueError, TypeError):  # parameters this rope type does not accept
+                continue
+            inv = freqs.inv_freq
+            if inv.shape == omega.shape and np.all(np.abs(inv - omega) <= K_SIGMA * sigma + 1e-15) and (
+                abs(freqs.attention_factor - g) <= K_SIGMA * sigma_g
+            ):
+                return freqs, scaling
+    return None
 
 
-def _verify(
-    fn: Callable[..., Any], found: RopeConvention, ndim: int, dt: np.dtype[Any], n: int, tol: float
-) -> RopeConvention:
-    """Random inputs at positions ``n .. 2n-1``: ``fn`` against the convention found."""
-    from ..apply import apply_rotary
-    from ..frequencies import RopeFrequencies
-    from ..tables import rope_tables
+def _guess(omega: np.ndarray, sigma: np.ndarray) -> Iterator[float]:
+    """The base a plain geometric fit gives, for the report when nothing matched."""
+    turning = omega > 0
+    fit = ROPE_TYPES["default"].fit
+    if turning.sum() >= 2 and fit is not None:
+        for base, _, _ in fit(omega[turning], sigma[turning]):
+            yield base
 
-    d, r = found.head_dim, found.rotary_dim
-    assert r is not None and found.base is not None and found.layout is not None and found.offset is not None
-    inv = _freqs(found.base, found.scaling, r, d)
-    freqs = RopeFrequencies(inv, d, r, found.attention_factor, found.base)
-    x = np.random.default_rng(0).standard_normal((2, n, d)).astype(dt)
-    positions = np.arange(n, 2 * n, dtype=np.int64)
-    out, _ = _call(fn, x, positions, ndim)
-    cos, sin = rope_tables(freqs, positions + found.offset, dtype=np.float64)
-    want = apply_rotary(x.astype(np.float64), cos, sin, layout=checks.layout(found.layout))
-    scale = float(np.max(np.abs(x)))
-    err = float(np.max(np.abs(out.astype(np.float64) - want))) / scale
-    if err > 64 * tol * max(1.0, found.attention_factor):
-        same = _call(fn, x, np.arange(n, dtype=np.int64), ndim)[0]
-        if np.array_equal(same, out):
-            why = "fn ignores its positions argument (it always uses 0, 1, 2, ...)"
-            return dataclasses.replace(found, max_error=err, reason=why)
+
+def _rotary_of(scaling: Mapping[str, Any] | None, freqs: RopeFrequencies) -> int:
+    """The features that turn: the rotary dim, less the pairs a proportional rope leaves at frequency 0."""
+    return 2 * int(np.count_nonzero(freqs.inv_freq)) if scaling is not None and scaling.get(
+        "rope_type") == "proportional" else freqs.rotary_dim
+
+
+def _verify(fn: Callable[..., Any], found: RopeConvention, freqs: RopeFrequencies, probes: _probe.Probes,
+            dt: np.dtype[Any], n: int) -> RopeConvention:
+    """``fn`` against the convention found (in float64) on random inputs near the start and near position 4096."""
+    assert found.layout is not None and found.offset is not None
+    far = probes.positions[n::4]
+    blocks = [np.arange(n, 2 * n, dtype=np.int64)]
+    if far.size:
+        s = int(far[np.argmin(np.abs(np.log(far / 4096.0)))])
+        blocks.append(np.arange(s, s + 4, dtype=np.int64))
+    rng = np.random.default_rng(0)
+    err = bound = 0.0
+    out0 = None
+    for positions in blocks:
+        x = rng.standard_normal((2, positions.size, found.head_dim)).astype(dt)
+        out, _, _ = _probe.call(fn, x, positions, probes.ndim)
+        cos, sin = rope_tables(freqs, positions + found.offset, dtype=np.float64)
+        want = apply_rotary(x.astype(np.float64), cos, sin, layout=checks.layout(found.layout),
+                            rotary_features="trailing" if found.rotary_features == "trailing" else "leading")
+        err = max(err, float(np.max(np.abs(out - want))) / float(np.max(np.abs(x))))
+        angle = float(np.max(freqs.inv_freq)) * (float(positions[-1]) + abs(found.offset))
+        bound = max(bound, K_SIGMA * (2 * probes.eps * max(1.0, freqs.attention_factor) + 8 * _probe.EPS32 * angle
+                                      + probes.tiny) + 1e-12)
+        if out0 is None:
+            out0 = (x, out)
+    if err > bound:
+        assert out0 is not None
+        same, _, _ = _probe.call(fn, out0[0], np.arange(n, dtype=np.int64), probes.ndim)
+        if np.array_equal(same, out0[1]):
+            return dataclasses.replace(found, max_error=err, reason="fn ignores its positions argument "
+                                       "(it always uses 0, 1, 2, ...)")
+        where = " and ".join(f"{p[0]}..{p[-1]}" for p in blocks)
         return dataclasses.replace(
-            found, max_error=err, reason=f"on random inputs at positions {n}..{2 * n - 1} it differs by {err:.2g}"
+            found, max_error=err, reason=f"on random inputs at positions {where} it differs by {err:.2g}"
         )
     return dataclasses.replace(found, matched=True, max_error=err)

@@ -210,3 +210,80 @@ def test_lazy_backends_neither_compute_nor_break_under_jit(xp, backend):
 def test_axial_bad_input(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         arrayrope.axial_rope_tables(**kwargs)
+
+
+# Vision transformers' grids: coordinates in [-1, 1], column first, offsets, explicit bands, tokens after the grid.
+
+
+def _grid_oracle(shape, kind, indexing="ij", train=None, offset=0.0):
+    """Coordinates (N, 2) written out per token: row-major order, then the channel order."""
+    out = []
+    for i in range(shape[0]):
+        for j in range(shape[1]):
+            c = []
+            for k, s in zip((i, j), shape, strict=True):
+                if kind == "pixel":
+                    v = -1.0 + 2.0 * k / (s - 1) if s > 1 else -1.0
+                elif kind == "centered":
+                    v = (k + 0.5 + offset) / s
+                else:
+                    v = k + offset
+                c.append(v)
+            if train is not None:
+                c = [v * t / s for v, t, s in zip(c, train, shape, strict=True)]
+            if kind == "centered":
+                c = [2 * v - 1 for v in c]
+            out.append(c[::-1] if indexing == "xy" else c)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("kind", ["index", "pixel", "centered"])
+@pytest.mark.parametrize("indexing", ["ij", "xy"])
+def test_vision_grids(backend, kind, indexing):
+    shape, d, train = (3, 5), 16, (6, 4)
+    bands = arrayrope.pixel_frequencies(4, 32.0, spacing="log")
+    coords = _grid_oracle(shape, kind, indexing, train, offset=0.25 if kind != "pixel" else 0.0)
+    cos, sin = arrayrope.axial_rope_tables(shape, d, grid=kind, indexing=indexing, train_grid=train,
+                                           grid_offset=0.25 if kind != "pixel" else 0.0, frequencies=bands,
+                                           num_prefix_tokens=1, num_suffix_tokens=2, xp=backend.xp,
+                                           device=backend.device, dtype="float32")
+    angles = np.concatenate([coords[:, :1] * bands, coords[:, 1:] * bands], -1)
+    angles = np.concatenate([np.zeros((1, 8)), angles, np.zeros((2, 8))])
+    # without float64 the fractional coordinates themselves are float32: their rounding times the angle
+    atol = 2e-7 if "float64" in backend.dtypes else 2e-7 + 2 * np.finfo(np.float32).eps * np.abs(angles).max()
+    xp_assert_close(cos, np.cos(angles), backend, "float32", atol=atol, rtol=0)
+    xp_assert_close(sin, np.sin(angles), backend, "float32", atol=atol, rtol=0)
+
+
+def test_pixel_frequencies_and_suffix_tokens_of_coordinate_arrays():
+    np.testing.assert_allclose(arrayrope.pixel_frequencies(5, 10.0), np.pi * np.array([1.0, 2.0, 3.0, 4.0, 5.0]),
+                               rtol=1e-15)
+    np.testing.assert_allclose(arrayrope.pixel_frequencies(3, 224.0, spacing="log"),
+                               np.pi * np.array([1.0, np.sqrt(112.0), 112.0]), rtol=1e-15)
+    coords = np.array([[[1.0, 2.0], [3.0, 4.0]]])
+    cos, sin = arrayrope.axial_rope_tables(coords, 4, num_suffix_tokens=1, num_prefix_tokens=1, dtype="float64")
+    assert cos.shape == (1, 4, 2)
+    np.testing.assert_array_equal(cos[0, [0, 3]], 1.0)
+    np.testing.assert_array_equal(sin[0, [0, 3]], 0.0)
+    np.testing.assert_allclose(sin[0, 1], np.sin([1.0, 2.0]), rtol=1e-15)
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        (dict(positions=(3, 3), head_dim=8, grid="linspace"), ValueError, "grid must be one of"),
+        (dict(positions=(3, 3), head_dim=8, indexing="yx"), ValueError, "indexing must be one of"),
+        (dict(positions=np.zeros((3, 2)), head_dim=8, grid="pixel"), ValueError, "grid applies to a grid shape"),
+        (dict(positions=np.zeros((3, 2)), head_dim=8, grid_offset=1.0), ValueError, "grid_offset applies"),
+        (dict(positions=(3, 3), head_dim=8, frequencies=[]), ValueError, "non-empty 1-D"),
+        (dict(positions=(3, 3), head_dim=8, frequencies=["a"]), TypeError, "sequence of numbers"),
+        (dict(positions=(3, 3), head_dim=12, frequencies=[1.0, 2.0], axis_dims=(8, 4)), ValueError,
+         r"axis_dims\[0\]=8 must be 2 \* len\(frequencies\) = 4"),
+        (dict(positions=np.zeros(3), head_dim=8, num_suffix_tokens=1), ValueError, "num_suffix_tokens needs"),
+    ],
+)
+def test_vision_grid_bad_input(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        arrayrope.axial_rope_tables(**kwargs)
+    with pytest.raises(ValueError, match="spacing must be one of"):
+        arrayrope.pixel_frequencies(4, 10.0, spacing="geometric")

@@ -11,7 +11,7 @@ import pytest
 
 import arrayrope as ar
 from arrayrope.testing import to_numpy
-from helpers import POW_ULPS, check_like, inv_freq_formula, rope_by_matrix
+from helpers import POW_ULPS, check_like, inv_freq_formula, rope_by_matrix, ulps, xp_assert_close
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
@@ -252,3 +252,32 @@ def test_from_config_and_errors():
         ar.RotaryEmbedding(32, scaling={"rope_type": "dynamic", "factor": 2.0})
     with pytest.raises(ValueError, match="seq_len must be positive"):
         rope(q, positions=np.arange(2), seq_len=0)
+
+
+def test_trailing_rotary_features_and_repr(backend):
+    rope = ar.RotaryEmbedding(12, rotary_dim=4, rotary_features="trailing", layout="interleaved")
+    assert "rotary_features='trailing'" in repr(rope)
+    x = np.random.default_rng(2).standard_normal((1, 2, 5, 12))
+    pos = np.arange(5) + 40
+    want = x.copy()
+    want[..., 8:] = rope_by_matrix(x[..., 8:], pos, rope.freqs.inv_freq, "interleaved")
+    dtype = backend.dtypes[0]
+    out = rope(backend.asarray(x, dtype=dtype), offset=40)
+    xp_assert_close(out, want, backend, dtype, **ulps(dtype))
+
+
+def test_axes_mistakes_are_loud():
+    """q laid out (batch, seq, heads, dim) with the default axes: the errors say so and name axes=."""
+    rope = ar.RotaryEmbedding(16)
+    q = np.zeros((1, 10, 4, 16), np.float32)  # bshd
+    k = np.zeros((1, 10, 2, 16), np.float32)  # grouped-query keys
+    with pytest.raises(ValueError, match=r"axes='bhsd'.*fit axes='bshd'"):
+        rope(q, k)
+    with pytest.raises(ValueError, match=r"axes='bhsd'.*They fit axis 1.*pass that as axes="):
+        rope(q, positions=np.arange(10))
+    q_rot, _ = ar.RotaryEmbedding(16, axes="bshd")(q, k, positions=np.arange(10))
+    assert q_rot.shape == q.shape
+    with pytest.raises(ValueError, match="axes='bhsd'"):
+        rope(np.zeros((1, 4, 10, 8), np.float32))
+    with pytest.raises(ValueError, match="axes='bshd'"):
+        ar.RotaryEmbedding(16, axes="bshd")(np.zeros((4, 10, 16), np.float32))

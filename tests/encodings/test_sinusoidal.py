@@ -10,7 +10,7 @@ from array_api_extra.testing import lazy_xp_function
 import arrayrope as ar
 from arrayrope import sinusoidal_embedding
 from arrayrope.testing import to_numpy
-from helpers import check_like
+from helpers import check_like, xp_assert_close
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
@@ -55,3 +55,16 @@ def test_sinusoidal_bad_input():
         ar.sinusoidal_embedding(4, 7)
     with pytest.raises(ValueError, match="layout must be one of"):
         ar.sinusoidal_embedding(4, 8, layout="half")
+
+
+def test_sinusoidal_tensor2tensor_timing_signal(backend):
+    """tensor2tensor's get_timing_signal_1d: log-spaced timescales 1..base (exponent i / (d/2 - 1)), sines first."""
+    dim, base, n = 10, 1e4, 7
+    pos = np.arange(n, dtype=np.float64)
+    inv = np.exp(-np.arange(dim // 2) * np.log(base) / (dim // 2 - 1))
+    want = np.concatenate([np.sin(pos[:, None] * inv), np.cos(pos[:, None] * inv)], axis=1)
+    out = ar.sinusoidal_embedding(n, dim, base=base, layout="concat", frequencies="tensor2tensor",
+                                  xp=backend.xp, device=backend.device, dtype="float32")
+    xp_assert_close(out, want, backend, "float32", rtol=0, atol=4e-7)
+    with pytest.raises(ValueError, match="frequencies must be one of"):
+        ar.sinusoidal_embedding(4, 8, frequencies="t2t")
