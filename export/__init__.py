@@ -10,11 +10,13 @@ Modules: ``_options`` (the options: types, defaults, checks, documentation),
 graph builder), ``_emit`` choosing between ``_fused`` (targets ``onnx23`` and
 ``ort``) and ``_portable`` (with ``_tables``: constant or computed tables),
 ``_model`` (model and function), ``_splice`` (:func:`add_rotary`),
-``_validate``, and ``_proto`` (loading models, IR versions).
+``_validate``, ``_proto`` (loading models, IR versions), and ``_from_torch`` (the
+graphs ``torch.onnx.export`` writes for arrayrope's PyTorch op, :func:`torch_options`).
 """
 
 from __future__ import annotations
 
+from ._from_torch import TorchOptions, torch_options
 from ._model import rotary_function, rotary_model
 from ._options import TARGETS, ExportKeywords, ExportOptions, SpliceKeywords
 from ._splice import add_rotary
@@ -25,10 +27,12 @@ __all__ = [
     "ExportKeywords",
     "ExportOptions",
     "SpliceKeywords",
+    "TorchOptions",
     "ValidationError",
     "ValidationReport",
     "add_rotary",
     "rotary_function",
     "rotary_model",
+    "torch_options",
     "validate",
 ]

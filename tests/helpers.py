@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+
+import array_api_compat
 import numpy as np
 
 from arrayrope.testing import assert_close, to_numpy
-import array_api_compat
-
 
 #: ulps by which two math libraries' float64 ``pow`` (or ``exp``/``log``) may differ: each is within an ulp
 #: or two of the exact value (glibc's pow is correctly rounded in nearly all cases; NumPy's vectorised
@@ -79,5 +80,50 @@ def inv_freq_formula(rotary_dim: int, base: float) -> np.ndarray:
     return np.array([base ** (-(2.0 * i) / rotary_dim) for i in range(rotary_dim // 2)])
 
 
-__all__ = ["POW_ULPS", "ulps", "check_like", "xp_assert_close", "rotation_matrix", "rope_by_matrix", "rope_by_complex",
-           "inv_freq_formula", "to_numpy"]
+def double_uses(model) -> list[str]:
+    """Every float64 in an ONNX model: initializers, typed values (after shape inference, where onnx can infer),
+    Cast/CastLike/... ``to`` attributes, Constant and other tensor attributes, in subgraphs and functions too."""
+    import onnx
+    from onnx import AttributeProto, TensorProto
+
+    double = TensorProto.DOUBLE
+    with contextlib.suppress(Exception):  # contrib ops: check what the model declares
+        model = onnx.shape_inference.infer_shapes(model)
+    found = []
+
+    def graph(g, where):
+        found.extend(f"{where} initializer {t.name}" for t in g.initializer if t.data_type == double)
+        values = [*g.input, *g.output, *g.value_info]
+        found.extend(f"{where} value {v.name}" for v in values if v.type.tensor_type.elem_type == double)
+        nodes(g.node, where)
+
+    def nodes(ns, where):
+        for n in ns:
+            for a in n.attribute:
+                if a.name == "to" and a.type == AttributeProto.INT and a.i == double:
+                    found.append(f"{where} {n.op_type} {n.name} to DOUBLE")
+                if a.type == AttributeProto.TENSOR and a.t.data_type == double:
+                    found.append(f"{where} {n.op_type} {n.name} tensor attribute {a.name}")
+                if a.type == AttributeProto.GRAPH:
+                    graph(a.g, f"{where}/{n.name}")
+                for sub in a.graphs:
+                    graph(sub, f"{where}/{n.name}")
+
+    graph(model.graph, "graph")
+    for f in model.functions:
+        nodes(f.node, f"function {f.name}")
+    return found
+
+
+__all__ = [
+    "POW_ULPS",
+    "check_like",
+    "double_uses",
+    "inv_freq_formula",
+    "rope_by_complex",
+    "rope_by_matrix",
+    "rotation_matrix",
+    "to_numpy",
+    "ulps",
+    "xp_assert_close",
+]

@@ -96,6 +96,7 @@ class RotaryEmbedding:
         )
         self.layout: Layout = checks.layout(layout)
         self.axes: Axes = checks.choice(axes, "axes", AXES)
+        self.max_position_embeddings = max_position_embeddings
         self._cache: dict[tuple[int, str, str], tuple[Array, Array]] = {}
         self._lock = threading.Lock()
         # sequence-length-dependent types: the cache holds the starting frequencies only
@@ -183,6 +184,12 @@ class RotaryEmbedding:
                     f"q and k must share batch and sequence sizes ({self.axes}); "
                     f"got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
                 )
+        export = backends.onnx_rotary(q)  # set while an ONNX exporter traces: fused ops on exact caches
+        if export is not None:
+            fused = export(q, k, freqs=self._fixed_freqs(seq_len), positions=positions, offset=offset,
+                           layout=self.layout, axes=self.axes, max_positions=self.max_position_embeddings)
+            if fused is not None:
+                return fused
         # The tables are built here to broadcast against q and k: no need to check them again.
         cos, sin = self._tables_for(xp, q, positions, offset, seq_len)
         q_rot = rotate(xp, q, cos, sin, self.layout)
@@ -224,7 +231,7 @@ class RotaryEmbedding:
             offset = int(offset)
             if offset < 0:
                 raise ValueError(f"offset must be >= 0, got {offset}")
-            if freqs is self._start_freqs:
+            if freqs is self._start_freqs and not backends.traced(q):  # a trace keeps its own tables
                 cos, sin = self._cached(xp, device, dtype, offset + seq)
                 cos, sin = cos[offset : offset + seq, :], sin[offset : offset + seq, :]
             else:
@@ -255,6 +262,20 @@ class RotaryEmbedding:
             if device is not None:  # a JAX tracer's device is None: never cache traced values
                 self._cache[key] = entry
             return entry
+
+    def _fixed_freqs(self, seq_len: int | None) -> RopeFrequencies:
+        """The frequencies of a traced graph, which fixes them: length-dependent types need ``seq_len``."""
+        if self._resize is None:
+            return self._start_freqs
+        if seq_len is None:
+            raise ValueError(
+                f"rope_type {self.freqs.rope_type!r} picks its frequencies by sequence length, which a traced "
+                "graph does not know; pass seq_len= (the length whose frequencies the graph keeps)"
+            )
+        length = checks.positive_int(seq_len, "seq_len")
+        with self._lock:
+            self.freqs = self._resize(length)
+            return self.freqs
 
     def _select(self, xp: Namespace, seq: int, positions: Any, offset: Any, seq_len: int | None) -> RopeFrequencies:
         """The frequencies for this call's sequence length (dynamic, longrope); updates ``freqs``."""

@@ -76,6 +76,10 @@ g = helper.make_graph([helper.make_node("Neg", ["a"], ["q"]), helper.make_node("
                       [t("a"), helper.make_tensor_value_info("p", TensorProto.INT64, ["B", "S"])], [t("b")])
 m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 saved["spliced"] = run(ex.add_rotary(m, q="q", position_ids="p", freqs=16, **splice), {"a": x, "p": pos})[0]
+
+with ex.torch_options(target="ort", max_positions=64) as chosen:
+    ok = isinstance(chosen, ex.TorchOptions) and chosen.target == "ort"
+    saved["torch_rows"] = np.array(chosen.cache_rows(4096) if ok else -1)
 np.savez(sys.argv[1], **saved)
 """
 
@@ -101,3 +105,4 @@ def test_every_public_name_works_without_docstrings(tmp_path):
         assert np.max(np.abs(saved[name] - expected)) <= 1e-6, name
     assert np.max(np.abs(saved["spliced"] + expected)) <= 1e-6  # the rotation of -x
     assert bool(saved["caught"]) and int(saved["max_positions"]) == 64
+    assert int(saved["torch_rows"]) == 64  # the block's rows win over the module's
