@@ -27,9 +27,9 @@ from arrayrope._lib import checks
 from arrayrope.frequencies import RopeFrequencies
 
 from ._builder import Builder
-from ._emit import emitter
+from ._emit import emitter, heads_spec, rotate_heads
 from ._options import ExportOptions, Target
-from ._spec import DTYPE_NAMES, MIN_OPSET, make_spec
+from ._spec import DTYPE_NAMES, MIN_OPSET
 
 if TYPE_CHECKING:  # onnx_ir comes with onnxscript, which torch.onnx.export needs; importing this module does not
     import onnx_ir as ir
@@ -165,17 +165,11 @@ def rotary_graph(
     freqs = frequencies_from_json(frequencies, head_dim)
     if target == "auto":
         target = "onnx23" if opset >= MIN_OPSET["onnx23"] else "portable"
-    rank = 4 if axes == "bhsd" else 3
-    options = ExportOptions(layout=checks.layout(layout), target=target, rank=rank, num_heads=heads,  # type: ignore[arg-type]
-                            max_positions=max_positions, dtype=dtype, opset=opset, runtime="any")
-    spec = make_spec(freqs, options, opset_argument="the opset_version of torch.onnx.export")
+    spec = heads_spec(freqs, layout=layout, target=target, axes=axes, heads=heads,  # type: ignore[arg-type]
+                      max_positions=max_positions, dtype=dtype, opset=opset,
+                      opset_argument="the opset_version of torch.onnx.export")
     b = Builder("arrayrope/")
-    if rank == 4:
-        emitter(spec, b).apply("x", "position_ids", "y", heads)
-    else:
-        flat = b.op("Reshape", ["x", b.ints([0, 0, -1], "flat")])
-        rotated = emitter(spec, b).apply(flat, "position_ids", b.name("y3"), heads)
-        b.op("Reshape", [rotated, b.ints([0, 0, -1, head_dim], "heads")], out="y")
+    rotate_heads(spec, b, emitter(spec, b), "x", "position_ids", "y")
     return b
 
 

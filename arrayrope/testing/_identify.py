@@ -22,6 +22,7 @@ import numpy as np
 
 from .._lib import checks
 from ..backends import to_numpy
+from ..frequencies import RopeFrequencies
 
 __all__ = ["RopeConvention", "identify_rope"]
 
@@ -89,6 +90,22 @@ class RopeConvention:
             "scaling": self.scaling,
             "layout": self.layout,
         }
+
+    def frequencies(self) -> RopeFrequencies:
+        """The frequencies found as the core computes them (float64), with the measured attention factor.
+
+        Examples
+        --------
+        >>> import arrayrope
+        >>> from arrayrope.testing import identify_rope
+        >>> rope = arrayrope.RotaryEmbedding(16, base=500.0)
+        >>> f = identify_rope(lambda x, p: rope(x, positions=p), head_dim=16).frequencies()
+        >>> bool(abs(f.inv_freq[1] - 500.0 ** (-2 / 16)) < 1e-15)
+        True
+        """
+        if not self.matched:
+            raise ValueError(f"fn matches no known RoPE convention ({self.reason}); no frequencies to give")
+        return _frequencies(self)
 
     def __str__(self) -> str:
         if not self.matched:
@@ -396,18 +413,24 @@ def _candidates(
                 yield base, scaling, factor
 
 
+def _frequencies(found: RopeConvention) -> RopeFrequencies:
+    r, base = found.rotary_dim, found.base
+    assert r is not None and base is not None
+    rope_type = "default" if found.scaling is None else str(found.scaling["rope_type"])
+    inv = _freqs(base, found.scaling, r, found.head_dim)
+    return RopeFrequencies(inv, found.head_dim, r, found.attention_factor, base, rope_type)
+
+
 def _verify(
     fn: Callable[..., Any], found: RopeConvention, ndim: int, dt: np.dtype[Any], n: int, tol: float
 ) -> RopeConvention:
     """Random inputs at positions ``n .. 2n-1``: ``fn`` against the convention found."""
     from ..apply import apply_rotary
-    from ..frequencies import RopeFrequencies
     from ..tables import rope_tables
 
-    d, r = found.head_dim, found.rotary_dim
-    assert r is not None and found.base is not None and found.layout is not None and found.offset is not None
-    inv = _freqs(found.base, found.scaling, r, d)
-    freqs = RopeFrequencies(inv, d, r, found.attention_factor, found.base)
+    d = found.head_dim
+    assert found.layout is not None and found.offset is not None
+    freqs = _frequencies(found)
     x = np.random.default_rng(0).standard_normal((2, n, d)).astype(dt)
     positions = np.arange(n, 2 * n, dtype=np.int64)
     out, _ = _call(fn, x, positions, ndim)
