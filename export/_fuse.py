@@ -181,8 +181,8 @@ class _Job:
         piece = cut(self.graph, site, shape)
         original = SiteRunner(piece)
         found = identify(original)
-        if found.layout is None or found.rotary_dim is None:
-            raise ValueError(f"it is no rotary embedding: {found.reason}")
+        if found.layout is None or found.rotary_dim is None or found.offset is None:
+            raise ValueError(f"it is no rotary embedding: {found.reason}")  # before its frequencies were measured
         if found.offset:
             raise ValueError(f"it rotates by positions shifted by {found.offset:+d}")
         dtype = DTYPE_NAMES.get(self.graph.elem_type(site.x) or TensorProto.FLOAT, "float32")
@@ -336,9 +336,14 @@ def _distinct(existing: list[TensorProto], added: Sequence[TensorProto]) -> tupl
 def _validation(source: onnx.ModelProto, fused: onnx.ModelProto, feed: Mapping[str, npt.NDArray[Any]],
                 providers: Sequence[str] | str | None) -> Report:
     """Both models on each provider, output by output; the original is the reference."""
+    import onnxruntime as ort
+
     rows, skipped = [], []
     for provider in _providers(providers):
         device = provider.replace("ExecutionProvider", "")
+        if provider not in ort.get_available_providers():  # ONNX Runtime would fall back to the CPU silently
+            skipped.append((f"onnxruntime {device}", f"{provider} is not available in this onnxruntime build"))
+            continue
         try:
             want = run(source, feed, providers=[provider])
             got = run(fused, feed, providers=[provider])

@@ -2,8 +2,9 @@
 
 A rotation is ``y = x * C + R(x) * S`` (an Add of two Muls, operands in any order),
 where ``R(x)`` only moves, splits, joins and negates features of ``x`` (Slice,
-Split, Neg, Concat, Unsqueeze, Reshape...: ``rotate_half`` and ``rotate_every_two``
-as exporters write them), and the tables ``C`` and ``S`` do not depend on the
+Split, Neg, Concat, Unsqueeze, Reshape..., or a MatMul by a constant signed
+permutation: ``rotate_half`` and ``rotate_every_two`` as exporters and arrayrope's
+portable graph write them), and the tables ``C`` and ``S`` do not depend on the
 values of ``x``. When ``x`` is a leading Slice of a head whose rest is
 concatenated back after ``y`` (partial rotary), the rotation spans the whole
 head. An existing ``RotaryEmbedding`` node (standard or ``com.microsoft``) is a
@@ -84,7 +85,7 @@ class Graph:
 
     def data_inputs(self, node: NodeProto) -> list[str]:
         """Inputs that carry data rather than shapes, indices or axes (the first, for views)."""
-        if node.op_type in _INT_VIEWS | {"Slice", "Split", "Gather", "Transpose", "Flatten"}:
+        if node.op_type in _INT_VIEWS | {"Slice", "Split", "Gather", "Transpose", "Flatten"} or self.permutes(node):
             return [node.input[0]] if node.input else []
         return [i for i in node.input if i]
 
@@ -99,11 +100,21 @@ class Graph:
                 continue
             seen.add(v)
             node = self.producer.get(v)
-            if v == stop or node is None or node.op_type not in through:
+            if v == stop or node is None or not (node.op_type in through or self.permutes(node)):
                 out.add(v)
                 continue
             stack.extend(self.data_inputs(node))
         return out
+
+    def permutes(self, node: NodeProto) -> bool:
+        """Whether ``node`` is a MatMul by a constant signed permutation (a swap of features written as a product)."""
+        if node.op_type != "MatMul" or len(node.input) != 2:
+            return False
+        m = self.constant(node.input[1])
+        if m is None or m.ndim != 2 or m.shape[0] != m.shape[1]:
+            return False
+        nonzero = m != 0
+        return bool(np.all(np.isin(m, (-1, 0, 1))) and np.all(nonzero.sum(0) == 1) and np.all(nonzero.sum(1) == 1))
 
     def depends_on(self, name: str, target: str) -> bool:
         """Whether the values of ``name`` depend on those of ``target`` (shapes do not count)."""
