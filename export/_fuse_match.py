@@ -19,7 +19,7 @@ frequencies) is measured by running it (:mod:`._fuse_probe`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -89,21 +89,31 @@ class Graph:
             return [node.input[0]] if node.input else []
         return [i for i in node.input if i]
 
+    def walk(self, start: str, follow: Callable[[str, NodeProto | None], Iterable[str]]) -> Iterator[str]:
+        """Non-constant tensors reached from ``start`` back through their producers, each once;
+        ``follow(tensor, producer)`` gives the tensors to visit next."""
+        stack, seen = [start], set()
+        while stack:
+            v = stack.pop()
+            if v in seen or not v or self.constant(v) is not None:
+                continue
+            seen.add(v)
+            yield v
+            stack.extend(follow(v, self.producer.get(v)))
+
     def leaves(self, name: str, through: frozenset[str], stop: str) -> set[str]:
         """Non-constant tensors that ``name`` is computed from by data paths through ops in ``through``,
         not looking past ``stop``."""
         out: set[str] = set()
-        stack, seen = [name], set()
-        while stack:
-            v = stack.pop()
-            if v in seen or self.constant(v) is not None:
-                continue
-            seen.add(v)
-            node = self.producer.get(v)
+
+        def follow(v: str, node: NodeProto | None) -> list[str]:
             if v == stop or node is None or not (node.op_type in through or self.permutes(node)):
                 out.add(v)
-                continue
-            stack.extend(self.data_inputs(node))
+                return []
+            return self.data_inputs(node)
+
+        for _ in self.walk(name, follow):
+            pass
         return out
 
     def permutes(self, node: NodeProto) -> bool:
@@ -118,18 +128,10 @@ class Graph:
 
     def depends_on(self, name: str, target: str) -> bool:
         """Whether the values of ``name`` depend on those of ``target`` (shapes do not count)."""
-        stack, seen = [name], set()
-        while stack:
-            v = stack.pop()
-            if v == target:
-                return True
-            if v in seen:
-                continue
-            seen.add(v)
-            node = self.producer.get(v)
-            if node is not None and node.op_type not in ("Shape", "Size"):
-                stack.extend(i for i in node.input if i)
-        return False
+        def follow(v: str, node: NodeProto | None) -> Iterable[str]:
+            return [] if node is None or node.op_type in ("Shape", "Size") else node.input
+
+        return any(v == target for v in self.walk(name, follow))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,23 +226,23 @@ def positions_of(graph: Graph, table: str) -> str | None:
     return roots.pop() if len(roots) == 1 else None
 
 
-def _integer_sources(graph: Graph, table: str) -> Iterator[str]:
-    stack, seen = [table], set()
-    while stack:
-        v = stack.pop()
-        if v in seen or graph.constant(v) is not None:
-            continue
-        seen.add(v)
-        node = graph.producer.get(v)
-        if node is None:
-            continue
+def _integer_sources(graph: Graph, table: str) -> list[str]:
+    found: list[str] = []
+
+    def follow(v: str, node: NodeProto | None) -> Iterable[str]:
+        if node is None or node.op_type in ("Shape", "Size"):
+            return []
         if node.op_type == "Cast" and graph.elem_type(node.input[0]) in _INTS:
-            yield node.input[0]
-        elif node.op_type in ("Gather", "GatherElements", "GatherND") and graph.elem_type(node.input[1]) in _INTS:
-            yield node.input[1]
-            stack.append(node.input[0])
-        elif node.op_type not in ("Shape", "Size"):
-            stack.extend(graph.data_inputs(node))
+            found.append(node.input[0])
+            return []
+        if node.op_type in ("Gather", "GatherElements", "GatherND") and graph.elem_type(node.input[1]) in _INTS:
+            found.append(node.input[1])
+            return [node.input[0]]
+        return graph.data_inputs(node)
+
+    for _ in graph.walk(table, follow):
+        pass
+    return found
 
 
 def _root(graph: Graph, name: str) -> str:
