@@ -29,7 +29,7 @@ from arrayrope.frequencies import RopeFrequencies
 from ._builder import Builder
 from ._emit import emitter, heads_spec, rotate_heads
 from ._options import ExportOptions, Target
-from ._spec import DTYPE_NAMES, MIN_OPSET
+from ._spec import DTYPE_NAMES, MIN_OPSET, TARGET_DTYPES
 
 if TYPE_CHECKING:  # onnx_ir comes with onnxscript, which torch.onnx.export needs; importing this module does not
     import onnx_ir as ir
@@ -163,8 +163,9 @@ def rotary_graph(
     if dtype is None:
         raise ValueError(f"{OP_NAME} rotates float32, float16, bfloat16 or float64 tensors, got ONNX type {elem_type}")
     freqs = frequencies_from_json(frequencies, head_dim)
-    if target == "auto":
-        target = "onnx23" if opset >= MIN_OPSET["onnx23"] else "portable"
+    if target == "auto":  # float64 models: the fused ops carry no float64
+        fused = opset >= MIN_OPSET["onnx23"] and dtype in TARGET_DTYPES["onnx23"]
+        target = "onnx23" if fused else "portable"
     spec = heads_spec(freqs, layout=layout, target=target, axes=axes, heads=heads,  # type: ignore[arg-type]
                       max_positions=max_positions, dtype=dtype, opset=opset,
                       opset_argument="the opset_version of torch.onnx.export")

@@ -14,7 +14,8 @@ import onnx
 from onnx import NodeProto, TensorProto, helper
 
 from arrayrope._lib import checks
-from arrayrope.testing import Report, Row
+from arrayrope.frequencies import RopeFrequencies
+from arrayrope.testing import Report, RopeConvention, Row
 
 from ._builder import Builder
 from ._emit import emitter, heads_spec, rotate_heads
@@ -23,7 +24,7 @@ from ._fuse_probe import Shapes, SiteRunner, compare, cut, identify, reference, 
 from ._fuse_report import Fused, FusionReport, Rotation
 from ._options import ExportOptions
 from ._proto import ModelSource, ir_version_for, load_model
-from ._spec import DTYPE_NAMES, MIN_OPSET, MS_DOMAIN
+from ._spec import DTYPE_NAMES, MIN_OPSET, MS_DOMAIN, np_dtype
 from ._splice import _reads, _topological
 from ._validate import _providers
 
@@ -180,17 +181,20 @@ class _Job:
         shape = shapes(site, seen)
         piece = cut(self.graph, site, shape)
         original = SiteRunner(piece)
-        found = identify(original)
+        found = identify(piece)
         if found.layout is None or found.rotary_dim is None or found.offset is None:
             raise ValueError(f"it is no rotary embedding: {found.reason}")  # before its frequencies were measured
         if found.offset:
             raise ValueError(f"it rotates by positions shifted by {found.offset:+d}")
         dtype = DTYPE_NAMES.get(self.graph.elem_type(site.x) or TensorProto.FLOAT, "float32")
         b = Builder(f"arrayrope_fuse/{i}/", taken=self.graph.producer.keys() | self.graph.initializers.keys())
+        freqs: RopeFrequencies | None = None
+        tables = "the model's"
         if self.tables == "exact":
-            if not found.matched:
+            freqs = found.frequencies() if found.matched else _stored(found, dtype, shape.head_dim)
+            tables = f"exact, {self.rows} rows" + ("" if found.matched else f", the model's {dtype} frequencies")
+            if freqs is None:
                 raise ValueError(f"its frequencies follow no known rule ({found.reason}); tables='model' keeps them")
-            freqs = found.frequencies()
             spec = heads_spec(freqs, layout=found.layout, target=self.target, axes=shape.axes,  # type: ignore[arg-type]
                               heads=shape.heads, max_positions=self.rows, dtype=dtype, opset=self.opset,
                               opset_argument="the model's opset")
@@ -203,17 +207,38 @@ class _Job:
         err = compare(original, fused, shape.head_dim, min(self.rows, 256))
         if not err <= SAME.get(dtype, 1e-4):
             raise ValueError(f"the fused node differs from it by {err:.2g} (relative), so it was kept as it is")
-        if self.tables == "exact":
+        if freqs is not None:
             far = compare(fused, reference(piece, freqs, found.layout), shape.head_dim, self.rows)
             if not far <= EXACT.get(dtype, 2e-6):
                 raise ValueError(f"the exact caches differ from the core's rotation by {far:.2g} at far positions")
         node = "RotaryEmbedding" if self.target == "onnx23" else f"{MS_DOMAIN}.RotaryEmbedding"
         rotation = dataclasses.replace(
             base, fused=True, node=node, layout=found.layout, rotary_dim=found.rotary_dim, head_dim=shape.head_dim,
-            heads=shape.heads, base=found.base, scaling=found.scaling,
-            tables=f"exact, {self.rows} rows" if self.tables == "exact" else "the model's", error=err,
+            heads=shape.heads, base=found.base if found.matched else None, scaling=found.scaling, tables=tables,
+            error=err,
         )
         return rotation, b
+
+
+#: Relative spacing of the half-precision dtypes (2**-mantissa bits).
+_HALF_SPACING = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
+
+
+def _stored(found: RopeConvention, dtype: str, head_dim: int) -> RopeFrequencies | None:
+    """The frequencies a half-precision model stores (a rule's, rounded to its dtype) from those measured, or None.
+
+    Models converted to float16 or bfloat16 keep ``inv_freq`` in that dtype, which
+    moves every angle off the rule by the rounding; the measured frequencies land
+    within a small part of the dtype's spacing of the stored ones, so rounding them
+    to the dtype recovers those exactly, and the caches are exact for them.
+    """
+    spacing = _HALF_SPACING.get(dtype)
+    if spacing is None or found.inv_freq is None or found.rotary_dim is None:
+        return None
+    stored = np.asarray(found.inv_freq).astype(np_dtype(dtype)).astype(np.float64)  # type: ignore[arg-type]
+    if np.max(np.abs(stored - found.inv_freq) / stored) > 0.1 * spacing:
+        return None
+    return RopeFrequencies(stored, head_dim, found.rotary_dim, found.attention_factor)
 
 
 def _position_ids(b: Builder, graph: Graph, site: Site, shape: Shapes, seen: Mapping[str, npt.NDArray[Any]]) -> str:

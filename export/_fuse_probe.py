@@ -12,13 +12,15 @@ one does (:func:`compare`).
 from __future__ import annotations
 
 import dataclasses
+import os
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import arrayrope
 from arrayrope._lib import checks
@@ -29,6 +31,7 @@ from ._fuse_match import Graph, Site, site_nodes
 
 Feed = dict[str, npt.NDArray[Any]]
 
+_PROTOBUF_LIMIT = 2**31 - 1
 #: Sizes given to symbolic dimensions of sample inputs: the first axis (batch), the others (sequence).
 SAMPLE_BATCH, SAMPLE_SEQ = 2, 8
 
@@ -40,12 +43,20 @@ _NUMPY_OF = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor
 
 
 def session(model: onnx.ModelProto, providers: Sequence[str] = ("CPUExecutionProvider",)) -> Any:
-    """An ONNX Runtime session of ``model`` with graph optimisations on, quiet."""
+    """An ONNX Runtime session of ``model`` with graph optimisations on, quiet (models over protobuf's 2 GB
+    are passed through a temporary file with their tensors beside it)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=list(providers))
+    if model.ByteSize() < _PROTOBUF_LIMIT:
+        return ort.InferenceSession(model.SerializeToString(), opts, providers=list(providers))
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # saving with external data rewrites the tensors it moves out
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.onnx")
+        onnx.save_model(copy, path, save_as_external_data=True, location="model.data")
+        return ort.InferenceSession(path, opts, providers=list(providers))
 
 
 def sample_inputs(graph: Graph, seed: int = 0) -> Feed:
@@ -200,12 +211,39 @@ class SiteRunner:
             if name in self.inputs:
                 feed[name] = np.zeros((batch if like == "x" else pos).shape, _NUMPY_OF[self.inputs[name]])
         y = np.asarray(self.sess.run(None, feed)[0])
-        return np.asarray(np.take(y, 0, axis=head_axis)[None], dtype=np.float32)
+        first: npt.NDArray[Any] = np.take(y, 0, axis=head_axis)[None]
+        return first
 
 
-def identify(runner: SiteRunner) -> RopeConvention:
-    """The convention the rotation implements, measured in its own dtype (float32 for float16 models)."""
-    return identify_rope(runner, head_dim=runner.shape.head_dim, dtype="float32")
+def identify(piece: Cut) -> RopeConvention:
+    """The convention the rotation implements, measured in float32 (a half-precision cut is widened to float32:
+    probes read angles far below half precision's resolution)."""
+    runner = SiteRunner(piece, widened(piece.model))
+    return identify_rope(runner, head_dim=piece.shape.head_dim, dtype="float32")
+
+
+_HALF = {TensorProto.FLOAT16, TensorProto.BFLOAT16}
+
+
+def widened(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of a model computing in float32 where it computes in float16 or bfloat16 (inputs, casts, constants)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    for v in [*g.input, *g.output]:
+        if v.type.tensor_type.elem_type in _HALF:
+            v.type.tensor_type.elem_type = TensorProto.FLOAT
+    for i, t in enumerate(g.initializer):
+        if t.data_type in _HALF:
+            g.initializer[i].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+    for node in g.node:
+        for a in node.attribute:
+            if a.name == "to" and a.i in _HALF:
+                a.i = TensorProto.FLOAT
+            if a.type == onnx.AttributeProto.TENSOR and a.t.data_type in _HALF:
+                a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np.float32), a.t.name))
+    del g.value_info[:]
+    return out
 
 
 Probe = Callable[[npt.NDArray[Any], npt.NDArray[np.int64]], npt.NDArray[Any]]

@@ -19,8 +19,9 @@ EXPORTERS = {"dynamo-18": ("dynamo", 18), "dynamo-23": ("dynamo", 23), "torchscr
 VOCAB = 128
 
 
-def model(family: str, layers: int = 2):
-    """A random model of ``family`` in eval mode, returning logits from (input_ids, attention_mask, position_ids)."""
+def model(family: str, layers: int = 2, positions: bool = True):
+    """A random model of ``family`` in eval mode, returning logits from (input_ids, attention_mask, position_ids),
+    or, without ``positions``, from (input_ids, attention_mask) with positions 0..S-1 made inside."""
     import torch
     import transformers as tf
 
@@ -46,32 +47,34 @@ def model(family: str, layers: int = 2):
         def __init__(self) -> None:
             super().__init__()
             self.net = net.eval()
+            self.positions = positions
 
-        def forward(self, input_ids, attention_mask, position_ids):
+        def forward(self, input_ids, attention_mask, position_ids=None):
             return self.net(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                             use_cache=False).logits
 
     return Logits().eval()
 
 
-def inputs(batch: int = 2, seq: int = 7, start: int = 0, seed: int = 0) -> dict[str, np.ndarray]:
-    """Token ids, a full mask and positions ``start .. start+seq-1``."""
+def inputs(batch: int = 2, seq: int = 7, start: int = 0, seed: int = 0,
+           positions: bool = True) -> dict[str, np.ndarray]:
+    """Token ids, a full mask and (with ``positions``) positions ``start .. start+seq-1``."""
     rng = np.random.default_rng(seed)
-    return {
-        "input_ids": rng.integers(0, VOCAB, (batch, seq)),
-        "attention_mask": np.ones((batch, seq), dtype=np.int64),
-        "position_ids": np.tile(np.arange(start, start + seq), (batch, 1)),
-    }
+    feed = {"input_ids": rng.integers(0, VOCAB, (batch, seq)), "attention_mask": np.ones((batch, seq), dtype=np.int64)}
+    if positions:
+        feed["position_ids"] = np.tile(np.arange(start, start + seq), (batch, 1))
+    return feed
 
 
 def export(net, exporter: str):
-    """The ONNX model of ``net`` from one of ``EXPORTERS`` (inputs input_ids, attention_mask, position_ids)."""
+    """The ONNX model of ``net`` from one of ``EXPORTERS`` (inputs input_ids, attention_mask[, position_ids])."""
     import onnx
     import torch
 
     kind, opset = EXPORTERS[exporter]
-    args = tuple(torch.from_numpy(v) for v in inputs().values())
-    names = list(inputs())
+    feed = inputs(positions=net.positions)
+    args = tuple(torch.from_numpy(v) for v in feed.values())
+    names = list(feed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if kind == "torchscript":

@@ -184,7 +184,7 @@ def _small(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, w
         sign = _SIGN.get(key)
         if sign is None:
             sign = torch.tensor([[-1.0], [1.0]], dtype=work, device=x.device)
-            if type(x) is torch.Tensor:  # never keep a fake or functional tensor (a tracer's) past its trace
+            if not traced(x):  # never keep a tracer's tensor past its trace
                 _SIGN[key] = sign
         x3 = xr.reshape(*xr.shape[:-1], 2, h)
         y = (x3 * cos.unsqueeze(-2) + x3.flip(-2) * (sin.unsqueeze(-2) * sign)).flatten(-2)

@@ -37,7 +37,9 @@ class RotaryEmbedding:
     scaling : dict, optional
         Hugging Face scaling dict, as for :func:`rope_frequencies`.
     max_position_embeddings : int, optional
-        The model's context length, which some rope types need (see Notes).
+        The model's context length, which some rope types need (see Notes); also
+        the rows of the cos/sin caches when ``torch.onnx.export`` traces the call
+        (default 4096; see ``arrayrope.export.torch_options``).
     layout : {"half", "interleaved"}
         Pair layout (see :func:`apply_rotary`).
     axes : {"bhsd", "bshd"}

@@ -17,7 +17,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
 from arrayrope.cli import main  # noqa: E402
-from arrayrope.export import _fuse, fuse_rotary, rotary_model  # noqa: E402
+from arrayrope.export import _fuse, _fuse_probe, fuse_rotary, rotary_model  # noqa: E402
 from helpers import double_uses, inv_freq_formula, rope_by_matrix  # noqa: E402
 
 D, N = 16, 2  # head_dim, heads
@@ -196,6 +196,16 @@ def test_portable_arrayrope_graph_and_an_already_fused_model():
     again, second = fuse_rotary(fused, providers="cpu")
     assert second.fused == 0 and "already a fused" in second.rotations[0].reason
     assert again.graph.node[0] == fused.graph.node[0]
+
+
+def test_models_past_protobufs_limit_run_from_a_file(monkeypatch):
+    monkeypatch.setattr(_fuse_probe, "_PROTOBUF_LIMIT", 1)  # every model counts as too large to pass in memory
+    model = rope_graph(partial=True)
+    fused, report = fuse_rotary(model, max_positions=64, providers="cpu")
+    assert report.fused == 1 and report.ok
+    # the tensors of both models stay in memory (saving with external data moves them out of the proto it saves)
+    assert all(t.data_location != onnx.TensorProto.EXTERNAL for t in [*model.graph.initializer,
+                                                                       *fused.graph.initializer])
 
 
 def test_validation_names_a_missing_provider_as_skipped(monkeypatch):

@@ -76,3 +76,16 @@ def test_pytorch_opset23_nodes_get_exact_caches():
     fused, report = fuse_rotary(model, tables="model", validate=False)
     assert report.fused == 0 and all("already a fused" in r.reason for r in report.rotations)
     assert [n.op_type for n in fused.graph.node] == [n.op_type for n in model.graph.node]
+
+
+def test_half_precision_model_without_position_ids():
+    """Positions made inside the model from the sequence; float16 weights, inv_freq and caches."""
+    net = hf_models.model("llama", 1, positions=False).half()
+    model = hf_models.export(net, "torchscript-17")
+    fused, report = fuse_rotary(model, target="ort", providers="cpu")
+    assert report.fused == 2 and report.ok, report
+    assert all("the model's float16 frequencies" in r.tables for r in report.rotations)
+    assert {t.data_type for t in fused.graph.initializer if "cos_cache" in t.name} == {onnx.TensorProto.FLOAT16}
+    feed = hf_models.inputs(batch=3, seq=9, seed=2, positions=False)
+    want = hf_models.logits(net, feed).astype(np.float64)
+    assert np.max(np.abs(run(fused, feed) - want)) <= 2e-2 * (1 + np.max(np.abs(want)))
