@@ -130,7 +130,12 @@ def fuse_rotary(
     sites = find_sites(graph)
     feed = sample_inputs(graph) if inputs is None else {k: np.asarray(v) for k, v in inputs.items()}
     wanted = [n for s in sites for n in (s.x, s.cos, s.positions) if n and n not in feed]
-    seen = {**feed, **run(work, feed, wanted)} if sites else dict(feed)
+    try:
+        seen = {**feed, **run(work, feed, wanted)} if sites else dict(feed)
+    except Exception as exc:  # ONNX Runtime's errors: inputs of the wrong sizes or types
+        made = "the given inputs" if inputs is not None else "sample inputs made from its input types"
+        raise ValueError(f"the model does not run on {made} ({str(exc).splitlines()[0][:200]}); "
+                         "pass inputs= with a feed it runs on") from exc
     job = _Job(graph, target, tables, rows, _opset(work))
     done = [job.fuse(i, site, seen) for i, site in enumerate(sites)]
     rotations = tuple(r for r, _ in done)

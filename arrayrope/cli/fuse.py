@@ -19,6 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "model: the model's own cos/sin computation")
     parser.add_argument("--max-positions", type=int, default=None,
                         help="rows of the exact caches: position ids must stay below it (default 4096)")
+    parser.add_argument("--inputs", default=None,
+                        help="an .npz of the model's inputs, for models that sample inputs cannot run "
+                             "(past key/value caches)")
     parser.add_argument("--no-validate", action="store_true", help="do not compare the two models on ONNX Runtime")
     parser.add_argument("--provider", action="append", default=None, choices=("cuda", "cpu"),
                         help="ONNX Runtime provider for the validation (repeatable; default: CUDA when available, "
@@ -27,13 +30,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Exit 0 when the model was written, 1 when the fused model failed validation (nothing written), 2 on errors."""
+    import numpy as np
     import onnx
 
     from arrayrope.export import fuse_rotary
 
     try:
+        feed = None if args.inputs is None else dict(np.load(args.inputs))
         fused, report = fuse_rotary(args.model, target=args.target, tables=args.tables,
-                                    max_positions=args.max_positions, validate=not args.no_validate,
+                                    max_positions=args.max_positions, inputs=feed, validate=not args.no_validate,
                                     providers=args.provider)
     except (TypeError, ValueError, OSError) as exc:
         print(f"arrayrope export fuse: {str(exc).splitlines()[0]}", file=sys.stderr)

@@ -240,6 +240,21 @@ def test_cli_writes_the_fused_model_and_reports_each_rotation(tmp_path, capsys):
     assert main(["export", "--head-dim", "8"]) == 2  # the export command without fuse still needs -o
 
 
+def test_inputs_the_model_does_not_run_on(tmp_path, capsys):
+    model = rope_graph()
+    bad = {"x": np.ones((1, N, 4, D), np.float32), "pos": np.zeros((1, 5), np.int64)}  # 4 tokens, 5 positions
+    with pytest.raises(ValueError, match="does not run on the given inputs"):
+        fuse_rotary(model, inputs=bad)
+    src, feed = tmp_path / "in.onnx", tmp_path / "feed.npz"
+    onnx.save(model, src)
+    np.savez(feed, **bad)
+    assert main(["export", "fuse", str(src), "-o", str(tmp_path / "out.onnx"), "--inputs", str(feed)]) == 2
+    assert "pass inputs=" in capsys.readouterr().err
+    x, pos = sample("bhsd")
+    np.savez(feed, x=x, pos=pos)
+    assert main(["export", "fuse", str(src), "-o", str(tmp_path / "out.onnx"), "--inputs", str(feed)]) == 0
+
+
 def test_cli_does_not_write_a_model_that_fails_validation(tmp_path, capsys, monkeypatch):
     src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
     onnx.save(rope_graph(), src)
