@@ -22,7 +22,6 @@ and from eager PyTorch (positions 200..210, other batch and length).
 
 from __future__ import annotations
 
-import collections
 import datetime
 import os
 import platform
@@ -158,7 +157,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         "# Rotary fusion in exported transformers models",
         "",
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}, {platform.platform()}, Python "
+        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}, {platform.platform()}, Python "
         f"{platform.python_version()}; torch {torch.__version__}, transformers {transformers.__version__}, "
         f"onnx {onnx.__version__}, onnxscript {onnxscript.__version__}, onnxruntime {onnxruntime.__version__}.",
         "",
@@ -172,13 +171,13 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         head,
         "|" + " --- |" * (head.count("|") - 1),
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['family']} | {r['exporter']} | {r['opset']} | {r['applications']} | {r['pytorch']} | "
-            f"{r['onnxscript_23']} | {r['onnxscript_ort']} | {r['ort_session']} | {r['ort_transformers']} | "
-            f"{r['arrayrope_onnx23']} | {r['arrayrope_ort']} | {r['nodes']} | {r['vs_export']:.1e} | "
-            f"{r['vs_pytorch']:.1e} |"
-        )
+    lines.extend(
+        f"| {r['family']} | {r['exporter']} | {r['opset']} | {r['applications']} | {r['pytorch']} | "
+        f"{r['onnxscript_23']} | {r['onnxscript_ort']} | {r['ort_session']} | {r['ort_transformers']} | "
+        f"{r['arrayrope_onnx23']} | {r['arrayrope_ort']} | {r['nodes']} | {r['vs_export']:.1e} | "
+        f"{r['vs_pytorch']:.1e} |"
+        for r in rows
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -187,7 +186,7 @@ def main() -> int:
     for family in hf_models.FAMILIES:
         for exporter in hf_models.EXPORTERS:
             r = row(family, exporter)
-            print(collections.OrderedDict((k, v) for k, v in r.items()), flush=True)
+            print(r, flush=True)
             rows.append(r)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "fusion.md").write_text(markdown(rows))
