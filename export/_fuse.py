@@ -120,7 +120,8 @@ def fuse_rotary(
     source = load_model(model)
     target = checks.choice(target, "target", ("onnx23", "ort"))
     tables = checks.choice(tables, "tables", ("exact", "model"))
-    rows = ExportOptions(max_positions=max_positions).max_positions if max_positions is not None else 4096
+    rows = ExportOptions().max_positions if max_positions is None else checks.positive_int(max_positions,
+                                                                                           "max_positions")
     validate = checks.boolean(validate, "validate")
     opset_before = _opset(source)
     work = source
