@@ -7,11 +7,13 @@ Precision. Where the namespace and device have float64, the angles
 ``position * inv_freq`` and their cos/sin are computed in float64 and cast at
 the end: float32 tables are then correctly rounded to within 3e-8 at any
 position. Where float64 is missing (JAX without x64, Apple MPS, array_api_strict's
-``no_float64`` device) the positions are split into 10-bit digits,
-``p = sum(d_k * 1024**k)``; the rotation of each digit is looked up in a small
-table computed on the host in float64, and the digit rotations are composed
-with the angle-addition formula in float32. The error then stays below 1.5e-7
-at any position instead of growing with it (float32 angles reach 6e-2 at 2^20).
+``no_float64`` device; also graphs that ``torch.onnx.export`` traces, which carry no
+float64 because GPU, TensorRT and NPU execution providers run it slowly or not at
+all) the positions are split into 10-bit digits, ``p = sum(d_k * 1024**k)``; the
+rotation of each digit is looked up in a small table computed on the host in
+float64, and the digit rotations are composed with the angle-addition formula
+in float32. The error then stays below 1.5e-7 at any position instead of growing
+with it (float32 angles reach 6e-2 at 2^20).
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def rope_tables(
         fast = backends.arange_tables(xp, freqs.inv_freq, pos, dtype, factor)
         if fast is not None:
             return fast
-    if backends.has_float64(xp, device):
+    if backends.has_float64(xp, device) and not backends.onnx_exporting(xp):  # exported graphs: no float64
         pos = xp.arange(pos, dtype=xp.float64, device=device) if isinstance(pos, int) else xp.astype(pos, xp.float64)
         angles = pos[..., None] * xp.asarray(np.array(freqs.inv_freq), device=device)
         cos, sin = xp.cos(angles), xp.sin(angles)

@@ -72,7 +72,7 @@ class PortableEmitter:
         """Exchange partner features of the 4-D ``x`` (..., r)."""
         b, s = self.b, self.spec
         if s.options.layout == "half":
-            swapped = self._reverse_pairs(b.op("Reshape", [x, b.ints([0, 0, 0, 2, r // 2], "halves")]))
+            swapped = self._reverse_pairs(b.op("Reshape", [x, b.ints([0, 0, -1, 2, r // 2], "halves")]))
         else:
             k = _swap_block(r)
             view = b.op("Reshape", [x, b.ints([0, 0, -1, k], "blocks")])
@@ -92,24 +92,26 @@ class PortableEmitter:
         b, s = self.b, self.spec
         r, d = s.rotary_dim, s.head_dim
         xr, rest = x4, None
-        if r < d:
-            xr, rest = b.ops("Split", [x4, b.ints([r, d - r], "split")], outputs=2, axis=-1)
+        if r < d:  # two Slices, not a Split: Split changed at opset 18 and converters cannot take it back to 17
+            last, cut = b.ints([-1], "last_axis"), b.ints([r], "rotary_end")
+            xr = b.op("Slice", [x4, b.ints([0], "start"), cut, last])
+            rest = b.op("Slice", [x4, cut, b.ints([d], "head_end"), last])
         y = self._rotate(xr, lambda: self._swap(xr, r), rows, out if rest is None else None)
         if rest is not None:
             y = b.op("Concat", [y, rest], axis=-1, out=out)
         return y
 
-    def _rotate_flat(self, x: str, rows: tuple[str, str], heads: int, out: str) -> str:
+    def _rotate_flat(self, x: str, rows: tuple[str, str], out: str) -> str:
         """Rotate the 3-D ``x`` (batch, seq, heads * head_dim) through a view with a head axis."""
         b, s = self.b, self.spec
         r, d = s.rotary_dim, s.head_dim
         if five_d(s):
-            view = b.op("Reshape", [x, b.ints([0, 0, heads, 2, r // 2], "view")])
+            view = b.op("Reshape", [x, b.ints([0, 0, -1, 2, r // 2], "view")])
             swapped = self._reverse_pairs(view)
             y = self._rotate(view, lambda: swapped, rows, None)
         else:
-            y = self._rotate_heads(b.op("Reshape", [x, b.ints([0, 0, heads, d], "heads")]), rows, None)
-        return b.op("Reshape", [y, b.ints([0, 0, heads * d], "back")], out=out)
+            y = self._rotate_heads(b.op("Reshape", [x, b.ints([0, 0, -1, d], "heads")]), rows, None)
+        return b.op("Reshape", [y, b.ints([0, 0, -1], "back")], out=out)
 
     def apply(self, x: str, pos: str | None, out: str, heads: int | None) -> str:
         """Rotate ``x`` (``heads`` heads) at positions ``pos`` (None: 0..seq-1) into ``out``."""
@@ -120,7 +122,7 @@ class PortableEmitter:
         if o.dtype in ("float16", "bfloat16"):  # compute in float32, round once at the end (as the core does)
             x = b.op("Cast", [x], to=onnx_dtype("float32"))
             out = b.name("rotated")
-        y = self._rotate_heads(x, rows, out) if o.rank == 4 else self._rotate_flat(x, rows, s.flat_heads(heads), out)
+        y = self._rotate_heads(x, rows, out) if o.rank == 4 else self._rotate_flat(x, rows, out)
         if final != out:
             y = b.op("Cast", [y], to=onnx_dtype(o.dtype), out=final)
         return y

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from fractions import Fraction
 
@@ -183,10 +184,46 @@ def exact_cos_sin(positions, inv_freq) -> tuple[np.ndarray, np.ndarray]:
     return cos, sin
 
 
+def double_uses(model) -> list[str]:
+    """Every float64 in an ONNX model: initializers, typed values (after shape inference, where onnx can infer),
+    Cast/CastLike/... ``to`` attributes, Constant and other tensor attributes, in subgraphs and functions too."""
+    import onnx
+    from onnx import AttributeProto, TensorProto
+
+    double = TensorProto.DOUBLE
+    with contextlib.suppress(Exception):  # contrib ops: check what the model declares
+        model = onnx.shape_inference.infer_shapes(model)
+    found = []
+
+    def graph(g, where):
+        found.extend(f"{where} initializer {t.name}" for t in g.initializer if t.data_type == double)
+        values = [*g.input, *g.output, *g.value_info]
+        found.extend(f"{where} value {v.name}" for v in values if v.type.tensor_type.elem_type == double)
+        nodes(g.node, where)
+
+    def nodes(ns, where):
+        for n in ns:
+            for a in n.attribute:
+                if a.name == "to" and a.type == AttributeProto.INT and a.i == double:
+                    found.append(f"{where} {n.op_type} {n.name} to DOUBLE")
+                if a.type == AttributeProto.TENSOR and a.t.data_type == double:
+                    found.append(f"{where} {n.op_type} {n.name} tensor attribute {a.name}")
+                if a.type == AttributeProto.GRAPH:
+                    graph(a.g, f"{where}/{n.name}")
+                for sub in a.graphs:
+                    graph(sub, f"{where}/{n.name}")
+
+    graph(model.graph, "graph")
+    for f in model.functions:
+        nodes(f.node, f"function {f.name}")
+    return found
+
+
 __all__ = [
     "PI",
     "POW_ULPS",
     "check_like",
+    "double_uses",
     "exact_cos_sin",
     "float_dtypes",
     "inv_freq_formula",

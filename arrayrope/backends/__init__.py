@@ -9,10 +9,15 @@
   each defined in its library's module (``numpy``, ``torch``, ``dask``, ``jax``) with
   the row-block schedule they share in :mod:`.blocks`.
 
+* :mod:`.torch_onnx`: ``torch.onnx.export`` of modules that use arrayrope, with
+  translations that the exporter's registry receives when it loads
+  (:mod:`._after_import`).
+
 Library modules are imported only when an array of that library passes or its
 backends are listed: importing arrayrope imports no optional library.
 """
 
+from ._after_import import after_import
 from ._namespace import (
     default_namespace,
     device_of,
@@ -28,7 +33,7 @@ from ._namespace import (
     same_device,
     to_device,
 )
-from .dispatch import arange_tables, rotate
+from .dispatch import arange_tables, onnx_exporting, onnx_rotary, rotate, traced
 from .registry import ENV_VAR, LIBRARIES, VARIANTS, Backend, available, to_numpy
 
 __all__ = [
@@ -49,8 +54,22 @@ __all__ = [
     "library_name",
     "library_of",
     "namespace",
+    "onnx_exporting",
+    "onnx_rotary",
     "rotate",
     "same_device",
     "to_device",
     "to_numpy",
+    "traced",
 ]
+
+
+def _register_torch_onnx() -> None:
+    from . import torch_onnx
+
+    torch_onnx.register()
+
+
+#: PyTorch's ONNX exporter builds its translations from this module's registry when an export starts.
+TORCH_ONNX_REGISTRY = "torch.onnx._internal.exporter._registration"
+after_import(TORCH_ONNX_REGISTRY, _register_torch_onnx)

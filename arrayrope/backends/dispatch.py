@@ -6,6 +6,11 @@ the pure Array API reference (``generic``, passed in by the caller) with fewer
 passes over memory; where it does not apply it calls ``generic`` itself, or
 ``arange_tables`` returns None. Modules are imported the first time an array of
 their library passes, so importing arrayrope imports no optional library.
+
+A library whose arrays can be traced into graphs may also define ``traced(x)``
+(whether caches must not keep ``x``), ``onnx_exporting()`` (whether an ONNX
+exporter of that library is tracing: exported graphs carry no float64) and
+``onnx_rotary()`` (the rotary embedding to trace then, or None).
 """
 
 from __future__ import annotations
@@ -16,21 +21,59 @@ from typing import Any
 import numpy as np
 
 from ._namespace import library_name, library_of
-from .registry import library_module
+from .registry import LIBRARIES, library_module
 
-__all__ = ["arange_tables", "rotate"]
+__all__ = ["arange_tables", "onnx_exporting", "onnx_rotary", "rotate", "traced"]
 
 Generic = Callable[[Any, Any, Any, Any, str], Any]
 _NONE = object()
 _rotate_of: dict[str | None, Any] = {}
+_hooks: dict[tuple[str | None, str], Any] = {}
+
+
+def _hook(library: str | None, name: str) -> Any:
+    """Function ``name`` of a library's module (None where it has none), looked up once."""
+    key = (library, name)
+    found = _hooks.get(key, _NONE)
+    if found is _NONE:
+        found = getattr(library_module(library), name, None) if library is not None else None
+        _hooks[key] = found
+    return found
 
 
 def _kernel(library: str | None) -> Any:
     kernel = _rotate_of.get(library, _NONE)
     if kernel is _NONE:
-        kernel = getattr(library_module(library), "rotate", None) if library is not None else None
-        _rotate_of[library] = kernel
+        kernel = _rotate_of[library] = _hook(library, "rotate")
     return kernel
+
+
+def traced(x: Any) -> bool:
+    """Whether ``x`` is a tracer's stand-in (torch.compile, torch.export) that no cache may keep."""
+    test = _hook(library_of(x), "traced")
+    return bool(test(x)) if test is not None else False
+
+
+_library_of_namespace: dict[int, str | None] = {}
+
+
+def onnx_exporting(xp: Any) -> bool:
+    """Whether an ONNX exporter is tracing arrays of namespace ``xp`` (the graph must not compute in float64)."""
+    library = _library_of_namespace.get(id(xp), _NONE)
+    if library is _NONE:
+        name = library_name(xp).split(".")[0]
+        library = _library_of_namespace[id(xp)] = name if name in LIBRARIES else None
+    test = _hook(library, "onnx_exporting")  # type: ignore[arg-type]
+    return bool(test()) if test is not None else False
+
+
+def onnx_rotary(x: Any) -> Any:
+    """The rotary embedding of ``x``'s library for a graph traced by an ONNX exporter, or None.
+
+    None when ``x`` is not being traced for ONNX export (the case of every eager call).
+    """
+    hook = _hook(library_of(x), "onnx_rotary")
+    return hook() if hook is not None else None
 
 
 def rotate(xp: Any, x: Any, cos: Any, sin: Any, layout: str, generic: Generic) -> Any:

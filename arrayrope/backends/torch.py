@@ -6,10 +6,17 @@ half-split layout runs in row blocks of about 1 MiB, so the four passes of each
 block hit cache. Small tensors take a few whole-tensor ops instead (fewer kernel
 launches), and calls that autograd records take the reference (``out=`` ops are
 not differentiable).
+
+Calls that are being traced (``torch.compile``, ``torch.export``, TorchScript
+tracing for ``torch.onnx.export``) take the reference as well: it has no branch on
+the size of ``x``, so exports with a dynamic batch or sequence stay dynamic, and
+the compiler fuses its elementwise ops itself. Nothing created while tracing is
+kept afterwards.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +29,7 @@ from .blocks import row_blocks
 if TYPE_CHECKING:
     from .registry import Backend
 
-__all__ = ["probe", "rotate", "to_numpy"]
+__all__ = ["onnx_exporting", "onnx_rotary", "probe", "rotate", "to_numpy", "traced", "tracing"]
 
 # Below these sizes of x the reference (fewer kernel launches) is faster (measured on CPU).
 _MIN_HALF = 1 << 20
@@ -54,11 +61,41 @@ def to_numpy(x: torch.Tensor) -> np.ndarray:
     return x.numpy()
 
 
+_jit_tracing: Callable[[], bool] = torch.jit.is_tracing  # type: ignore[attr-defined]
+
+
+def tracing() -> bool:
+    """Whether the running code is being traced (torch.compile, torch.export, TorchScript) rather than run."""
+    return torch.compiler.is_compiling() or _jit_tracing()
+
+
+def traced(x: torch.Tensor) -> bool:
+    """Whether ``x`` belongs to a trace (or is a fake or functional tensor): no cache may keep it."""
+    return type(x) is not torch.Tensor or tracing()
+
+
+def onnx_exporting() -> bool:
+    """Whether ``torch.onnx.export`` is tracing (cheap when eager: no tracer runs)."""
+    if not tracing():
+        return False
+    onnx = sys.modules.get("torch.onnx")  # an export has imported it
+    return onnx is not None and bool(onnx.is_in_onnx_export())
+
+
+def onnx_rotary() -> Any:
+    """``torch_onnx.rotary_embedding`` while ``torch.onnx.export`` traces, else None."""
+    if not onnx_exporting():
+        return None
+    from . import torch_onnx
+
+    return torch_onnx.rotary_embedding
+
+
 def rotate(
     xp: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, generic: Generic
 ) -> torch.Tensor:
-    """``mul`` + ``addcmul_`` into a fresh output; the reference when autograd records."""
-    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
+    """``mul`` + ``addcmul_`` into a fresh output; the reference when autograd records or a tracer runs."""
+    if (torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad)) or tracing():
         ref: torch.Tensor = generic(xp, x, cos, sin, layout)  # out= ops are not differentiable
         return ref
     dt = x.dtype
@@ -131,6 +168,7 @@ def _half_blocks(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, period: 
     return out.view(x.shape)
 
 
+#: The (-1, +1) factors of the small half-split path, per dtype and device (plain tensors only).
 _SIGN: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 
 
@@ -145,7 +183,9 @@ def _small(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, w
         key = (work, x.device)
         sign = _SIGN.get(key)
         if sign is None:
-            sign = _SIGN[key] = torch.tensor([[-1.0], [1.0]], dtype=work, device=x.device)
+            sign = torch.tensor([[-1.0], [1.0]], dtype=work, device=x.device)
+            if not traced(x):  # never keep a tracer's tensor past its trace
+                _SIGN[key] = sign
         x3 = xr.reshape(*xr.shape[:-1], 2, h)
         y = (x3 * cos.unsqueeze(-2) + x3.flip(-2) * (sin.unsqueeze(-2) * sign)).flatten(-2)
     elif work in (torch.float32, torch.float64) and _complex_view_ok(xr):

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
-HELP = "write an ONNX model that applies rotary embeddings (tables from arrayrope's float64 core)"
+from . import fuse as fuse_command
+
+HELP = ("write an ONNX model that applies rotary embeddings (tables from arrayrope's float64 core); "
+        "'arrayrope export fuse' fuses those of an existing model")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opset", type=int, default=None)
     parser.add_argument("--no-position-ids", action="store_true", help="positions 0..seq-1 instead of an input")
     parser.add_argument("--qk", action="store_true", help="inputs q and k, outputs q_rot and k_rot")
-    parser.add_argument("-o", "--output", required=True, help="where to write the .onnx file")
+    parser.add_argument("-o", "--output", default=None, help="where to write the .onnx file (required)")
+    actions = parser.add_subparsers(dest="action", metavar="fuse", title="on an existing model")
+    fuse = actions.add_parser("fuse", help=fuse_command.HELP, description=fuse_command.HELP)
+    fuse_command.add_arguments(fuse)
+    fuse.set_defaults(_run=fuse_command.run)
 
 
 def _freqs_from_config(path: str, args: argparse.Namespace) -> Any:
@@ -53,6 +61,11 @@ def run(args: argparse.Namespace) -> int:
     import onnx
 
     from arrayrope.export import rotary_model
+
+    if args.output is None:
+        print("arrayrope export: -o/--output is required (or use: arrayrope export fuse IN.onnx -o OUT.onnx)",
+              file=sys.stderr)
+        return 2
 
     if args.config:
         freqs = _freqs_from_config(args.config, args)

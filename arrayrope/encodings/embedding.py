@@ -37,7 +37,9 @@ class RotaryEmbedding:
     scaling : dict, optional
         Hugging Face scaling dict, as for :func:`rope_frequencies`.
     max_position_embeddings : int, optional
-        The model's context length, which some rope types need (see Notes).
+        The model's context length, which some rope types need (see Notes); also
+        the rows of the cos/sin caches when ``torch.onnx.export`` traces the call
+        (default 4096; see ``arrayrope.export.torch_options``).
     layout : {"half", "interleaved"}
         Pair layout (see :func:`apply_rotary`).
     axes : {"bhsd", "bshd"}
@@ -101,6 +103,7 @@ class RotaryEmbedding:
         self.layout: Layout = checks.layout(layout)
         self.axes: Axes = checks.choice(axes, "axes", AXES)
         self.rotary_features: RotaryFeatures = checks.choice(rotary_features, "rotary_features", ROTARY_FEATURES)
+        self.max_position_embeddings = max_position_embeddings
         self._cache: dict[tuple[int, str, str], tuple[Array, Array]] = {}
         self._lock = threading.Lock()
         # sequence-length-dependent types: the cache holds the starting frequencies only
@@ -204,6 +207,12 @@ axes='bhsd', rotary_features='trailing')
                     f"q and k must share batch and sequence sizes; with axes={self.axes!r} the sequence is axis "
                     f"{s_ax}, got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}{hint}"
                 )
+        export = backends.onnx_rotary(q)  # set while an ONNX exporter traces: fused ops on exact caches
+        if export is not None:
+            fused = export(q, k, freqs=self._fixed_freqs(seq_len), positions=positions, offset=offset,
+                           layout=self.layout, axes=self.axes, max_positions=self.max_position_embeddings)
+            if fused is not None:
+                return fused
         # The tables are built here to broadcast against q and k: no need to check them again.
         cos, sin = self._tables_for(xp, q, positions, offset, seq_len)
         q_rot = rotate_features(xp, q, cos, sin, self.layout, self.rotary_features)
@@ -246,7 +255,7 @@ axes='bhsd', rotary_features='trailing')
             offset = int(offset)
             if offset < 0:
                 raise ValueError(f"offset must be >= 0, got {offset}")
-            if freqs is self._start_freqs:
+            if freqs is self._start_freqs and not backends.traced(q):  # a trace keeps its own tables
                 cos, sin = self._cached(xp, device, dtype, offset + seq)
                 cos, sin = cos[offset : offset + seq, :], sin[offset : offset + seq, :]
             else:
@@ -278,6 +287,20 @@ axes='bhsd', rotary_features='trailing')
             if device is not None:  # a JAX tracer's device is None: never cache traced values
                 self._cache[key] = entry
             return entry
+
+    def _fixed_freqs(self, seq_len: int | None) -> RopeFrequencies:
+        """The frequencies of a traced graph, which fixes them: length-dependent types need ``seq_len``."""
+        if self._resize is None:
+            return self._start_freqs
+        if seq_len is None:
+            raise ValueError(
+                f"rope_type {self.freqs.rope_type!r} picks its frequencies by sequence length, which a traced "
+                "graph does not know; pass seq_len= (the length whose frequencies the graph keeps)"
+            )
+        length = checks.positive_int(seq_len, "seq_len")
+        with self._lock:
+            self.freqs = self._resize(length)
+            return self.freqs
 
     def _select(self, xp: Namespace, seq: int, positions: Any, offset: Any, seq_len: int | None) -> RopeFrequencies:
         """The frequencies for this call's sequence length (dynamic, longrope); updates ``freqs``."""

@@ -105,6 +105,22 @@ class RopeConvention:
             kwargs["rotary_features"] = self.rotary_features
         return kwargs
 
+    def frequencies(self) -> RopeFrequencies:
+        """The frequencies found as the core computes them (float64), with the measured attention factor.
+
+        Examples
+        --------
+        >>> import arrayrope
+        >>> from arrayrope.testing import identify_rope
+        >>> rope = arrayrope.RotaryEmbedding(16, base=500.0)
+        >>> f = identify_rope(lambda x, p: rope(x, positions=p), head_dim=16).frequencies()
+        >>> bool(abs(f.inv_freq[1] - 500.0 ** (-2 / 16)) < 1e-15)
+        True
+        """
+        if not self.matched:
+            raise ValueError(f"fn matches no known RoPE convention ({self.reason}); no frequencies to give")
+        return _frequencies(self)
+
     def __str__(self) -> str:
         if not self.matched:
             found = ", ".join(
@@ -332,6 +348,15 @@ def _fit(omega: np.ndarray, sigma: np.ndarray, d: int, g: float, sigma_g: float,
             ):
                 return freqs, scaling
     return None
+
+
+def _frequencies(found: RopeConvention) -> RopeFrequencies:
+    """The frequencies of a matched convention, as the core computes them, with the measured attention factor."""
+    assert found.rotary_dim is not None and found.base is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        freqs = rope_frequencies(found.head_dim, base=found.base, rotary_dim=found.rotary_dim, scaling=found.scaling)
+    return dataclasses.replace(freqs, attention_factor=found.attention_factor)
 
 
 def _guess(omega: np.ndarray, sigma: np.ndarray) -> Iterator[float]:

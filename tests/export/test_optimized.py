@@ -76,6 +76,19 @@ g = helper.make_graph([helper.make_node("Neg", ["a"], ["q"]), helper.make_node("
                       [t("a"), helper.make_tensor_value_info("p", TensorProto.INT64, ["B", "S"])], [t("b")])
 m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 saved["spliced"] = run(ex.add_rotary(m, q="q", position_ids="p", freqs=16, **splice), {"a": x, "p": pos})[0]
+
+tables: ex.FuseTables = "exact"
+target: ex.FuseTarget = "onnx23"
+fused: ex.Fused = ex.fuse_rotary(ex.rotary_model(16, target="portable", **options), target=target, tables=tables,
+                                 max_positions=64, providers="cpu")
+if not isinstance(fused.report, ex.FusionReport) or not all(isinstance(r, ex.Rotation) for r in fused.report.rotations):
+    raise SystemExit(f"fuse_rotary reported {fused.report!r}")
+saved["fused"] = run(fused.model, {"x": x, "position_ids": pos})[0]
+saved["fused_ops"] = np.array([n.op_type for n in fused.model.graph.node])
+
+with ex.torch_options(target="ort", max_positions=64) as chosen:
+    ok = isinstance(chosen, ex.TorchOptions) and chosen.target == "ort"
+    saved["torch_rows"] = np.array(chosen.cache_rows(4096) if ok else -1)
 np.savez(sys.argv[1], **saved)
 """
 
@@ -97,7 +110,9 @@ def test_every_public_name_works_without_docstrings(tmp_path):
     saved = np.load(out)
     x, pos = saved["x"], saved["pos"][0]
     expected = rope_by_matrix(x, pos, inv_freq_formula(12, 10000.0), "half")
-    for name in [f"model_{t}" for t in arrayrope.export.TARGETS] + ["function"]:
+    assert saved["fused_ops"].tolist() == ["RotaryEmbedding"]  # the portable graph, fused into one node
+    for name in [f"model_{t}" for t in arrayrope.export.TARGETS] + ["function", "fused"]:
         assert np.max(np.abs(saved[name] - expected)) <= 1e-6, name
     assert np.max(np.abs(saved["spliced"] + expected)) <= 1e-6  # the rotation of -x
     assert bool(saved["caught"]) and int(saved["max_positions"]) == 64
+    assert int(saved["torch_rows"]) == 64  # the block's rows win over the module's

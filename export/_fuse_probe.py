@@ -1,0 +1,270 @@
+"""Measuring rotary applications found in a graph by running them on ONNX Runtime.
+
+The whole model runs once on sample inputs (given, or made from its input types)
+to learn the actual shapes of each rotated tensor and its tables. Each rotation is
+then cut out as a model of its own, ``(x, positions) -> y``, and probed with unit
+vectors by :func:`arrayrope.testing.identify_rope`, which reads off the layout, the
+rotary dim, the frequencies and the attention factor, and checks them on random
+inputs. A fusion is kept only when the fused cut-out computes what the original
+one does (:func:`compare`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import arrayrope
+from arrayrope._lib import checks
+from arrayrope.frequencies import RopeFrequencies
+from arrayrope.testing import RopeConvention, identify_rope
+
+from ._fuse_match import Graph, Site, site_nodes
+
+Feed = dict[str, npt.NDArray[Any]]
+
+_PROTOBUF_LIMIT = 2**31 - 1
+#: Sizes given to symbolic dimensions of sample inputs: the first axis (batch), the others (sequence).
+SAMPLE_BATCH, SAMPLE_SEQ = 2, 8
+
+_NUMPY = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16, TensorProto.DOUBLE: np.float64,
+          TensorProto.INT64: np.int64, TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_}
+#: NumPy dtypes of ONNX Runtime's type strings.
+_NUMPY_OF = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+             "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
+
+
+def session(model: onnx.ModelProto, providers: Sequence[str] = ("CPUExecutionProvider",)) -> Any:
+    """An ONNX Runtime session of ``model`` with graph optimisations on, quiet (models over protobuf's 2 GB
+    are passed through a temporary file with their tensors beside it)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    if model.ByteSize() < _PROTOBUF_LIMIT:
+        return ort.InferenceSession(model.SerializeToString(), opts, providers=list(providers))
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # saving with external data rewrites the tensors it moves out
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.onnx")
+        onnx.save_model(copy, path, save_as_external_data=True, location="model.data")
+        return ort.InferenceSession(path, opts, providers=list(providers))
+
+
+def sample_inputs(graph: Graph, seed: int = 0) -> Feed:
+    """Inputs for a run of the whole model, from its declared input types.
+
+    Symbolic dimensions get ``SAMPLE_BATCH`` on the first axis and ``SAMPLE_SEQ``
+    elsewhere. Masks are ones, position ids count ``0..S-1``, other integer inputs
+    (token ids) stay below the rows of every table they index.
+    """
+    rng = np.random.default_rng(seed)
+    feed: Feed = {}
+    for value in graph.model.graph.input:
+        if value.name not in graph.inputs:
+            continue
+        t = value.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else (SAMPLE_BATCH if i == 0 else SAMPLE_SEQ)
+                for i, d in enumerate(t.shape.dim)]
+        dtype = _NUMPY.get(t.elem_type)
+        if dtype is None:
+            raise ValueError(f"input {value.name!r} has an element type sample inputs cannot be made for; pass inputs=")
+        name = value.name.lower()
+        if np.dtype(dtype).kind == "f":
+            feed[value.name] = rng.standard_normal(dims).astype(dtype)
+        elif np.dtype(dtype).kind == "b" or "mask" in name:
+            feed[value.name] = np.ones(dims, dtype=dtype)
+        elif "position" in name:
+            feed[value.name] = np.broadcast_to(np.arange(dims[-1] if dims else 1), dims).astype(dtype)
+        else:
+            feed[value.name] = rng.integers(0, _index_bound(graph, value.name), dims).astype(dtype)
+    return feed
+
+
+def _index_bound(graph: Graph, name: str) -> int:
+    """The fewest rows among the tables that ``name`` indexes directly (Gather data), else 2."""
+    rows = [graph.shape(n.input[0]) for n in graph.consumers.get(name, []) if n.op_type == "Gather"
+            and len(n.input) > 1 and n.input[1] == name]
+    sizes = [r[0] for r in rows if r and isinstance(r[0], int) and r[0] > 0]
+    return min(sizes, default=2)
+
+
+def run(model: onnx.ModelProto, feed: Mapping[str, npt.NDArray[Any]], extra: Sequence[str] = (),
+        providers: Sequence[str] = ("CPUExecutionProvider",)) -> dict[str, npt.NDArray[Any]]:
+    """The model's outputs, and the inner tensors ``extra``, by name."""
+    if extra:
+        model = _with_outputs(model, extra)
+    sess = session(model, providers)
+    names = [o.name for o in sess.get_outputs()]
+    wanted = {i.name for i in sess.get_inputs()}
+    return dict(zip(names, sess.run(names, {k: v for k, v in feed.items() if k in wanted}), strict=True))
+
+
+def _with_outputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    have = {o.name for o in out.graph.output}
+    out.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in dict.fromkeys(names) if n not in have)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Shapes:
+    """What one run of the whole model showed of a rotation: ``x``'s shape, its axes and its heads."""
+
+    x: tuple[int, ...]
+    axes: str  # "bhsd", or "bshd" where the tables broadcast over axis 2
+    positions_rank: int
+
+    @property
+    def heads(self) -> int:
+        return self.x[1] if self.axes == "bhsd" else self.x[2]
+
+    @property
+    def head_dim(self) -> int:
+        return self.x[-1]
+
+
+def shapes(site: Site, seen: Mapping[str, npt.NDArray[Any]]) -> Shapes:
+    """Axes and sizes of a rotation from the tensors of a run (ValueError where it cannot be fused)."""
+    x, cos = seen[site.x], seen[site.cos]
+    if x.ndim != 4:
+        raise ValueError(f"it rotates a {x.ndim}-D tensor; fused nodes here take 4-D (batch, heads, seq, head_dim)")
+    axes = "bhsd"
+    if site.node is None and cos.ndim == 4 and cos.shape[2] == 1 and cos.shape[1] != 1:
+        axes = "bshd"
+    rank = seen[site.positions].ndim if site.positions else 0
+    if rank not in (1, 2):
+        raise ValueError("no integer positions were found that its tables are computed from")
+    return Shapes(tuple(int(d) for d in x.shape), axes, rank)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cut:
+    """A rotation cut out of the graph as a model ``(x, positions, stand-ins) -> y`` (names as in the graph).
+
+    ``standins`` maps each tensor whose size (only) the rotation reads to the input
+    of the same shape that stands in for it: ``"x"`` or ``"positions"``.
+    """
+
+    model: onnx.ModelProto
+    site: Site
+    shape: Shapes
+    standins: dict[str, str]
+
+
+def cut(graph: Graph, site: Site, shape: Shapes) -> Cut:
+    """The rotation as a model of its own; ValueError where it reads more than ``x`` and the positions."""
+    stops = [site.x] + ([site.positions] if site.positions else [])
+    nodes, sized = site_nodes(graph, site, stops)
+    standins = {name: "x" if like == site.x else "positions" for name, like in sized.items()}
+    used = {i for n in nodes for i in n.input}
+    inits = [t for name, t in graph.initializers.items() if name in used]
+    x_type = graph.elem_type(site.x) or TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info(site.x, x_type, [f"x{i}" for i in range(4)])]
+    if site.positions:
+        pos_type = graph.elem_type(site.positions) or TensorProto.INT64
+        dims = [f"p{i}" for i in range(shape.positions_rank)]
+        inputs.append(helper.make_tensor_value_info(site.positions, pos_type, dims))
+    for name, like in standins.items():
+        rank = 4 if like == "x" else shape.positions_rank
+        inputs.append(helper.make_tensor_value_info(name, graph.elem_type(name) or TensorProto.INT64, [None] * rank))
+    g = helper.make_graph(nodes, "rotation", inputs, [helper.make_tensor_value_info(site.output, x_type, None)], inits)
+    m = graph.model
+    model = helper.make_model(g, opset_imports=list(m.opset_import), ir_version=m.ir_version,
+                              functions=list(m.functions))
+    return Cut(model, site, shape, standins)
+
+
+class SiteRunner:
+    """``fn(x, positions)`` for :func:`identify_rope` on a cut: probes ``(1, P, S, D)`` as a batch of P, every head."""
+
+    def __init__(self, piece: Cut, model: onnx.ModelProto | None = None) -> None:
+        self.piece = piece
+        self.sess = session(piece.model if model is None else model)
+        self.inputs = {i.name: i.type for i in self.sess.get_inputs()}
+
+    @property
+    def shape(self) -> Shapes:
+        return self.piece.shape
+
+    def __call__(self, x: npt.NDArray[Any], positions: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+        probes = np.asarray(x)[0]  # (P, S, D)
+        p, s, _ = probes.shape
+        site, shape = self.piece.site, self.piece.shape
+        head_axis = 1 if shape.axes == "bhsd" else 2
+        batch = np.repeat(np.expand_dims(probes, head_axis), shape.heads, axis=head_axis)
+        feed: Feed = {site.x: batch.astype(_NUMPY_OF[self.inputs[site.x]])}
+        pos = positions.astype(np.int64)
+        pos = np.broadcast_to(pos, (p, s)).copy() if shape.positions_rank == 2 else pos
+        if site.positions:
+            feed[site.positions] = pos.astype(_NUMPY_OF[self.inputs[site.positions]])
+        for name, like in self.piece.standins.items():
+            if name in self.inputs:
+                feed[name] = np.zeros((batch if like == "x" else pos).shape, _NUMPY_OF[self.inputs[name]])
+        y = np.asarray(self.sess.run(None, feed)[0])
+        first: npt.NDArray[Any] = np.take(y, 0, axis=head_axis)[None]
+        return first
+
+
+def identify(piece: Cut) -> RopeConvention:
+    """The convention the rotation implements, measured in float32 (a half-precision cut is widened to float32:
+    probes read angles far below half precision's resolution)."""
+    runner = SiteRunner(piece, widened(piece.model))
+    return identify_rope(runner, head_dim=piece.shape.head_dim, dtype="float32")
+
+
+_HALF = {TensorProto.FLOAT16, TensorProto.BFLOAT16}
+
+
+def widened(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of a model computing in float32 where it computes in float16 or bfloat16 (inputs, casts, constants)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    for v in [*g.input, *g.output]:
+        if v.type.tensor_type.elem_type in _HALF:
+            v.type.tensor_type.elem_type = TensorProto.FLOAT
+    for i, t in enumerate(g.initializer):
+        if t.data_type in _HALF:
+            g.initializer[i].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+    for node in g.node:
+        for a in node.attribute:
+            if a.name == "to" and a.i in _HALF:
+                a.i = TensorProto.FLOAT
+            if a.type == onnx.AttributeProto.TENSOR and a.t.data_type in _HALF:
+                a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np.float32), a.t.name))
+    del g.value_info[:]
+    return out
+
+
+Probe = Callable[[npt.NDArray[Any], npt.NDArray[np.int64]], npt.NDArray[Any]]
+"""``fn(x, positions)`` on probes ``(1, P, S, D)``, as :class:`SiteRunner` runs a cut."""
+
+
+def reference(piece: Cut, freqs: RopeFrequencies, layout: str) -> Probe:
+    """The core's rotation in float64, called like :class:`SiteRunner` on ``piece``."""
+    def rotate(x: npt.NDArray[Any], positions: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+        cos, sin = arrayrope.rope_tables(freqs, positions, dtype=np.float64)
+        y = arrayrope.apply_rotary(np.asarray(x, np.float64), cos, sin, layout=checks.layout(layout))
+        return np.asarray(y)
+
+    return rotate
+
+
+def compare(a: Probe, b: Probe, head_dim: int, limit: int, seed: int = 0) -> float:
+    """Largest difference between two rotations on random heads at random positions below ``limit``,
+    relative to the largest input value."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, 3, 13, head_dim)).astype(np.float32)
+    positions = rng.integers(0, limit, 13)
+    ya, yb = np.asarray(a(x, positions), np.float64), np.asarray(b(x, positions), np.float64)
+    return float(np.max(np.abs(ya - yb))) / float(np.max(np.abs(x)))

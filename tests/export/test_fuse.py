@@ -1,0 +1,263 @@
+"""fuse_rotary on graphs written here in the forms exporters use, and on graphs that only look like RoPE.
+
+Oracles: explicit rotation matrices (tests.helpers) for what a fused model
+computes, and the untouched input model for what must not change.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto, helper  # noqa: E402
+
+from arrayrope.cli import main  # noqa: E402
+from arrayrope.export import _fuse, _fuse_probe, fuse_rotary, rotary_model  # noqa: E402
+from helpers import double_uses, inv_freq_formula, rope_by_matrix  # noqa: E402
+
+D, N = 16, 2  # head_dim, heads
+
+
+class Graph:
+    """A small graph under construction: nodes and int64/float32 constants."""
+
+    def __init__(self):
+        self.nodes, self.inits, self.count = [], [], 0
+
+    def const(self, value):
+        self.count += 1
+        a = np.asarray(value)
+        name = f"c{self.count}"
+        self.inits.append(helper.make_tensor(name, TensorProto.FLOAT if a.dtype.kind == "f" else TensorProto.INT64,
+                                             a.shape, a.ravel().tolist()))
+        return name
+
+    def op(self, op_type, *inputs, **attrs):
+        self.count += 1
+        out = f"t{self.count}"
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out], **attrs))
+        return out
+
+    def model(self, output, axes="bhsd", opset=18):
+        dims = ["B", N, "S", D] if axes == "bhsd" else ["B", "S", N, D]
+        self.nodes.append(helper.make_node("Identity", [output], ["y"]))
+        g = helper.make_graph(self.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims),
+                                                helper.make_tensor_value_info("pos", TensorProto.INT64, ["B", "S"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)], self.inits)
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def rope_graph(layout="half", rotate="slice", partial=False, axes="bhsd", x_first=True, cos_first=True,
+               tables=("Cos", "Sin"), sign=1.0, rotary=None):
+    """``x * cos + R(x) * sin`` as exporters write it, with the variants they produce."""
+    g = Graph()
+    r = rotary or (D // 2 if partial else D)
+    h = r // 2
+    last = g.const([-1])
+    f = g.op("Mul", g.op("Cast", g.op("Unsqueeze", "pos", g.const([2])), to=1),
+             g.const(inv_freq_formula(r, 10000.0).astype(np.float32)))
+    if layout == "half":
+        angles = g.op("Concat", f, f, axis=-1)
+    else:  # repeat_interleave: each angle twice, side by side
+        angles = g.op("Reshape", g.op("Concat", g.op("Unsqueeze", f, last), g.op("Unsqueeze", f, last), axis=-1),
+                      g.const([0, 0, -1]))
+    head_axis = g.const([1 if axes == "bhsd" else 2])
+    cos, sin = (g.op("Unsqueeze", g.op(op, angles), head_axis) for op in tables)
+    x = g.op("Slice", "x", g.const([0]), g.const([r]), last) if partial else "x"
+    neg = (lambda t: g.op("Neg", t)) if sign > 0 else (lambda t: t)
+    pos_ = (lambda t: t) if sign > 0 else (lambda t: g.op("Neg", t))
+    if layout == "half" and rotate == "slice":
+        x1 = g.op("Slice", x, g.const([0]), g.const([h]), last)
+        x2 = g.op("Slice", x, g.const([h]), g.const([2**62]), last)
+        rot = g.op("Concat", neg(x2), pos_(x1), axis=-1)
+    elif layout == "half":
+        split = helper.make_node("Split", [x, g.const([h, h])], ["a_half", "b_half"], axis=-1)
+        g.nodes.append(split)
+        rot = g.op("Concat", neg("b_half"), pos_("a_half"), axis=-1)
+    else:
+        even = g.op("Slice", x, g.const([0]), g.const([r]), last, g.const([2]))
+        odd = g.op("Slice", x, g.const([1]), g.const([r]), last, g.const([2]))
+        pairs = g.op("Concat", g.op("Unsqueeze", neg(odd), last), g.op("Unsqueeze", pos_(even), last), axis=-1)
+        rot = g.op("Reshape", pairs, g.const([0, 0, 0, -1]))
+    xc = g.op("Mul", x, cos) if x_first else g.op("Mul", cos, x)
+    rs = g.op("Mul", rot, sin) if x_first else g.op("Mul", sin, rot)
+    y = g.op("Add", xc, rs) if cos_first else g.op("Add", rs, xc)
+    if partial:
+        y = g.op("Concat", y, g.op("Slice", "x", g.const([r]), g.const([D]), last), axis=-1)
+    return g.model(y, axes)
+
+
+def run(model, x, pos):
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(
+        None, {"x": x, "pos": pos})[0]
+
+
+def oracle(x, pos, layout, rotary, axes):
+    x4 = x if axes == "bhsd" else np.swapaxes(x, 1, 2)
+    inv = inv_freq_formula(rotary, 10000.0)
+    y = np.stack([rope_by_matrix(x4[b], pos[b], inv, layout) for b in range(x.shape[0])])
+    return y if axes == "bhsd" else np.swapaxes(y, 1, 2)
+
+
+def sample(axes, batch=2, seq=6, top=64, seed=0):
+    rng = np.random.default_rng(seed)
+    shape = (batch, N, seq, D) if axes == "bhsd" else (batch, seq, N, D)
+    return rng.standard_normal(shape).astype(np.float32), rng.integers(0, top, (batch, seq))
+
+
+VARIANTS = [  # layout, R written with, partial rotary, axes, Mul operand order, Add operand order
+    ("half", "slice", False, "bhsd", True, True),  # Llama as torch.onnx.export writes it
+    ("half", "split", True, "bhsd", False, True),  # GPT-NeoX partial rotary, Split
+    ("half", "slice", False, "bshd", True, False),  # heads after the sequence, Add operands swapped
+    ("interleaved", "slice", True, "bshd", False, False),  # GPT-J: interleaved partial rotary
+]
+
+
+@pytest.mark.parametrize("layout,rotate,partial,axes,x_first,cos_first", VARIANTS)
+@pytest.mark.parametrize("target", ["onnx23", "ort"])
+def test_variants_fuse_to_one_node(layout, rotate, partial, axes, x_first, cos_first, target):
+    model = rope_graph(layout, rotate, partial, axes, x_first, cos_first)
+    before = model.SerializeToString()
+    fused, report = fuse_rotary(model, target=target, max_positions=64, providers="cpu")
+    assert model.SerializeToString() == before  # the input is untouched
+    ops = collections.Counter(n.op_type for n in fused.graph.node)
+    assert ops["RotaryEmbedding"] == 1 and not {"Cos", "Sin", "Neg"} & set(ops) and double_uses(fused) == []
+    assert report.fused == 1 and report.ok and report.validation.rows
+    (rotation,) = report.rotations
+    assert (rotation.layout, rotation.rotary_dim, rotation.head_dim, rotation.heads, rotation.base) == (
+        layout, D // 2 if partial else D, D, N, 10000.0)
+    domain = {n.domain for n in fused.graph.node if n.op_type == "RotaryEmbedding"}
+    assert domain == ({""} if target == "onnx23" else {"com.microsoft"})
+    assert _fuse._opset(fused) == (23 if target == "onnx23" else 18)
+    x, pos = sample(axes)
+    assert np.max(np.abs(run(fused, x, pos) - oracle(x, pos, layout, rotation.rotary_dim, axes))) <= 1e-5
+
+
+def test_exact_caches_fix_the_float32_recipe_at_long_positions():
+    model = rope_graph()
+    rows = 1 << 17
+    fused, report = fuse_rotary(model, max_positions=rows, providers="cpu")
+    x, pos = sample("bhsd", top=rows, seed=1)
+    want = oracle(x, pos, "half", D, "bhsd")
+    assert np.max(np.abs(run(model, x, pos) - want)) > 1e-3  # float32 angles at ~1e5
+    assert np.max(np.abs(run(fused, x, pos) - want)) <= 2e-6
+    assert report.rotations[0].tables == f"exact, {rows} rows"
+
+
+def test_model_tables_keep_the_model_computation():
+    fused, report = fuse_rotary(rope_graph("interleaved", partial=True), tables="model", providers="cpu")
+    ops = collections.Counter(n.op_type for n in fused.graph.node)
+    assert ops["RotaryEmbedding"] == 1 and ops["Cos"] == 1 and report.rotations[0].tables == "the model's"
+    x, pos = sample("bhsd")
+    assert np.max(np.abs(run(fused, x, pos) - oracle(x, pos, "interleaved", D // 2, "bhsd"))) <= 1e-5
+    _, refused = fuse_rotary(rope_graph(), target="ort", tables="model", validate=False)
+    assert refused.fused == 0 and "2-D caches" in refused.rotations[0].reason
+
+
+LOOKALIKES = {  # a graph with RoPE's shape that is no RoPE -> the reason it is left alone
+    "the sine turned the other way": (dict(sign=-1.0), "opposite sign"),
+    "cos where the sine should be": (dict(tables=("Cos", "Cos")), "no rotary embedding: pairs are scaled"),
+    "Sin where the cosine should be": (dict(tables=("Sin", "Sin")), "no rotary embedding"),
+}
+
+
+@pytest.mark.parametrize("case", list(LOOKALIKES))
+def test_lookalikes_are_left_alone(case):
+    kwargs, reason = LOOKALIKES[case]
+    model = rope_graph(**kwargs)
+    fused, report = fuse_rotary(model, providers="cpu")
+    assert report.fused == 0 and len(report.rotations) == 1 and reason in report.rotations[0].reason
+    assert [n.op_type for n in fused.graph.node] == [n.op_type for n in model.graph.node] and report.ok
+
+
+def test_tables_without_positions_are_left_alone():
+    g = Graph()
+    angles = g.const(np.random.default_rng(0).uniform(0, 3, (1, 1, 6, D)).astype(np.float32))
+    cos, sin = g.op("Cos", angles), g.op("Sin", angles)
+    last = g.const([-1])
+    x1 = g.op("Slice", "x", g.const([0]), g.const([D // 2]), last)
+    x2 = g.op("Slice", "x", g.const([D // 2]), g.const([D]), last)
+    y = g.op("Add", g.op("Mul", "x", cos), g.op("Mul", g.op("Concat", g.op("Neg", x2), x1, axis=-1), sin))
+    _, report = fuse_rotary(g.model(y), validate=False, inputs=dict(zip(("x", "pos"), sample("bhsd"), strict=True)))
+    assert report.fused == 0 and "no integer positions" in report.rotations[0].reason
+
+
+def test_portable_arrayrope_graph_and_an_already_fused_model():
+    portable = rotary_model(D, rotary_dim=12, layout="interleaved", target="portable", max_positions=64)
+    fused, report = fuse_rotary(portable, max_positions=64, providers="cpu")
+    assert [n.op_type for n in fused.graph.node] == ["RotaryEmbedding"] and report.nodes_before > 1
+    again, second = fuse_rotary(fused, providers="cpu")
+    assert second.fused == 0 and "already a fused" in second.rotations[0].reason
+    assert again.graph.node[0] == fused.graph.node[0]
+
+
+def test_models_past_protobufs_limit_run_from_a_file(monkeypatch):
+    monkeypatch.setattr(_fuse_probe, "_PROTOBUF_LIMIT", 1)  # every model counts as too large to pass in memory
+    model = rope_graph(partial=True)
+    fused, report = fuse_rotary(model, max_positions=64, providers="cpu")
+    assert report.fused == 1 and report.ok
+    # the tensors of both models stay in memory (saving with external data moves them out of the proto it saves)
+    assert all(t.data_location != onnx.TensorProto.EXTERNAL for t in [*model.graph.initializer,
+                                                                       *fused.graph.initializer])
+
+
+def test_validation_names_a_missing_provider_as_skipped(monkeypatch):
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    _, report = fuse_rotary(rope_graph(), providers=["cuda", "cpu"])
+    assert [r.device for r in report.validation.rows] == ["CPU"] and report.ok
+    assert [what for what, _ in report.validation.skipped] == ["onnxruntime CUDA"]
+
+
+def test_bad_arguments():
+    model = rope_graph()
+    with pytest.raises(ValueError, match="target must be one of"):
+        fuse_rotary(model, target="onnx")
+    with pytest.raises(ValueError, match="tables must be one of"):
+        fuse_rotary(model, tables="float32")
+    with pytest.raises(ValueError, match="max_positions"):
+        fuse_rotary(model, max_positions=0)
+    with pytest.raises(TypeError, match="model must be"):
+        fuse_rotary(42)
+
+
+def test_cli_writes_the_fused_model_and_reports_each_rotation(tmp_path, capsys):
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(rope_graph(partial=True), src)
+    assert main(["export", "fuse", str(src), "-o", str(out), "--max-positions", "128", "--provider", "cpu"]) == 0
+    text = capsys.readouterr().out
+    assert "1 rotary applications, 1 fused" in text and "fused t" in text and "rotary_dim 8 of 16" in text
+    assert [n.op_type for n in onnx.load(out).graph.node] == ["RotaryEmbedding", "Identity"]
+    assert main(["export", "fuse", str(tmp_path / "missing.onnx"), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("arrayrope export fuse:") and len(err.strip().splitlines()) == 1
+    assert main(["export", "--head-dim", "8"]) == 2  # the export command without fuse still needs -o
+
+
+def test_inputs_the_model_does_not_run_on(tmp_path, capsys):
+    model = rope_graph()
+    bad = {"x": np.ones((1, N, 4, D), np.float32), "pos": np.zeros((1, 5), np.int64)}  # 4 tokens, 5 positions
+    with pytest.raises(ValueError, match="does not run on the given inputs"):
+        fuse_rotary(model, inputs=bad)
+    src, feed = tmp_path / "in.onnx", tmp_path / "feed.npz"
+    onnx.save(model, src)
+    np.savez(feed, **bad)
+    assert main(["export", "fuse", str(src), "-o", str(tmp_path / "out.onnx"), "--inputs", str(feed)]) == 2
+    assert "pass inputs=" in capsys.readouterr().err
+    x, pos = sample("bhsd")
+    np.savez(feed, x=x, pos=pos)
+    assert main(["export", "fuse", str(src), "-o", str(tmp_path / "out.onnx"), "--inputs", str(feed)]) == 0
+
+
+def test_cli_does_not_write_a_model_that_fails_validation(tmp_path, capsys, monkeypatch):
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(rope_graph(), src)
+    monkeypatch.setitem(_fuse.SAME, "float32", -1.0)  # every comparison fails
+    assert main(["export", "fuse", str(src), "-o", str(out)]) == 1
+    assert not out.exists() and "not written" in capsys.readouterr().out

@@ -1,0 +1,91 @@
+"""fuse_rotary on Hugging Face transformers models exported by torch.onnx.export, run on ONNX Runtime CPU.
+
+Small random models of each family (tests/hf_models.py); the oracle of every
+fused model is eager PyTorch on the same inputs, and the exported model itself
+for what fusion must leave unchanged.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
+
+import hf_models  # noqa: E402
+from arrayrope.export import fuse_rotary  # noqa: E402
+from helpers import double_uses  # noqa: E402
+
+LAYERS = 2
+CASES = [  # family, exporter, target: every family by TorchScript; the dynamo forms on one family each
+    ("llama", "torchscript-17", "onnx23"),
+    ("qwen2", "torchscript-17", "ort"),
+    ("neox", "torchscript-17", "onnx23"),
+    ("gptj", "torchscript-17", "ort"),
+    ("gptj", "dynamo-18", "onnx23"),
+    ("qwen2", "dynamo-23", "onnx23"),
+]
+
+
+@functools.cache
+def exported(family, exporter):
+    net = hf_models.model(family, LAYERS)
+    return net, hf_models.export(net, exporter)
+
+
+def run(model, feed):
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    names = {i.name for i in sess.get_inputs()}
+    return sess.run(None, {k: v for k, v in feed.items() if k in names})[0]
+
+
+@pytest.mark.parametrize("family,exporter,target", CASES)
+def test_every_rotation_fused_and_the_model_agrees_with_pytorch(family, exporter, target):
+    net, model = exported(family, exporter)
+    fused, report = fuse_rotary(model, target=target, max_positions=512, providers="cpu")
+    assert len(report.rotations) == 2 * LAYERS and report.fused == 2 * LAYERS, report  # q and k of every layer
+    assert report.ok and report.validation.rows  # ONNX Runtime: fused against the exported model
+    ops = collections.Counter(n.op_type for n in fused.graph.node)
+    assert ops["RotaryEmbedding"] == 2 * LAYERS and not {"Cos", "Sin"} & set(ops) and double_uses(fused) == []
+    assert report.nodes_after < report.nodes_before
+    assert report.opset_after == (23 if target == "onnx23" else report.opset_before)
+    rotary = {"neox": 4, "gptj": 8}.get(family, 16)
+    assert {(r.layout, r.rotary_dim) for r in report.rotations} == {("interleaved" if family == "gptj" else "half",
+                                                                      rotary)}
+    if family == "qwen2":  # grouped-query keys: 2 heads against 4 query heads
+        assert sorted({r.heads for r in report.rotations}) == [2, 4]
+    feed = hf_models.inputs(batch=3, seq=11, start=200, seed=1)  # other sizes than the export's, far positions
+    want = hf_models.logits(net, feed)
+    assert np.max(np.abs(run(fused, feed) - want)) <= 1e-4 * (1 + np.max(np.abs(want)))
+
+
+def test_pytorch_opset23_nodes_get_exact_caches():
+    """PyTorch's exporter fuses Llama-family rotations at opset 23 but computes Cos/Sin per node in float32."""
+    _, model = exported("qwen2", "dynamo-23")
+    before = collections.Counter(n.op_type for n in model.graph.node)
+    assert before["RotaryEmbedding"] == 2 * LAYERS and before["Cos"] == before["Sin"] == 2 * LAYERS
+    fused, report = fuse_rotary(model, tables="model", validate=False)
+    assert report.fused == 0 and all("already a fused" in r.reason for r in report.rotations)
+    assert [n.op_type for n in fused.graph.node] == [n.op_type for n in model.graph.node]
+
+
+def test_half_precision_model_without_position_ids():
+    """Positions made inside the model from the sequence; float16 weights, inv_freq and caches."""
+    net = hf_models.model("llama", 1, positions=False).half()
+    model = hf_models.export(net, "torchscript-17")
+    fused, report = fuse_rotary(model, target="ort", providers="cpu")
+    assert report.fused == 2 and report.ok, report
+    assert all("the model's float16 frequencies" in r.tables for r in report.rotations)
+    assert {t.data_type for t in fused.graph.initializer if "cos_cache" in t.name} == {onnx.TensorProto.FLOAT16}
+    feed = hf_models.inputs(batch=3, seq=9, seed=2, positions=False)
+    want = hf_models.logits(net, feed).astype(np.float64)
+    assert np.max(np.abs(run(fused, feed) - want)) <= 2e-2 * (1 + np.max(np.abs(want)))
