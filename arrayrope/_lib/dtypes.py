@@ -40,6 +40,16 @@ def work_dtype(xp: Namespace, device: Any) -> DType:
     return xp.float64 if backends.has_float64(xp, device) else xp.float32
 
 
+def index_dtype(xp: Namespace, device: Any) -> DType:
+    """The widest integer dtype on ``device``: int64, or int32 where there is no int64 (JAX without x64)."""
+    return xp.int64 if backends.has_int64(xp, device) else xp.int32
+
+
+def dtype_name(dtype: DType) -> str:
+    """A dtype's short name for messages (``int64``, not ``torch.int64``)."""
+    return str(dtype).rsplit(".", 1)[-1].removeprefix("dtype('").removesuffix("')")
+
+
 def table_dtype_for(xp: Namespace, x_dtype: DType) -> DType:
     """Tables for rotating an input of ``x_dtype``: float64 for float64 inputs, float32 otherwise."""
     return xp.float64 if x_dtype == xp.float64 else xp.float32

@@ -30,7 +30,7 @@ _ONE_DEVICE = frozenset({"numpy", "dask"})
 _library_of_type: dict[type, str | None] = {}
 _namespace_of_type: dict[type, Any] = {}
 _normalized: dict[int, Any] = {}
-_float64: dict[tuple[int, Any], bool] = {}
+_dtypes_here: dict[tuple[int, Any, str], bool] = {}
 _real_floating: dict[tuple[int, Any], bool] = {}
 _integral: dict[tuple[int, Any], bool] = {}
 
@@ -154,18 +154,28 @@ def _key(obj: Any) -> Any:
 
 def has_float64(xp: Any, device: Any) -> bool:
     """Whether ``xp`` computes in float64 on ``device`` (JAX without x64, Apple MPS do not)."""
-    key = (id(xp), _key(device))
-    ok = _float64.get(key)
+    return _has_dtype(xp, device, "float64", "real floating")
+
+
+def has_int64(xp: Any, device: Any) -> bool:
+    """Whether ``xp`` has int64 arrays on ``device`` (JAX without x64 does not)."""
+    return _has_dtype(xp, device, "int64", "signed integer")
+
+
+def _has_dtype(xp: Any, device: Any, name: str, kind: str) -> bool:
+    key = (id(xp), _key(device), name)
+    ok = _dtypes_here.get(key)
     if ok is None:
         try:
             info = xp.__array_namespace_info__()
-            ok = "float64" in info.dtypes(device=device, kind="real floating")
+            ok = name in info.dtypes(device=device, kind=kind)
         except Exception:  # a namespace without the inspection API: try it
             try:
-                ok = xp.asarray(1.0, dtype=xp.float64, device=device).dtype == xp.float64
+                dtype = getattr(xp, name)
+                ok = xp.asarray(1, dtype=dtype, device=device).dtype == dtype
             except Exception:
                 ok = False
-        _float64[key] = bool(ok)
+        _dtypes_here[key] = bool(ok)
     return bool(ok)
 
 

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import threading
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, overload
 
 from .. import backends
 from .._lib import checks
-from .._lib.dtypes import host_dtype, table_dtype_for
-from .._lib.positions import position_array
+from .._lib.dtypes import host_dtype, index_dtype, table_dtype_for
+from .._lib.positions import add_steps, position_array
 from .._lib.types import AXES, Array, Axes, Layout, Namespace
 from ..apply import rotate
 from ..frequencies import RopeFrequencies, rope_frequencies
@@ -21,6 +22,8 @@ from ..tables import rope_tables
 __all__ = ["RotaryEmbedding"]
 
 _MIN_CACHE = 256
+#: Tables of positions up to this are cached; calls beyond compute the tables of their own positions.
+_MAX_CACHE = 1 << 17
 
 
 class RotaryEmbedding:
@@ -46,12 +49,16 @@ class RotaryEmbedding:
     Notes
     -----
     Tables for positions ``0..N-1`` are computed on the host in float64 and kept
-    per (namespace, device, dtype); ``N`` doubles when a call needs more. The
-    cache is guarded by a lock, so one instance serves several threads. Explicit
-    ``positions`` and per-batch ``offset`` arrays compute their tables directly
-    from the positions (no cache lookup, no data-dependent check), which also
-    holds under ``jax.jit``. Tables are float32, or float64 for float64 inputs;
-    float16 and bfloat16 inputs are rotated in float32 and rounded once.
+    per (namespace, device, dtype); ``N`` doubles when a call needs more, up to
+    ``2**17`` positions. A call beyond that computes the tables of its own positions
+    only (a decode step at position ``2**31`` costs what one at position 10 does, and
+    is as exact). The cache is guarded by a lock, so one instance serves several
+    threads. Explicit ``positions`` and per-batch ``offset`` arrays compute their
+    tables directly from the positions (no cache lookup), which also holds under
+    ``jax.jit``; offsets plus steps are added in int64 (int32 where the device has
+    no int64), never in the offsets' own dtype. Tables are float32, or float64 for
+    float64 inputs; float16 and bfloat16 inputs are rotated in float32 and rounded
+    once. ``q`` and ``k`` of different dtypes each get the tables of their own.
 
     Rope types that depend on the sequence length change ``freqs`` during calls,
     as Hugging Face transformers does. The length ``L`` of a call is
@@ -67,7 +74,9 @@ class RotaryEmbedding:
       the short ones otherwise (at the switch length exactly: short).
 
     Keys in a KV cache that were rotated before such a change no longer match the
-    new frequencies; :func:`arrayrope.rerotate` moves them over.
+    new frequencies; :func:`arrayrope.rerotate` moves them over. ``self.freqs`` is
+    the set of the latest call of any thread; ``return_freqs=True`` returns the set
+    a call used, which is what ``rerotate`` needs when threads share an instance.
 
     Examples
     --------
@@ -141,6 +150,18 @@ class RotaryEmbedding:
             f"rope_type={f.rope_type!r}, layout={self.layout!r}, axes={self.axes!r})"
         )
 
+    @overload
+    def __call__(
+        self, q: Array, k: Array | None = None, *, positions: Array | None = None, offset: int | Array = 0,
+        seq_len: int | None = None, return_freqs: Literal[False] = False,
+    ) -> Array | tuple[Array, Array]: ...
+
+    @overload
+    def __call__(
+        self, q: Array, k: Array | None = None, *, positions: Array | None = None, offset: int | Array = 0,
+        seq_len: int | None = None, return_freqs: Literal[True],
+    ) -> tuple[Array, RopeFrequencies] | tuple[Array, Array, RopeFrequencies]: ...
+
     def __call__(
         self,
         q: Array,
@@ -149,33 +170,45 @@ class RotaryEmbedding:
         positions: Array | None = None,
         offset: int | Array = 0,
         seq_len: int | None = None,
-    ) -> Array | tuple[Array, Array]:
+        return_freqs: bool = False,
+    ) -> Any:
         """Rotate ``q`` (and ``k``) by their positions.
 
         Parameters
         ----------
         q, k : array
-            4-D, laid out as ``axes`` says; ``k`` may have fewer heads (GQA) but the
-            same batch and sequence length.
+            4-D real floating arrays, laid out as ``axes`` says; ``k`` may have fewer
+            heads (GQA) but the same batch and sequence length. Each is rotated in its
+            own dtype (float64 tables for a float64 input, float32 for the others).
         positions : array, optional
             Integer (or real) positions of shape ``(S,)`` or ``(B, S)``. Default:
             ``offset .. offset + S - 1``.
         offset : int or array
-            Start position, one int or one per batch row (shape ``(B,)``), for
-            decoding with a KV cache. Not combined with ``positions``.
+            Start position, one int or one per batch row (an integer array of shape
+            ``(B,)``), for decoding with a KV cache. Not combined with ``positions``.
         seq_len : int, optional
             Sequence length that selects the frequencies of the ``dynamic`` and
             ``longrope`` types (see Notes); ignored by the others.
+        return_freqs : bool
+            Also return the :class:`RopeFrequencies` this call used (last), the ones to
+            hand to :func:`arrayrope.rerotate`; unlike ``self.freqs``, no other
+            thread's call can change them.
 
         Returns
         -------
-        array or tuple of arrays
-            Rotated ``q``, or ``(q, k)`` when ``k`` is given.
+        array or tuple
+            Rotated ``q``, or ``(q, k)`` when ``k`` is given; with ``return_freqs``,
+            the frequencies are appended.
+
+        Notes
+        -----
+        Every argument is checked before anything changes: a rejected call leaves
+        the instance (its frequencies, its cache) as it was.
         """
         xp = backends.namespace(q, k, names=("q", "k"))
-        self._check_input(q, "q")
+        dtypes = [self._check_input(xp, q, "q")]
         if k is not None:
-            self._check_input(k, "k")
+            dtypes.append(self._check_input(xp, k, "k"))
             backends.same_device(q, k, "q", "k")
             b_ax, s_ax = 0, (2 if self.axes == "bhsd" else 1)
             if q.shape[b_ax] != k.shape[b_ax] or q.shape[s_ax] != k.shape[s_ax]:
@@ -183,60 +216,89 @@ class RotaryEmbedding:
                     f"q and k must share batch and sequence sizes ({self.axes}); "
                     f"got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
                 )
+        wants_freqs = checks.boolean(return_freqs, "return_freqs")
+        where = self._positions(xp, q, positions, offset, seq_len)
+        freqs = self._select(where.length) if self._resize is not None else self._start_freqs
         # The tables are built here to broadcast against q and k: no need to check them again.
-        cos, sin = self._tables_for(xp, q, positions, offset, seq_len)
-        q_rot = rotate(xp, q, cos, sin, self.layout)
-        if k is None:
-            return q_rot
-        return q_rot, rotate(xp, k, cos, sin, self.layout)
+        tables = {dt: self._tables(xp, freqs, where, dt) for dt in dict.fromkeys(dtypes)}
+        out = [rotate(xp, x, *tables[dt], self.layout) for x, dt in zip((q, k), dtypes, strict=False)]
+        return (*out, freqs) if wants_freqs else (out[0] if k is None else (out[0], out[1]))
 
-    def _check_input(self, x: Array, name: str) -> None:
+    def _check_input(self, xp: Namespace, x: Array, name: str) -> Any:
+        """Check one input; the dtype of its tables."""
+        if not backends.is_real_floating(xp, x.dtype):
+            raise TypeError(
+                f"{name} must have a real floating dtype (float16, bfloat16, float32, float64), got {x.dtype}"
+            )
         if x.ndim != 4:
             raise ValueError(f"{name} must be 4-D ({self.axes}), got shape {tuple(x.shape)}")
         if x.shape[-1] != self.freqs.head_dim:
             raise ValueError(f"{name}.shape[-1] must be head_dim={self.freqs.head_dim}, got {x.shape[-1]}")
-
-    def _table_dtype(self, xp: Namespace, x: Array) -> Any:
-        if not backends.is_real_floating(xp, x.dtype):
-            raise TypeError(f"q and k must have a real floating dtype, got {x.dtype}")
         return table_dtype_for(xp, x.dtype)
 
-    def _tables_for(
-        self, xp: Namespace, q: Array, positions: Any, offset: Any, seq_len: int | None = None
-    ) -> tuple[Array, Array]:
+    def _positions(self, xp: Namespace, q: Array, positions: Any, offset: Any, seq_len: Any) -> _Where:
+        """Check the positions of a call (nothing is computed or changed yet)."""
         batch = q.shape[0]
         seq = q.shape[2] if self.axes == "bhsd" else q.shape[1]
         device = backends.device_of(q)
-        dtype = self._table_dtype(xp, q)
-        freqs = self._start_freqs
-        if self._resize is not None:
-            freqs = self._select(xp, seq, positions, offset, seq_len)
+        if seq_len is not None:
+            seq_len = checks.positive_int(seq_len, "seq_len")
         if positions is not None:
-            if not (isinstance(offset, numbers.Integral) and offset == 0):
+            if not (isinstance(offset, numbers.Integral) and not isinstance(offset, bool) and offset == 0):
                 raise ValueError("pass positions or offset, not both (positions already include any offset)")
             _, pos, _ = position_array(positions, "positions", like=q)
             if pos.ndim not in (1, 2) or pos.shape[-1] != seq or (pos.ndim == 2 and pos.shape[0] not in (1, batch)):
                 raise ValueError(
                     f"positions must have shape (S,) or (B, S) = ({seq},) or ({batch}, {seq}), got {tuple(pos.shape)}"
                 )
-            cos, sin = rope_tables(freqs, pos, dtype=dtype)
-        elif isinstance(offset, numbers.Integral) and not isinstance(offset, bool):
+            return _Where(device, seq, array=pos, length=self._length(pos, 0, seq_len))
+        if isinstance(offset, numbers.Integral) and not isinstance(offset, bool):
             offset = int(offset)
             if offset < 0:
                 raise ValueError(f"offset must be >= 0, got {offset}")
-            if freqs is self._start_freqs:
-                cos, sin = self._cached(xp, device, dtype, offset + seq)
-                cos, sin = cos[offset : offset + seq, :], sin[offset : offset + seq, :]
-            else:
-                cos, sin = rope_tables(freqs, xp.arange(offset, offset + seq, device=device), dtype=dtype)
-        else:
-            _, off, _ = position_array(offset, "offset", like=q)
-            if off.ndim != 1 or off.shape[0] != batch:
+            limit = int(xp.iinfo(index_dtype(xp, device)).max)
+            if offset + seq - 1 > limit:
                 raise ValueError(
-                    f"offset must be an int or an array of shape (B,) = ({batch},), got {tuple(off.shape)}"
+                    f"offset + seq - 1 must be at most {limit} (the largest position this device holds), "
+                    f"got offset={offset} with seq={seq}"
                 )
-            steps = xp.arange(seq, dtype=off.dtype, device=device)
-            cos, sin = rope_tables(freqs, off[:, None] + steps, dtype=dtype)
+            return _Where(device, seq, start=offset, length=offset + seq)
+        if isinstance(offset, bool) or not backends.is_array(offset):
+            raise TypeError(f"offset must be an int or an integer array of shape (B,), got {offset!r}")
+        _, off, _ = position_array(offset, "offset", like=q)
+        if not backends.is_integral(xp, off.dtype):
+            raise TypeError(f"offset must be an int or an integer array of shape (B,), got dtype {off.dtype}")
+        if off.ndim != 1 or off.shape[0] != batch:
+            raise ValueError(f"offset must be an int or an array of shape (B,) = ({batch},), got {tuple(off.shape)}")
+        if not backends.is_lazy(off) and batch and int(xp.min(off)) < 0:
+            raise ValueError(f"offset must be >= 0, got {int(xp.min(off))}")
+        pos = add_steps(xp, off, seq, device)
+        return _Where(device, seq, array=pos, length=self._length(off, seq - 1, seq_len))
+
+    def _length(self, src: Array, extra: int, seq_len: int | None) -> int | None:
+        """The length ``L`` of a call with positions or offsets ``src`` (for the rope types that follow it)."""
+        if self._resize is None:
+            return None
+        if seq_len is not None:
+            return seq_len
+        if backends.is_lazy(src):
+            raise ValueError(
+                f"rope_type {self.freqs.rope_type!r} picks its frequencies by sequence length; with "
+                "JAX or Dask position arrays pass seq_len= (max position + 1)"
+            )
+        return int(backends.namespace(src).max(src)) + 1 + extra
+
+    def _tables(self, xp: Namespace, freqs: RopeFrequencies, where: _Where, dtype: Any) -> tuple[Array, Array]:
+        """cos/sin for the positions ``where`` describes, shaped to broadcast against q and k."""
+        if where.array is not None:
+            cos, sin = rope_tables(freqs, where.array, dtype=dtype)
+        elif freqs is self._start_freqs and where.length <= _MAX_CACHE:
+            cos, sin = self._cached(xp, where.device, dtype, where.length)
+            cos, sin = cos[where.start : where.length, :], sin[where.start : where.length, :]
+        else:  # other frequencies, or positions beyond the cache: the tables of these positions only
+            steps = xp.arange(where.start, where.start + where.seq, dtype=index_dtype(xp, where.device),
+                              device=where.device)
+            cos, sin = rope_tables(freqs, steps, dtype=dtype)
         if cos.ndim == 2:
             return (cos, sin) if self.axes == "bhsd" else (cos[:, None, :], sin[:, None, :])
         if self.axes == "bhsd":
@@ -256,24 +318,23 @@ class RotaryEmbedding:
                 self._cache[key] = entry
             return entry
 
-    def _select(self, xp: Namespace, seq: int, positions: Any, offset: Any, seq_len: int | None) -> RopeFrequencies:
-        """The frequencies for this call's sequence length (dynamic, longrope); updates ``freqs``."""
-        if positions is None and isinstance(offset, numbers.Integral) and not isinstance(offset, bool):
-            length = int(offset) + seq
-        elif seq_len is not None:
-            length = checks.positive_int(seq_len, "seq_len")
-        else:
-            _, src, _ = position_array(positions if positions is not None else offset, "positions", xp=xp)
-            if backends.is_lazy(src):
-                raise ValueError(
-                    f"rope_type {self.freqs.rope_type!r} picks its frequencies by sequence length; with "
-                    "JAX or Dask position arrays pass seq_len= (max position + 1)"
-                )
-            length = int(backends.namespace(src).max(src)) + 1 + (seq - 1 if positions is None else 0)
-        assert self._resize is not None
+    def _select(self, length: int | None) -> RopeFrequencies:
+        """The frequencies for a call of length ``length`` (dynamic, longrope); updates ``freqs``."""
+        assert self._resize is not None and length is not None
         with self._lock:
             self.freqs = self._resize(length)
             return self.freqs
+
+
+@dataclasses.dataclass(frozen=True)
+class _Where:
+    """The checked positions of a call: ``start .. start + seq - 1``, or an array; and the call's length."""
+
+    device: Any
+    seq: int
+    start: int = 0
+    array: Array | None = None
+    length: Any = None
 
 
 class _Resizer:
