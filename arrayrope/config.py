@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import numbers
 import os
+import stat
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,7 +14,10 @@ from ._lib import checks
 from .frequencies import RopeFrequencies, rope_frequencies
 from .scaling import rope_type
 
-__all__ = ["rope_config", "rope_frequencies_from_config"]
+__all__ = ["MAX_CONFIG_BYTES", "rope_config", "rope_frequencies_from_config"]
+
+#: The largest config.json read (Hugging Face configs are a few KiB).
+MAX_CONFIG_BYTES = 16 << 20
 
 
 def rope_frequencies_from_config(
@@ -68,7 +73,9 @@ def rope_frequencies_from_config(
     ('llama3', 128, (64,))
     """
     kwargs = rope_config(config, layer_type=layer_type)
-    return rope_frequencies(**kwargs, seq_len=seq_len)
+    with warnings.catch_warnings():  # keys the scaling ignores were reported by rope_config
+        warnings.simplefilter("ignore")
+        return rope_frequencies(**kwargs, seq_len=seq_len)
 
 
 def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: str | None = None) -> dict[str, Any]:
@@ -84,6 +91,19 @@ def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_typ
     {'head_dim': 64, 'base': 1000000.0, 'partial_rotary_factor': None, 'scaling': None, 'max_position_embeddings': None}
     """
     cfg, where = _load(config)
+    try:
+        kwargs = _read(cfg, where, layer_type)
+        rope_frequencies(**kwargs)  # every value checked here, so that errors name the file
+    except (TypeError, ValueError) as exc:
+        if where == "config":
+            raise
+        message = str(exc)
+        raise ValueError(message if message.startswith(where) else f"{where}: {message}") from None
+    return kwargs
+
+
+def _read(cfg: Mapping[str, Any], where: str, layer_type: str | None) -> dict[str, Any]:
+    """The arguments of rope_frequencies in ``cfg`` (messages start with ``where``, naming the key)."""
     if not any(k in cfg for k in ("head_dim", "hidden_size")) and isinstance(cfg.get("text_config"), Mapping):
         cfg, where = cfg["text_config"], f"{where}['text_config']"
     head_dim = _head_dim(cfg, where)
@@ -102,18 +122,20 @@ def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_typ
         base = scaling["rope_theta"]
     if base is None:
         base = 10000.0
-    if isinstance(base, bool) or not isinstance(base, numbers.Real):
-        raise TypeError(f"{where}: rope_theta must be a number, got {base!r}")
+    base = checks.positive_real(base, f"{where}: rope_theta")
 
     prf = cfg.get("partial_rotary_factor", cfg.get("rotary_pct"))
     if prf is None and scaling is not None:
         prf = scaling.get("partial_rotary_factor")
-    if prf is not None and float(prf) == 1.0:
-        prf = None
+    if prf is not None:
+        if isinstance(prf, bool) or not isinstance(prf, numbers.Real):
+            raise TypeError(f"{where}: partial_rotary_factor must be a number in (0, 1], got {prf!r}")
+        if prf == 1.0:
+            prf = None
 
     max_len = cfg.get("max_position_embeddings")
-    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral)):
-        raise TypeError(f"{where}: max_position_embeddings must be an int, got {max_len!r}")
+    if max_len is not None:
+        max_len = checks.positive_int(max_len, f"{where}: max_position_embeddings")
 
     if scaling is not None:
         scaling.pop("rope_theta", None)
@@ -121,12 +143,15 @@ def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_typ
         entry = rope_type(scaling)
         original = cfg.get("original_max_position_embeddings")
         if entry.reads_original_length and original is not None:
+            if isinstance(original, float) and original.is_integer():
+                original = int(original)
+            original = checks.positive_int(original, f"{where}: original_max_position_embeddings")
             scaling["original_max_position_embeddings"] = original
         if entry.name == "default" and not (set(scaling) - {"rope_type", "type"}):
             scaling = None
     return {
         "head_dim": head_dim,
-        "base": float(base),
+        "base": base,
         "partial_rotary_factor": prf,
         "scaling": scaling,
         "max_position_embeddings": max_len,
@@ -134,6 +159,7 @@ def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_typ
 
 
 def _load(config: Any) -> tuple[Mapping[str, Any], str]:
+    """The config as a mapping, and how messages name it (``config`` or ``config file '...'``)."""
     if isinstance(config, Mapping):
         return config, "config"
     if not isinstance(config, (str, os.PathLike)):
@@ -141,18 +167,51 @@ def _load(config: Any) -> tuple[Mapping[str, Any], str]:
     path = os.fspath(config)
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
+    where = f"config file {path!r}"
+    raw = _read_file(path, where)
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"config file {path!r} does not exist") from None
-    try:
-        data = json.loads(text)
+        data = json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{where} is not UTF-8 text: {err}") from None
     except json.JSONDecodeError as err:
-        raise ValueError(f"config file {path!r} is not valid JSON: {err}") from None
+        raise ValueError(f"{where} is not valid JSON: {err}") from None
+    except RecursionError:
+        raise ValueError(f"{where} nests JSON arrays or objects too deeply to be a config") from None
     if not isinstance(data, dict):
-        raise ValueError(f"config file {path!r} must hold a JSON object, got {type(data).__name__}")
-    return data, path
+        raise ValueError(f"{where} must hold a JSON object, got {type(data).__name__}")
+    return data, where
+
+
+def _read_file(path: str, where: str) -> bytes:
+    """The bytes of a regular file of at most MAX_CONFIG_BYTES; FIFOs, devices and folders are refused unopened."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)  # non-blocking: opening a FIFO does not wait for a writer
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{where} does not exist") from None
+    except OSError as err:
+        raise ValueError(f"{where} cannot be opened: {err.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{where} is not a regular file ({_kind(info.st_mode)}); a config.json is expected")
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise ValueError(f"{where} has {info.st_size} bytes; a config.json has at most {MAX_CONFIG_BYTES}")
+        try:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+        except OSError as err:
+            raise ValueError(f"{where} cannot be read: {err.strerror}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ValueError(f"{where} has more than {MAX_CONFIG_BYTES} bytes; a config.json has at most that many")
+    return raw
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 def _head_dim(config: Mapping[str, Any], where: str) -> int:

@@ -19,6 +19,11 @@ __all__ = ["RopeFrequencies", "rope_frequencies"]
 class RopeFrequencies:
     """Inverse frequencies of a rotary encoding and what they were made from.
 
+    Every field is checked when the object is made (a ``TypeError`` or
+    ``ValueError`` names the field): ``head_dim`` a positive even int, ``rotary_dim``
+    an even int in ``[2, head_dim]``, ``inv_freq`` finite reals of shape
+    ``(rotary_dim // 2,)``, ``attention_factor`` and ``base`` finite reals > 0.
+
     Attributes
     ----------
     inv_freq : numpy.ndarray
@@ -44,15 +49,28 @@ class RopeFrequencies:
     rope_type: str = "default"
 
     def __post_init__(self) -> None:
-        inv = np.array(self.inv_freq, dtype=np.float64)
-        if inv.shape != (self.rotary_dim // 2,):
-            raise ValueError(
-                f"inv_freq must have shape ({self.rotary_dim // 2},) for rotary_dim={self.rotary_dim}, got {inv.shape}"
-            )
+        head_dim = checks.positive_int(self.head_dim, "head_dim", even=True)
+        rotary = checks.rotary_dim(self.rotary_dim, head_dim)
+        raw = np.asarray(self.inv_freq)
+        if raw.dtype.kind not in "iuf":
+            raise TypeError(f"inv_freq must hold real numbers, got dtype {raw.dtype}")
+        inv = np.array(raw, dtype=np.float64)
+        if inv.shape != (rotary // 2,):
+            raise ValueError(f"inv_freq must have shape ({rotary // 2},) for rotary_dim={rotary}, got {inv.shape}")
         if not np.all(np.isfinite(inv)):
             raise ValueError("inv_freq must be finite")
         inv.flags.writeable = False
-        object.__setattr__(self, "inv_freq", inv)
+        if not isinstance(self.rope_type, str):
+            raise TypeError(f"rope_type must be a string, got {self.rope_type!r}")
+        values = {
+            "inv_freq": inv,
+            "head_dim": head_dim,
+            "rotary_dim": rotary,
+            "attention_factor": checks.positive_real(self.attention_factor, "attention_factor"),
+            "base": checks.positive_real(self.base, "base"),
+        }
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RopeFrequencies):

@@ -112,7 +112,7 @@ def test_longrope_attention_factor_from_lengths():
         (json.dumps({"hidden_size": 4096}), ValueError, r"missing \['num_attention_heads'\]"),
         (json.dumps({"num_attention_heads": 32}), ValueError, r"missing \['hidden_size'\]"),
         (json.dumps({"head_dim": 64, "rope_scaling": {"rope_type": "ntk"}}), ValueError, "unknown rope_type 'ntk'"),
-        (json.dumps({"head_dim": 64, "rope_theta": "big"}), TypeError, "rope_theta"),
+        (json.dumps({"head_dim": 64, "rope_theta": "big"}), ValueError, "rope_theta must be a real number"),
         (json.dumps({"head_dim": 64, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
                                                       "low_freq_factor": 1.0, "high_freq_factor": 4.0}}),
          ValueError, "original_max_position_embeddings"),

@@ -130,10 +130,12 @@ class RotaryEmbedding:
         """
         from ..config import rope_config
 
-        kw = rope_config(config, layer_type=layer_type)
-        rotary = rope_frequencies(**kw).rotary_dim
-        return cls(kw["head_dim"], base=kw["base"], rotary_dim=rotary, scaling=kw["scaling"],
-                   max_position_embeddings=kw["max_position_embeddings"], layout=layout, axes=axes)
+        kw = rope_config(config, layer_type=layer_type)  # checked, and ignored keys reported, here
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rotary = rope_frequencies(**kw).rotary_dim
+            return cls(kw["head_dim"], base=kw["base"], rotary_dim=rotary, scaling=kw["scaling"],
+                       max_position_embeddings=kw["max_position_embeddings"], layout=layout, axes=axes)
 
     @property
     def head_dim(self) -> int:

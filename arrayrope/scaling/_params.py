@@ -21,8 +21,10 @@ def real_value(params: Mapping[str, Any], key: str, *, default: Any = None, mini
     value = params.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise TypeError(f"{where(params, key)} must be a finite number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{where(params, key)} must be a finite number, got {value!r} ({type(value).__name__})")
+    if not math.isfinite(value):
+        raise ValueError(f"{where(params, key)} must be a finite number, got {value!r}")
     value = float(value)
     if minimum is not None and (value <= minimum if strict_min else value < minimum):
         op = ">" if strict_min else ">="
