@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import numbers
 import os
-import stat
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from ._lib import checks
+from ._lib.files import read_regular_file
 from .frequencies import RopeFrequencies, rope_frequencies
 from .scaling import rope_type
 
-__all__ = ["MAX_CONFIG_BYTES", "rope_config", "rope_frequencies_from_config"]
+__all__ = ["MAX_CONFIG_BYTES", "load_config", "rope_config", "rope_frequencies_from_config"]
 
 #: The largest config.json read (Hugging Face configs are a few KiB).
 MAX_CONFIG_BYTES = 16 << 20
@@ -79,10 +79,15 @@ def rope_frequencies_from_config(
 
 
 def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: str | None = None) -> dict[str, Any]:
-    """The keyword arguments of :func:`rope_frequencies` that a config describes.
+    """The keyword arguments of :func:`rope_frequencies` that a config describes, checked.
 
     ``head_dim``, ``base``, ``partial_rotary_factor``, ``scaling`` and
     ``max_position_embeddings``; see :func:`rope_frequencies_from_config`.
+
+    A path is read only when it is a regular file of at most :data:`MAX_CONFIG_BYTES`
+    (FIFOs, devices and folders without ``config.json`` are refused without being
+    read). Every problem with a file, from its bytes to a value of the wrong type or
+    out of range, is one ``ValueError`` that names the file and the key.
 
     Examples
     --------
@@ -158,6 +163,18 @@ def _read(cfg: Mapping[str, Any], where: str, layer_type: str | None) -> dict[st
     }
 
 
+def load_config(config: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[str, Any]:
+    """A config as a mapping: a dict as it is, or a ``config.json`` (or its folder) read with the checks above.
+
+    Examples
+    --------
+    >>> from arrayrope.config import load_config
+    >>> load_config({"head_dim": 64})["head_dim"]
+    64
+    """
+    return _load(config)[0]
+
+
 def _load(config: Any) -> tuple[Mapping[str, Any], str]:
     """The config as a mapping, and how messages name it (``config`` or ``config file '...'``)."""
     if isinstance(config, Mapping):
@@ -168,7 +185,7 @@ def _load(config: Any) -> tuple[Mapping[str, Any], str]:
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
     where = f"config file {path!r}"
-    raw = _read_file(path, where)
+    raw = read_regular_file(path, where, MAX_CONFIG_BYTES)
     try:
         data = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError as err:
@@ -180,38 +197,6 @@ def _load(config: Any) -> tuple[Mapping[str, Any], str]:
     if not isinstance(data, dict):
         raise ValueError(f"{where} must hold a JSON object, got {type(data).__name__}")
     return data, where
-
-
-def _read_file(path: str, where: str) -> bytes:
-    """The bytes of a regular file of at most MAX_CONFIG_BYTES; FIFOs, devices and folders are refused unopened."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)  # non-blocking: opening a FIFO does not wait for a writer
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{where} does not exist") from None
-    except OSError as err:
-        raise ValueError(f"{where} cannot be opened: {err.strerror}") from None
-    with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{where} is not a regular file ({_kind(info.st_mode)}); a config.json is expected")
-        if info.st_size > MAX_CONFIG_BYTES:
-            raise ValueError(f"{where} has {info.st_size} bytes; a config.json has at most {MAX_CONFIG_BYTES}")
-        try:
-            raw = fh.read(MAX_CONFIG_BYTES + 1)
-        except OSError as err:
-            raise ValueError(f"{where} cannot be read: {err.strerror}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ValueError(f"{where} has more than {MAX_CONFIG_BYTES} bytes; a config.json has at most that many")
-    return raw
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def _head_dim(config: Mapping[str, Any], where: str) -> int:

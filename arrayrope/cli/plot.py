@@ -11,7 +11,6 @@ the attention score ``|sum_j h_j exp(i r theta_j)|`` is at most this times
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 import numpy as np
@@ -88,19 +87,15 @@ def _curves(args: argparse.Namespace) -> list[tuple[str, Any, int]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        import matplotlib
+    """Errors (a bad config or value, no matplotlib: the ``plot`` extra) reach :func:`arrayrope.cli.main`."""
+    curves = _curves(args)
+    if args.max_distance is not None and args.max_distance < 1:
+        raise ValueError(f"--max-distance must be a positive int, got {args.max_distance}")
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("arrayrope plot needs matplotlib: pip install 'arrayrope[plot]'", file=sys.stderr)
-        return 2
-    try:
-        curves = _curves(args)
-    except (ValueError, TypeError, FileNotFoundError) as err:
-        print(f"arrayrope plot: {err}", file=sys.stderr)
-        return 2
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     longest = max(l0 * max(1.0, args.factor) for _, _, l0 in curves)
     max_r = args.max_distance or int(4 * longest)
     distances = np.unique(np.round(np.geomspace(1, max_r, 600)))
