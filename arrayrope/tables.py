@@ -92,4 +92,4 @@ def rope_tables(
     cos, sin = cos_sin(xp, freqs.inv_freq, pos, device)
     if factor != 1.0:
         cos, sin = cos * factor, sin * factor
-    return xp.astype(cos, dtype), xp.astype(sin, dtype)
+    return xp.astype(cos, dtype, copy=False), xp.astype(sin, dtype, copy=False)

@@ -8,6 +8,7 @@ from ._builder import Builder
 from ._fused import FusedEmitter
 from ._portable import PortableEmitter
 from ._spec import Spec
+from ._tables import check_size
 
 
 class Emitter(Protocol):
@@ -18,8 +19,9 @@ class Emitter(Protocol):
         ...
 
 
-def emitter(spec: Spec, b: Builder) -> Emitter:
-    """The emitter for ``spec.target``."""
+def emitter(spec: Spec, b: Builder, model_bytes: int = 0) -> Emitter:
+    """The emitter for ``spec.target``, once its tables are known to fit in a model (with ``model_bytes`` more)."""
+    check_size(spec, model_bytes)
     if spec.target == "portable":
         return PortableEmitter(spec, b)
     return FusedEmitter(spec, b)

@@ -75,8 +75,18 @@ class Case:
     heads: dict[str, int]
 
 
+def outside_ids(spec: Spec) -> npt.NDArray[np.int64]:
+    """Position ids a graph has no table row for (NaN in the result), with valid ones between them."""
+    if spec.options.tables == "computed":
+        limit = spec.position_limit  # (-limit, limit) rotates, negative ids backwards
+        return np.array([[-(limit - 1), -7, limit, -limit, 2**40, -(2**62), 0, limit - 1]], dtype=np.int64)
+    n = spec.options.max_positions
+    return np.array([[-1, n, n + 5, -(2**40), 2**62, 0, n - 1, -n]], dtype=np.int64)
+
+
 def _cases(spec: Spec, rng: np.random.Generator) -> list[Case]:
-    """Random inputs at random positions, positions at the table end, and a one-token decode step."""
+    """Random inputs at random positions, positions at the table end, a one-token decode step, and ids
+    outside the tables."""
     o = spec.options
     limit = spec.position_limit
     heads = o.num_heads or 3
@@ -85,10 +95,14 @@ def _cases(spec: Spec, rng: np.random.Generator) -> list[Case]:
     shapes = [(2, 7, "random"), (2, 5, "end"), (1, 1, "end")]
     if o.dtype in ("float16", "bfloat16"):  # enough values for a stable maximum rounding error
         shapes[0] = (4, 64, "random")
+    if o.position_ids:
+        shapes.append((1, outside_ids(spec).shape[1], "outside"))
     for batch, seq, where in shapes:
         if o.position_ids:
             if where == "random":
                 pos = rng.integers(0, limit, (batch, seq))
+            elif where == "outside":
+                pos = outside_ids(spec)
             else:
                 pos = limit - 1 - rng.integers(0, min(limit, 4), (batch, seq))
             pos = pos.astype(np.int64)
@@ -111,10 +125,16 @@ def reference(
     heads: int,
     table_dtype: npt.DTypeLike | None = None,
 ) -> npt.NDArray[np.float64]:
-    """The core's result in float64 NumPy for one input of the model (tables rounded to ``table_dtype`` if given)."""
-    cos, sin = arrayrope.rope_tables(spec.freqs, positions, dtype=np.float64)
+    """The core's result in float64 NumPy for one input of the model (tables rounded to ``table_dtype`` if given);
+    NaN in the rotated features of positions the graph has no table row for."""
+    cos, sin = (np.asarray(t) for t in arrayrope.rope_tables(spec.freqs, positions, dtype=np.float64))
     if table_dtype is not None:
-        cos, sin = (np.asarray(t).astype(table_dtype).astype(np.float64) for t in (cos, sin))
+        cos, sin = (t.astype(table_dtype).astype(np.float64) for t in (cos, sin))
+    if spec.options.tables == "computed":
+        outside = np.abs(positions) >= spec.position_limit
+    else:
+        outside = (positions < 0) | (positions >= spec.options.max_positions)
+    cos[outside], sin[outside] = np.nan, np.nan
     x64 = np.asarray(x, dtype=np.float64)
     layout = spec.options.layout
     if spec.options.rank == 4:
@@ -127,10 +147,11 @@ def reference(
 def _tolerance(spec: Spec, expected: npt.NDArray[np.float64], positions: npt.NDArray[np.int64]) -> float:
     """The error allowed for one output: the dtype's rule at the scale of the result (see validate)."""
     dtype = spec.options.dtype
-    scale = float(np.max(np.abs(expected), initial=0.0))
+    scale = float(np.nanmax(np.abs(expected), initial=0.0))
     tol = tolerance_at(dtype, scale)
     if dtype == "float64":  # float64 angles p * theta (in the graph or the core) round by ~eps * p * theta
-        tol += 4 * float(np.finfo(np.float64).eps) * float(np.max(positions, initial=0)) * scale
+        inside = positions[np.abs(positions) < spec.position_limit]
+        tol += 4 * float(np.finfo(np.float64).eps) * float(np.max(np.abs(inside), initial=0)) * scale
     return tol
 
 
@@ -158,13 +179,16 @@ def _compare(spec: Spec, run: Runner, cases: list[Case]) -> Worst:
             fed = feed[name].astype(np.float64)
             expected = reference(spec, fed, case.positions, case.heads[name])
             tol = _tolerance(spec, expected, case.positions)
-            diff = np.abs(np.asarray(y).astype(np.float64) - expected)
+            y64 = np.asarray(y).astype(np.float64)
+            nan = np.isnan(expected)
+            diff = np.abs(np.where(nan, 0.0, y64) - np.where(nan, 0.0, expected))
+            diff[nan != np.isnan(y64)] = math.inf  # NaN exactly where there is no table row
             err = float(np.max(diff)) if diff.size else 0.0
             if not np.isfinite(err):
                 err = math.inf
             if err / tol > worst.error / worst.tolerance:
                 at = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.size else ()
-                scale = float(np.max(np.abs(expected), initial=0.0))
+                scale = float(np.nanmax(np.abs(expected), initial=0.0))
                 rel = err / scale if scale > 0 else math.nan
                 worst = Worst(err, rel, tol, f"case {i} {out_name}{list(map(int, at))}")
     return worst

@@ -118,8 +118,11 @@ def _all_types(model):
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_node_counts_no_complex_and_save_load(target, layout, tmp_path):
     model = rotary_model(128, layout=layout, target=target, max_positions=64)
-    limit = {"onnx23": 1, "ort": 1, "portable": 9 if layout == "half" else 10}[target]
+    # fused: Clip and Mod send ids outside the table to its NaN row, then the one fused node
+    limit = {"onnx23": 3, "ort": 3, "portable": 10 if layout == "half" else 11}[target]
     assert len(model.graph.node) <= limit
+    if target != "portable":
+        assert [n.op_type for n in model.graph.node] == ["Clip", "Mod", "RotaryEmbedding"]
     if target == "portable":
         assert {n.domain for n in model.graph.node} <= {""}
         assert model.opset_import[0].version == 17
@@ -141,30 +144,36 @@ def test_ir_version_is_the_oldest_that_holds_the_opsets():
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_positions_past_the_table_are_an_error(target):
-    """The documented behaviour for every target: ids outside [0, max_positions) fail the run."""
-    model = rotary_model(8, target=target, max_positions=16, num_heads=2)
-    x = np.ones((1, 2, 2, 8), np.float32)
-    sess = session(model)
-    sess.run(None, {"x": x, "position_ids": np.array([[0, 15]])})
-    with pytest.raises(Exception, match=r"(?i)out of|bounds|range"):
-        sess.run(None, {"x": x, "position_ids": np.array([[0, 16]])})
-    if target != "ort":
-        with pytest.raises(IndexError):
-            ReferenceEvaluator(model).run(None, {"x": x, "position_ids": np.array([[0, 16]])})
+def test_positions_outside_the_table_are_nan_on_every_runtime(target):
+    """The documented behaviour for every target: ids outside [0, max_positions) give NaN in the rotated
+    features, on ONNX Runtime and on the reference evaluator, and the ids around them rotate as always."""
+    model = rotary_model(8, rotary_dim=4, target=target, max_positions=16, num_heads=2)
+    pos = np.array([[0, 15, -1, 16, 17, -16, -(2**40), 2**62, 3]])
+    x = np.random.default_rng(5).standard_normal((1, 2, pos.shape[1], 8)).astype(np.float32)
+    outside = (pos[0] < 0) | (pos[0] >= 16)
+    runs = [session(model).run] + ([ReferenceEvaluator(model).run] if target != "ort" else [])
+    for run in runs:
+        (y,) = run(None, {"x": x, "position_ids": pos})
+        assert np.isnan(y[0, :, outside, :4]).all() and not np.isnan(y[0, :, ~outside]).any()
+        np.testing.assert_array_equal(y[..., 4:], x[..., 4:])  # pass-through features untouched
+        expected = oracle(x[:, :, ~outside], pos[:, ~outside], inv_freq_formula(4, 10000.0), "half", 4, 2)
+        assert np.max(np.abs(y[:, :, ~outside] - expected)) <= 1e-6
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_computed_tables_are_not_bounded_and_stay_exact(layout):
     model = rotary_model(64, target="portable", layout=layout, tables="computed", max_positions=4)
     rng = np.random.default_rng(2)
-    pos = np.array([[0, 1023, 1024, 4096, 123_456, 1 << 20, (1 << 30) - 1]])
+    limit = 1 << 30
+    pos = np.array([[0, 1023, 1024, 4096, 123_456, 1 << 20, limit - 1, -1, -5000, -(limit - 1)]])
     x = inputs(rng, 4, 1, pos.shape[1], heads=2, head_dim=64)
-    (y,) = session(model).run(None, {"x": x, "position_ids": pos})
-    expected = oracle(x, pos, inv_freq_formula(64, 10000.0), layout, 4, 2)
-    assert np.max(np.abs(y - expected)) <= 1e-6
-    with pytest.raises(Exception, match=r"(?i)out of|bounds|range"):
-        session(model).run(None, {"x": x[:, :, :1], "position_ids": np.array([[1 << 30]])})
+    for run in (session(model).run, ReferenceEvaluator(model).run):
+        (y,) = run(None, {"x": x, "position_ids": pos})
+        expected = oracle(x, pos, inv_freq_formula(64, 10000.0), layout, 4, 2)
+        assert np.max(np.abs(y - expected)) <= 1e-6  # negative ids rotate backwards
+        far = np.array([[limit, -limit, 2**40, -(2**63), 2**63 - 1]])
+        (y,) = run(None, {"x": x[:, :, :5], "position_ids": far})
+        assert np.isnan(y).all()
 
 
 @pytest.mark.parametrize("target,tables", [(t, "constant") for t in TARGETS] + [("portable", "computed")])
@@ -188,8 +197,8 @@ def test_qk_share_tables_with_grouped_query_heads(target, rank):
                          layout="interleaved")
     assert [i.name for i in model.graph.input] == ["q", "k", "position_ids"]
     assert [o.name for o in model.graph.output] == ["q_rot", "k_rot"]
-    big = [t for t in model.graph.initializer if len(t.dims) >= 2 and t.dims[0] == 32]  # (max_positions, ...)
-    assert len(big) == 2  # one cos and one sin table for both
+    big = [t for t in model.graph.initializer if len(t.dims) >= 2 and t.dims[0] == 33]  # (max_positions + 1, ...)
+    assert len(big) == 2  # one cos and one sin table for both (and one row of NaN past the end)
     rng = np.random.default_rng(4)
     q, k = inputs(rng, rank, 2, 5, heads=4), inputs(rng, rank, 2, 5, heads=2)
     pos = rng.integers(0, 32, (2, 5))
@@ -305,9 +314,9 @@ def test_bad_arguments_name_the_argument():
         rotary_model(16, target="ort", rotary_dim=8)
     with pytest.raises(TypeError, match=r"freqs must be"):
         rotary_model("128")
-    assert rotary_model(8, opset=17).graph.node[0].domain == "com.microsoft"  # auto below 23 on ONNX Runtime
-    assert rotary_model(8, opset=17, runtime="any").graph.node[0].domain == ""  # auto: portable
-    assert rotary_model(8).graph.node[0].op_type == "RotaryEmbedding"  # auto: the standard op
+    assert rotary_model(8, opset=17).graph.node[-1].domain == "com.microsoft"  # auto below 23 on ONNX Runtime
+    assert {n.domain for n in rotary_model(8, opset=17, runtime="any").graph.node} == {""}  # auto: portable
+    assert rotary_model(8).graph.node[-1].op_type == "RotaryEmbedding"  # auto: the standard op
     assert len(rotary_model(8, dtype="float64").graph.node) > 1  # auto: portable carries float64
 
 

@@ -78,17 +78,17 @@ def test_defaults_are_the_documented_ones():
 def test_a_default_model_is_what_the_defaults_say():
     """4096 table rows of cos(p * 10000**(-2i/16)), x of rank 4 in float32, position ids, opset 23's op."""
     model = rotary_model(16)
-    (node,) = model.graph.node
-    assert (node.op_type, node.domain) == ("RotaryEmbedding", "")
+    clip, mod, node = model.graph.node  # ids outside the table go to its last row, of NaN
+    assert (clip.op_type, mod.op_type, node.op_type, node.domain) == ("Clip", "Mod", "RotaryEmbedding", "")
     assert {a.name: a.i for a in node.attribute}["interleaved"] == 0
     assert [o.version for o in model.opset_import if o.domain == ""] == [23]
     x, pos = model.graph.input
     assert (x.name, pos.name) == ("x", "position_ids")
     assert x.type.tensor_type.elem_type == TensorProto.FLOAT and len(x.type.tensor_type.shape.dim) == 4
-    cos = numpy_helper.to_array(model.graph.initializer[0])
+    cos = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == node.input[1]))
     expected = np.cos(np.arange(4096)[:, None] * inv_freq_formula(16, 10000.0))
-    assert cos.shape == (4096, 8)
-    np.testing.assert_allclose(cos, expected, rtol=0, atol=2**-24)
+    assert cos.shape == (4097, 8) and np.isnan(cos[4096]).all()
+    np.testing.assert_allclose(cos[:4096], expected, rtol=0, atol=2**-24)
 
 
 @pytest.mark.parametrize(

@@ -85,7 +85,7 @@ def test_cli_export_then_check(tmp_path, capsys):
     path = tmp_path / "rope.onnx"
     assert cli.main(["export", "--head-dim", "64", "--num-heads", "4", "--layout", "half", "--target", "portable",
                      "--max-positions", "512", "--dtype", "float16", "-o", str(path)]) == 0
-    assert "11 nodes, opsets ai.onnx 17, IR version 8" in capsys.readouterr().out  # 9 + two float32 casts
+    assert "12 nodes, opsets ai.onnx 17, IR version 8" in capsys.readouterr().out  # 10 + two float32 casts
     assert cli.main(["check", str(path), "--provider", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "verdict: valid" in out and "CPU (optimisation all)" in out
@@ -102,7 +102,7 @@ def test_cli_export_from_config(tmp_path, capsys):
     path = tmp_path / "rope.onnx"
     assert cli.main(["export", "--config", str(cfg), "--rank", "3", "--target", "onnx23", "-o", str(path)]) == 0
     model = onnx.load(path)
-    node = model.graph.node[0]
+    node = model.graph.node[-1]
     attrs = {a.name: a.i for a in node.attribute}
     assert attrs["num_heads"] == 4 and attrs["rotary_embedding_dim"] == 32  # head_dim 64, half of it rotates
     cos = numpy_helper.to_array(model.graph.initializer[0])
@@ -128,7 +128,7 @@ def test_demo_export_row():
     assert report.ok and len(report.rows) >= 3  # ONNX Runtime at two optimisation levels, reference evaluator
     # float32 within 4 ulps at the scale of a standard normal input (|y| < 8)
     assert all(r.max_abs_error <= r.tolerance <= tolerance_at("float32", 8.0) for r in report.rows)
-    assert "1 node(s)" in report.rows[0].case
+    assert "RotaryEmbedding, 3 node(s)" in report.rows[0].case
 
 
 @pytest.mark.parametrize("opset", [13, 21])
