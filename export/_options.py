@@ -105,7 +105,9 @@ class ExportOptions:
     num_kv_heads : int, optional
         Heads of ``k`` with ``qk=True`` (grouped-query attention); default ``num_heads``.
     max_positions : int
-        Rows of the cos/sin tables: position ids must be in ``[0, max_positions)``.
+        Rows of the cos/sin tables: position ids in ``[0, max_positions)`` are rotated,
+        others give NaN. Tables must fit in an ONNX model (protobuf's 2 GiB), checked
+        when a graph is built.
     position_ids : bool
         True: an int64 input ``position_ids`` of shape ``(batch, seq)``. False: positions ``0..seq-1``.
     tables : {"constant", "computed"}

@@ -262,7 +262,8 @@ def validate(
     provider with graph optimisation off and fully on, and ONNX's reference
     evaluator where it knows the ops (not for ``target="ort"``). Each run is
     compared with :func:`arrayrope.apply_rotary` in float64 on random inputs at
-    random positions, at positions near the table end, and for a one-token step.
+    random positions, at positions near the table end, for a one-token step, and
+    at ids outside the tables, which must give NaN exactly in their rotated features.
 
     Parameters
     ----------
