@@ -100,10 +100,11 @@ def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_typ
         kwargs = _read(cfg, where, layer_type)
         rope_frequencies(**kwargs)  # every value checked here, so that errors name the file
     except (TypeError, ValueError) as exc:
-        if where == "config":
-            raise
         message = str(exc)
-        raise ValueError(message if message.startswith(where) else f"{where}: {message}") from None
+        message = message if message.startswith(where) else f"{where}: {message}"
+        if where == "config":  # a dict: the error keeps its type
+            raise type(exc)(message) from None
+        raise ValueError(message) from None
     return kwargs
 
 

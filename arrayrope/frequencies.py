@@ -127,12 +127,16 @@ def rope_frequencies(
     """
     head_dim = checks.positive_int(head_dim, "head_dim", even=True)
     base = checks.positive_real(base, "base")
+    if max_position_embeddings is not None:
+        max_position_embeddings = checks.positive_int(max_position_embeddings, "max_position_embeddings")
+    if seq_len is not None:
+        seq_len = checks.non_negative_int(seq_len, "seq_len")
     if partial_rotary_factor is not None:
         if rotary_dim is not None:
             raise ValueError("pass rotary_dim or partial_rotary_factor, not both")
         if isinstance(partial_rotary_factor, bool) or not isinstance(partial_rotary_factor, numbers.Real):
             raise TypeError(f"partial_rotary_factor must be a number in (0, 1], got {partial_rotary_factor!r}")
-        if not 0 < partial_rotary_factor <= 1:
+        if not 0 < partial_rotary_factor <= 1:  # NaN too
             raise ValueError(f"partial_rotary_factor must be in (0, 1], got {partial_rotary_factor}")
         rotary_dim = int(head_dim * partial_rotary_factor)
         if rotary_dim < 2 or rotary_dim % 2:

@@ -73,7 +73,12 @@ def _flag(meaning: str) -> Check:
 
 def _dtype_name(value: object, name: str) -> object:
     """NumPy dtypes (``np.float16``, ``ml_dtypes.bfloat16``) by their names; names as they are."""
-    return value if isinstance(value, str) else str(np.dtype(value))  # type: ignore[call-overload]
+    if isinstance(value, str):
+        return value
+    try:
+        return str(np.dtype(value))  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(f"{name} must be one of {DTYPES} (or the NumPy dtype), got {value!r}") from None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -153,7 +158,7 @@ class ExportOptions:
     position_ids: Annotated[bool, _flag("True (an input) or False (positions 0..seq-1)")] = True
     tables: Tables = "constant"
     dtype: Annotated[DTypeName, _dtype_name] = "float32"
-    opset: int | None = None  # checked against the target when a graph is built
+    opset: Annotated[int | None, _optional(checks.positive_int)] = None  # and against the target when built
     qk: Annotated[bool, _flag("a bool")] = False
     runtime: Runtime = "onnxruntime"
     base: float = 10000.0

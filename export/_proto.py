@@ -35,11 +35,8 @@ def load_model(model: object, argument: str = "model") -> onnx.ModelProto:
     if isinstance(model, (str, bytes, os.PathLike)):
         path = os.fsdecode(model)
         where = f"{argument}={path!r}"
-        try:
-            with open_regular_file(path, where, PROTOBUF_LIMIT):  # refuses FIFOs, devices, folders, huge files
-                pass
-        except FileNotFoundError as exc:
-            raise ValueError(str(exc)) from None
+        with open_regular_file(path, where, PROTOBUF_LIMIT):  # refuses FIFOs, devices, folders, huge files
+            pass
         try:
             return onnx.load(path)
         except Exception as exc:  # onnx raises several types for unreadable files

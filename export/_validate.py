@@ -13,6 +13,7 @@ import numpy.typing as npt
 import onnx
 
 import arrayrope
+from arrayrope._lib import checks
 from arrayrope.testing import Report, Row, tolerance_at
 
 from ._proto import ModelSource, load_model
@@ -55,6 +56,8 @@ def _providers(providers: Sequence[str] | str | None) -> list[str]:
         return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in avail or p.startswith("CPU")]
     if isinstance(providers, str):
         providers = [providers]
+    if not isinstance(providers, Sequence):
+        raise TypeError(f"providers must be a name such as 'cpu' or 'cuda', or a list of names, got {providers!r}")
     out = []
     for p in providers:
         if not isinstance(p, str):  # a runtime check for callers without type checking
@@ -307,6 +310,10 @@ def validate(
     >>> report.ok
     True
     """
+    reference_evaluator = checks.boolean(reference_evaluator, "reference_evaluator")
+    raise_on_failure = checks.boolean(raise_on_failure, "raise_on_failure")
+    seed = checks.non_negative_int(seed, "seed")
+    provider_names = _providers(providers)
     model = load_model(model)
     spec = _spec_of(model)
     o = spec.options
@@ -329,7 +336,7 @@ def validate(
         skipped.append(shape)
     rng = np.random.default_rng(seed)
     cases = _cases(spec, rng)
-    runs = _ort_runs(model, _providers(providers), o.dtype == "bfloat16")
+    runs = _ort_runs(model, provider_names, o.dtype == "bfloat16")
     if reference_evaluator:
         if any(n.domain == MS_DOMAIN for n in model.graph.node):
             runs.append(Run("onnx reference evaluator", "-", None, "it has no com.microsoft ops"))

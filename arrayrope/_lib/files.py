@@ -6,15 +6,19 @@ import os
 import stat
 from typing import BinaryIO
 
-__all__ = ["open_regular_file", "read_regular_file"]
+__all__ = ["MissingFileError", "open_regular_file", "read_regular_file"]
+
+
+class MissingFileError(FileNotFoundError, ValueError):
+    """A file a user named does not exist: a ``FileNotFoundError`` that is also the ``ValueError`` of a bad argument."""
 
 
 def read_regular_file(path: str, where: str, limit: int) -> bytes:
     """The bytes of the regular file ``path`` of at most ``limit`` bytes; errors start with ``where``.
 
     FIFOs, devices, sockets and folders are refused after a non-blocking open (no
-    wait for a writer, nothing read); a missing file raises ``FileNotFoundError``,
-    every other problem ``ValueError``.
+    wait for a writer, nothing read); every problem raises ``ValueError`` (a missing
+    file :class:`MissingFileError`, also a ``FileNotFoundError``).
     """
     with open_regular_file(path, where, limit) as fh:
         try:
@@ -32,7 +36,7 @@ def open_regular_file(path: str, where: str, limit: int) -> BinaryIO:
     try:
         fd = os.open(path, flags)  # non-blocking: opening a FIFO does not wait for a writer
     except FileNotFoundError:
-        raise FileNotFoundError(f"{where} does not exist") from None
+        raise MissingFileError(f"{where} does not exist") from None
     except OSError as err:
         raise ValueError(f"{where} cannot be opened: {err.strerror}") from None
     fh = os.fdopen(fd, "rb")

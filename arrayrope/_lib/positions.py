@@ -61,12 +61,15 @@ def as_positions(
     if count and isinstance(value, numbers.Integral) and not isinstance(value, bool):
         if value < 0:
             raise ValueError(f"{name} as an int is a count n (positions 0..n-1) and must be >= 0, got {value}")
-        return backends.namespace(xp=xp), int(value), device
+        ns = backends.namespace(xp=xp)
+        backends.check_device(ns, device)
+        return ns, int(value), device
     if value is None or isinstance(value, (bool, float, complex, str, bytes)):
         expected = "an int count or an array" if count else "an array"
         raise TypeError(f"{name} must be {expected} of integer or real positions, got {value!r}")
     if not backends.is_array(value):
         ns = backends.namespace(xp=xp)
+        backends.check_device(ns, device)
         where = backends.device_of(like) if like is not None else device
         try:
             host = np.asarray(value)

@@ -14,6 +14,7 @@ backends are listed: importing arrayrope imports no optional library.
 """
 
 from ._namespace import (
+    check_device,
     default_namespace,
     device_of,
     has_float64,
@@ -39,6 +40,7 @@ __all__ = [
     "Backend",
     "arange_tables",
     "available",
+    "check_device",
     "default_namespace",
     "device_of",
     "has_float64",

@@ -77,22 +77,27 @@ def namespace(*arrays: Any, xp: Any = None, names: tuple[str, ...] = ()) -> Any:
 
     ``xp`` may be a raw module (``numpy``, ``torch``, ``cupy``, ``dask.array``,
     ``jax.numpy``) or a compliant namespace; raw modules are mapped to their
-    ``array_api_compat`` wrappers. ``None`` entries of ``arrays`` are skipped;
-    ``names`` label the arrays in the ``TypeError`` raised for a non-array or for
-    arrays of different libraries.
+    ``array_api_compat`` wrappers. ``names`` label the arrays in the ``TypeError``
+    raised for a non-array (``None`` included) or for arrays of different libraries.
     """
     ns = None
     if xp is not None:
         ns = _normalized.get(id(xp))
         if ns is None:
-            ns = _namespace_of(xp.asarray(0))
+            try:
+                ns = _namespace_of(xp.asarray(0))
+            except Exception:
+                raise TypeError(
+                    f"xp must be an array namespace (numpy, torch, cupy, jax.numpy, dask.array, array_api_strict "
+                    f"or a compliant namespace), got {xp!r}"
+                ) from None
             _normalized[id(xp)] = ns
     found = None
     first_name = ""
     for i, a in enumerate(arrays):
-        if a is None:
-            continue
         name = names[i] if i < len(names) else f"argument {i}"
+        if a is None:
+            raise TypeError(f"{name} must be an array (NumPy, PyTorch, CuPy, JAX, Dask...), got None")
         t = type(a)
         this = _namespace_of_type.get(t)
         if this is None:
@@ -122,6 +127,20 @@ def library_name(ns: Any) -> str:
     """A short name of a namespace for messages (``numpy``, ``torch``, ``array_api_strict``...)."""
     name = getattr(ns, "__name__", repr(ns))
     return str(name).replace("array_api_compat.", "")
+
+
+def check_device(xp: Any, device: Any, name: str = "device") -> None:
+    """Raise ``ValueError`` unless ``device`` is None or a device of ``xp`` (an array can be made there)."""
+    if device is None:
+        return
+    key = (id(xp), _key(device), "device")
+    if key in _dtypes_here:
+        return
+    try:
+        xp.asarray(0, device=device)
+    except Exception as exc:
+        raise ValueError(f"{name}={device!r} is not a device of {library_name(xp)}: {exc}") from None
+    _dtypes_here[key] = True
 
 
 def device_of(x: Any) -> Any:

@@ -312,9 +312,12 @@ def t5_relative_bias(
         raise ValueError(f"table must have shape (num_buckets, num_heads), got shape {tuple(table.shape)}")
     device = backends.device_of(table)
     rel = _relative(ns, q_len, k_len, offset, device)
-    buckets = t5_relative_buckets(
-        rel, bidirectional=bidirectional, num_buckets=table.shape[0], max_distance=max_distance
-    )
+    try:
+        buckets = t5_relative_buckets(
+            rel, bidirectional=bidirectional, num_buckets=table.shape[0], max_distance=max_distance
+        )
+    except ValueError as exc:  # num_buckets is table.shape[0] here
+        raise ValueError(str(exc).replace("num_buckets", "table.shape[0] (num_buckets)", 1)) from None
     q, k = tuple(rel.shape)
     values = ns.take(table, ns.reshape(buckets, (-1,)), axis=0)  # (q * k, heads)
     return ns.permute_dims(ns.reshape(values, (q, k, table.shape[1])), (2, 0, 1))

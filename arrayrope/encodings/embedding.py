@@ -207,7 +207,7 @@ class RotaryEmbedding:
         Every argument is checked before anything changes: a rejected call leaves
         the instance (its frequencies, its cache) as it was.
         """
-        xp = backends.namespace(q, k, names=("q", "k"))
+        xp = backends.namespace(q, names=("q",)) if k is None else backends.namespace(q, k, names=("q", "k"))
         dtypes = [self._check_input(xp, q, "q")]
         if k is not None:
             dtypes.append(self._check_input(xp, k, "k"))

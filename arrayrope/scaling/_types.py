@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .._lib import checks
 from ._params import factor_of, factor_or_ratio, original_length, real_value, required_factor, where
 from ._registry import register
 
@@ -45,6 +46,8 @@ def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
     >>> yarn_mscale(1.0)
     1.0
     """
+    factor = checks.positive_real(factor, "factor")
+    mscale = checks.finite_real(mscale, "mscale")
     if factor <= 1:
         return 1.0
     return 0.1 * mscale * math.log(factor) + 1.0

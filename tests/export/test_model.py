@@ -308,7 +308,7 @@ def test_bad_arguments_name_the_argument():
         rotary_model(8, target="ort", tables="computed")
     with pytest.raises(ValueError, match=r"target must be one of"):
         rotary_model(8, target="tensorrt")
-    with pytest.raises(ValueError, match=r"head_dim must be even"):
+    with pytest.raises(ValueError, match=r"freqs \(an int head_dim\) must be even"):
         rotary_model(7)
     with pytest.raises(ValueError, match=r"num_heads"):
         rotary_model(16, target="ort", rotary_dim=8)
