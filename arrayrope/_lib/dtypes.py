@@ -47,7 +47,8 @@ def index_dtype(xp: Namespace, device: Any) -> DType:
 
 def dtype_name(dtype: DType) -> str:
     """A dtype's short name for messages (``int64``, not ``torch.int64``)."""
-    return str(dtype).rsplit(".", 1)[-1].removeprefix("dtype('").removesuffix("')")
+    name = getattr(dtype, "__name__", None)  # NumPy scalar types such as numpy.int64
+    return name if isinstance(name, str) else str(dtype).rsplit(".", 1)[-1].removeprefix("dtype('").removesuffix("')")
 
 
 def table_dtype_for(xp: Namespace, x_dtype: DType) -> DType:

@@ -78,6 +78,13 @@ def as_positions(
         if host.dtype.kind not in "iuf":
             raise TypeError(f"{name} must have an integer or real floating dtype, got {host.dtype} from {value!r}")
         value = ns.asarray(host, device=where)
+    if like is not None:
+        mine = backends.namespace(value, names=(name,))
+        if mine is not xp:
+            raise TypeError(
+                f"{name} is a {backends.library_name(mine)} array but {like_name} is a "
+                f"{backends.library_name(xp)} array; pass arrays of one library"
+            )
     ns = backends.namespace(value, xp=xp, names=(name,))
     if like is not None:
         backends.same_device(like, value, like_name, name)

@@ -199,8 +199,9 @@ def _has_dtype(xp: Any, device: Any, name: str, kind: str) -> bool:
 
 
 def is_lazy(x: Any) -> bool:
-    """Whether values of ``x`` cannot be inspected without forcing computation (JAX, Dask)."""
-    return bool(compat.is_lazy_array(x))
+    """Whether values of ``x`` cannot be inspected without forcing computation (JAX, Dask), or at all
+    (PyTorch's ``meta`` tensors)."""
+    return bool(compat.is_lazy_array(x)) or getattr(getattr(x, "device", None), "type", None) == "meta"
 
 
 def _kind(cache: dict[tuple[int, Any], bool], xp: Any, dtype: Any, test: Any) -> bool:

@@ -331,6 +331,8 @@ def _relative(xp: Namespace, q_len: int, k_len: int, offset: int | None, device:
         offset = k_len - q_len
     elif isinstance(offset, bool) or not isinstance(offset, numbers.Integral):
         raise TypeError(f"offset must be an int (position of the first query), got {offset!r}")
+    if abs(offset) + q_len + k_len > 2**62:
+        raise ValueError(f"offset must keep every position within +-2**62, got offset={offset}")
     keys = xp.arange(k_len, device=device)
     queries = xp.arange(int(offset), int(offset) + q_len, device=device)
     return keys[None, :] - queries[:, None]

@@ -7,6 +7,7 @@ import numpy as np
 from .. import backends
 from .._lib import checks
 from .._lib.dtypes import table_dtype_for
+from .._lib.positions import as_positions
 from .._lib.types import Array, Layout
 from ..apply import apply_rotary
 from ..frequencies import RopeFrequencies
@@ -94,6 +95,7 @@ def rerotate(
         "difference",
     )
     device = backends.device_of(x)
+    _, positions, _ = as_positions(positions, like=x, like_name="x")
     cos, sin = rope_tables(delta, positions, xp=xp, dtype=table_dtype_for(xp, x.dtype), device=device)
     lead, at = tuple(x.shape[:-1]), tuple(cos.shape[:-1])
     if len(at) > len(lead) or any(a not in (1, b) for a, b in zip(reversed(at), reversed(lead), strict=False)):
