@@ -4,11 +4,11 @@
 backend into ``(cos, sin)`` on the positions' namespace and device.
 
 Precision (:mod:`arrayrope._lib.digits`). Where the namespace and device have
-float64, positions below ``2**20`` take float64 angles ``position * inv_freq``;
-larger ones are split into 20-bit digits whose turns, reduced exactly on the host,
-are summed on the device, so no large angle is ever rounded. float32 tables are
-then within 3e-8 of the exact values at every position in ``[-2**63, 2**63)``
-(float64 tables within 3e-15). Where float64 is missing (JAX without x64, Apple
+float64, positions are split into 20-bit digits whose turns, reduced exactly on the
+host, are summed on the device, so no large angle is ever rounded (float32 tables
+take float64 angles ``position * inv_freq`` below ``2**20``, where their rounding is
+invisible). float32 tables are then within 3e-8 of the exact values at every
+position in ``[-2**63, 2**63)``, float64 tables within 5e-15. Where float64 is missing (JAX without x64, Apple
 MPS, array_api_strict's ``no_float64`` device) the positions are split into 10-bit
 digits, ``p = sum(d_k * 1024**k)``; the rotation of each digit comes from a small
 table computed exactly on the host, and the digit rotations are composed with the
@@ -83,13 +83,15 @@ def rope_tables(
     xp, pos, device = as_positions(positions, xp=xp, device=device)
     dtype = table_dtype(xp, dtype, device)
     factor = freqs.attention_factor if checks.boolean(apply_attention_factor, "apply_attention_factor") else 1.0
+    bits = None
     if isinstance(pos, int):
         if pos <= 1 << WIDE_BITS:
             fast = backends.arange_tables(xp, freqs.inv_freq, pos, dtype, factor)
             if fast is not None:
                 return fast
+        bits = max(pos - 1, 0).bit_length()
         pos = xp.arange(pos, dtype=index_dtype(xp, device), device=device)
-    cos, sin = cos_sin(xp, freqs.inv_freq, pos, device)
+    cos, sin = cos_sin(xp, freqs.inv_freq, pos, device, exact=dtype == xp.float64, bits=bits)
     if factor != 1.0:
         cos, sin = cos * factor, sin * factor
     return xp.astype(cos, dtype, copy=False), xp.astype(sin, dtype, copy=False)

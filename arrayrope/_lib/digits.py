@@ -138,17 +138,23 @@ def _digit(xp: Namespace, n: Array, shift: int, bits: int, top: bool, work: Any)
     return d if top else d % float(1 << bits)
 
 
-def cos_sin(xp: Namespace, inv_freq: np.ndarray, pos: Array, device: Device) -> tuple[Array, Array]:
+def cos_sin(
+    xp: Namespace, inv_freq: np.ndarray, pos: Array, device: Device, *, exact: bool = False, bits: int | None = None
+) -> tuple[Array, Array]:
     """cos/sin of ``pos[..., None] * inv_freq`` in float64 where the device has it, else float32.
 
-    Positions below ``2**20`` in magnitude take float64 angles ``p * theta`` (error
-    below ``2**-33`` radians); others, on eager backends, and all positions of wide
-    dtypes on lazy ones, take :func:`float64_turns`. Without float64, :func:`float32_digits`.
+    With float64: positions below ``2**20`` in magnitude take float64 angles
+    ``p * theta`` (error below ``2**-33`` radians, invisible in float32 tables), others
+    :func:`float64_turns`, as do all positions when ``exact`` (float64 tables: within a
+    few ulps at every position). Without float64, :func:`float32_digits`. ``bits``
+    bounds the magnitudes, ``|p| < 2**bits`` (default: read from ``pos``, see
+    :func:`~arrayrope._lib.positions.magnitude_bits`).
     """
-    bits = magnitude_bits(xp, pos)
+    if bits is None:
+        bits = magnitude_bits(xp, pos)
     if not backends.has_float64(xp, device):
         return float32_digits(xp, inv_freq, pos, device, bits)
-    if bits > WIDE_BITS:
+    if exact or bits > WIDE_BITS:
         return float64_turns(xp, inv_freq, pos, device, bits)
     angles = xp.astype(pos, xp.float64)[..., None] * xp.asarray(np.array(inv_freq), device=device)
     return xp.cos(angles), xp.sin(angles)
