@@ -208,9 +208,13 @@ class RotaryEmbedding:
         the instance (its frequencies, its cache) as it was.
         """
         xp = backends.namespace(q, names=("q",)) if k is None else backends.namespace(q, k, names=("q", "k"))
-        dtypes = [self._check_input(xp, q, "q")]
+        q_dtype = self._check_input(xp, q, "q")
+        k_dtype = q_dtype
         if k is not None:
-            dtypes.append(self._check_input(xp, k, "k"))
+            if k.dtype == q.dtype:  # the dtype is checked already
+                self._check_shape(k, "k")
+            else:
+                k_dtype = self._check_input(xp, k, "k")
             backends.same_device(q, k, "q", "k")
             b_ax, s_ax = 0, (2 if self.axes == "bhsd" else 1)
             if q.shape[b_ax] != k.shape[b_ax] or q.shape[s_ax] != k.shape[s_ax]:
@@ -218,13 +222,19 @@ class RotaryEmbedding:
                     f"q and k must share batch and sequence sizes ({self.axes}); "
                     f"got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
                 )
-        wants_freqs = checks.boolean(return_freqs, "return_freqs")
+        if return_freqs is not False and return_freqs is not True:
+            checks.boolean(return_freqs, "return_freqs")
         where = self._positions(xp, q, positions, offset, seq_len)
         freqs = self._select(where.length) if self._resize is not None else self._start_freqs
         # The tables are built here to broadcast against q and k: no need to check them again.
-        tables = {dt: self._tables(xp, freqs, where, dt) for dt in dict.fromkeys(dtypes)}
-        out = [rotate(xp, x, *tables[dt], self.layout) for x, dt in zip((q, k), dtypes, strict=False)]
-        return (*out, freqs) if wants_freqs else (out[0] if k is None else (out[0], out[1]))
+        cos, sin = self._tables(xp, freqs, where, q_dtype)
+        q_rot = rotate(xp, q, cos, sin, self.layout)
+        if k is None:
+            return (q_rot, freqs) if return_freqs else q_rot
+        if k_dtype != q_dtype:  # each input is rotated by tables of its own dtype
+            cos, sin = self._tables(xp, freqs, where, k_dtype)
+        k_rot = rotate(xp, k, cos, sin, self.layout)
+        return (q_rot, k_rot, freqs) if return_freqs else (q_rot, k_rot)
 
     def _check_input(self, xp: Namespace, x: Array, name: str) -> Any:
         """Check one input; the dtype of its tables."""
@@ -232,11 +242,14 @@ class RotaryEmbedding:
             raise TypeError(
                 f"{name} must have a real floating dtype (float16, bfloat16, float32, float64), got {x.dtype}"
             )
+        self._check_shape(x, name)
+        return table_dtype_for(xp, x.dtype)
+
+    def _check_shape(self, x: Array, name: str) -> None:
         if x.ndim != 4:
             raise ValueError(f"{name} must be 4-D ({self.axes}), got shape {tuple(x.shape)}")
         if x.shape[-1] != self.freqs.head_dim:
             raise ValueError(f"{name}.shape[-1] must be head_dim={self.freqs.head_dim}, got {x.shape[-1]}")
-        return table_dtype_for(xp, x.dtype)
 
     def _positions(self, xp: Namespace, q: Array, positions: Any, offset: Any, seq_len: Any) -> _Where:
         """Check the positions of a call (nothing is computed or changed yet)."""
@@ -258,8 +271,7 @@ class RotaryEmbedding:
             offset = int(offset)
             if offset < 0:
                 raise ValueError(f"offset must be >= 0, got {offset}")
-            limit = int(xp.iinfo(index_dtype(xp, device)).max)
-            if offset + seq - 1 > limit:
+            if offset + seq > 2**31 and offset + seq - 1 > (limit := int(xp.iinfo(index_dtype(xp, device)).max)):
                 raise ValueError(
                     f"offset + seq - 1 must be at most {limit} (the largest position this device holds), "
                     f"got offset={offset} with seq={seq}"
