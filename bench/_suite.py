@@ -49,6 +49,7 @@ def run(args: Any, say: Callable[[str], None]) -> int:
             for layout in ("half", "interleaved"):
                 records.append(apply_case(lib, shape, layout, "float32", shape[-1], rounds, say))
         records.extend(embedding_decode(lib, rounds, say))
+        records.extend(far_decode(lib, rounds, say))
     records.extend(memory(libs, prefill[0], say))
     if "dask" in names:
         records.extend(dask_case(quick, say))
@@ -162,6 +163,31 @@ def embedding_decode(lib, rounds: int, say) -> list[dict]:
             rec["x_naive"] = {k_: v / times["naive twice"] for k_, v in times.items()}
             out.append(rec)
     return out
+
+
+def far_decode(lib, rounds: int, say) -> list[dict]:
+    """A decode step far beyond the table cache against one inside it (warm): its own tables only."""
+    say(f"embedding: {lib.name} decode at offsets 1000, 2**31, 2**62")
+    rng = np.random.default_rng(2)
+    q = lib.array(rng.standard_normal((1, 32, 1, 128)), "float32")
+    k = lib.array(rng.standard_normal((1, 8, 1, 128)), "float32")
+    rope = arrayrope.RotaryEmbedding(128)
+    ready = lib.ready
+    offsets = {"offset 1000 (warm)": 1000, "offset 2**31": 2**31, "offset 2**62": 2**62}
+    first = {}
+    for name, off in offsets.items():
+        tracemalloc.start()
+        t0 = time.perf_counter()
+        for a in rope(q, k, offset=off):
+            ready(a)
+        first[name] = {"seconds": time.perf_counter() - t0, "peak_MB": tracemalloc.get_traced_memory()[1] / 2**20}
+        tracemalloc.stop()
+    variants = {name: (lambda off=off: tuple(ready(a) for a in rope(q, k, offset=off))) for name, off in offsets.items()}
+    times = measure(variants, sync=lib.sync, rounds=rounds)
+    rec = _record("far", lib.name, (1, 32, 1, 128), "half", "float32", 128, times)
+    rec["x_warm"] = {k_: v / times["offset 1000 (warm)"] for k_, v in times.items()}
+    rec["first_call"] = first  # tracemalloc sees NumPy's allocations (host memory of other libraries: not)
+    return [rec]
 
 
 # --------------------------------------------------------------------------- memory
