@@ -182,7 +182,8 @@ def far_decode(lib, rounds: int, say) -> list[dict]:
             ready(a)
         first[name] = {"seconds": time.perf_counter() - t0, "peak_MB": tracemalloc.get_traced_memory()[1] / 2**20}
         tracemalloc.stop()
-    variants = {name: (lambda off=off: tuple(ready(a) for a in rope(q, k, offset=off))) for name, off in offsets.items()}
+    variants = {name: (lambda off=off: tuple(ready(a) for a in rope(q, k, offset=off)))
+                for name, off in offsets.items()}
     times = measure(variants, sync=lib.sync, rounds=rounds)
     rec = _record("far", lib.name, (1, 32, 1, 128), "half", "float32", 128, times)
     rec["x_warm"] = {k_: v / times["offset 1000 (warm)"] for k_, v in times.items()}
