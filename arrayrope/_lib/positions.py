@@ -96,7 +96,9 @@ def as_positions(
     dt = value.dtype
     if not (backends.is_integral(ns, dt) or backends.is_real_floating(ns, dt)):
         raise TypeError(f"{name} must have an integer or real floating dtype, got {dt}")
-    if not backends.is_lazy(value) and (backends.is_real_floating(ns, dt) or _bits_of(ns, dt) > 63):
+    if ns.isdtype(dt, "unsigned integer"):
+        value = _signed(ns, value, name, device)
+    elif not backends.is_lazy(value) and backends.is_real_floating(ns, dt):
         lo, hi = _extremes(ns, value)
         if not (math.isfinite(lo) and math.isfinite(hi)):
             raise ValueError(f"{name} must be finite; got NaN or infinity")
@@ -105,6 +107,23 @@ def as_positions(
                 f"{name} must lie in the int64 range [-2**63, 2**63); got values from {lo:.6g} to {hi:.6g}"
             )
     return ns, value, device
+
+
+def _signed(xp: Namespace, value: Array, name: str, device: Device) -> Array:
+    """Unsigned positions as the signed dtype that holds them (every library computes with those):
+    uint8 -> int16, uint16 -> int32, uint32 -> int64 (where there is one), uint64 -> int64 once checked."""
+    bits = int(xp.iinfo(value.dtype).bits)
+    if bits == 64 and not backends.is_lazy(value) and math.prod(value.shape):
+        try:
+            top = int(xp.max(value))
+        except Exception:  # a library without reductions for uint64 (PyTorch): to within float64 rounding
+            top = int(xp.max(xp.astype(value, xp.float64 if backends.has_float64(xp, device) else xp.float32)))
+        if top >= LIMIT:
+            raise ValueError(f"{name} must lie in the int64 range [-2**63, 2**63); got values up to {top:.6g}")
+    wider = {8: "int16", 16: "int32", 32: "int64", 64: "int64"}[bits]
+    if wider == "int64" and not backends.has_int64(xp, device):
+        return value
+    return xp.astype(value, getattr(xp, wider))
 
 
 def _bits_of(xp: Namespace, dtype: Any) -> int:
