@@ -39,7 +39,6 @@ def open_regular_file(path: str, where: str, limit: int) -> BinaryIO:
         raise MissingFileError(f"{where} does not exist") from None
     except OSError as err:
         raise ValueError(f"{where} cannot be opened: {err.strerror}") from None
-    fh = os.fdopen(fd, "rb")
     info = os.fstat(fd)
     problem = None
     if not stat.S_ISREG(info.st_mode):
@@ -47,9 +46,9 @@ def open_regular_file(path: str, where: str, limit: int) -> BinaryIO:
     elif info.st_size > limit:
         problem = f"{where} has {info.st_size} bytes, more than the {limit} read at most"
     if problem is not None:
-        fh.close()
+        os.close(fd)
         raise ValueError(problem)
-    return fh
+    return os.fdopen(fd, "rb")
 
 
 def _kind(mode: int) -> str:
