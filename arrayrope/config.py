@@ -95,6 +95,8 @@ def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_typ
     >>> rope_config({"head_dim": 64, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}})
     {'head_dim': 64, 'base': 1000000.0, 'partial_rotary_factor': None, 'scaling': None, 'max_position_embeddings': None}
     """
+    if layer_type is not None and not isinstance(layer_type, str):
+        raise TypeError(f"layer_type must be a string such as 'full_attention', got {layer_type!r}")
     cfg, where = _load(config)
     try:
         kwargs = _read(cfg, where, layer_type)
@@ -121,7 +123,10 @@ def _read(cfg: Mapping[str, Any], where: str, layer_type: str | None) -> dict[st
         scaling = _layer(scaling, layer_type, where)
         scaling = dict(scaling)
     elif layer_type is not None:
-        raise ValueError(f"{where}: layer_type={layer_type!r} given but the config has no per-layer rope_parameters")
+        raise ValueError(
+            f"{where}: layer_type={layer_type!r} given but the config has no per-layer rope_parameters; "
+            "leave layer_type=None"
+        )
 
     base = cfg.get("rope_theta", cfg.get("rotary_emb_base"))
     if scaling is not None and scaling.get("rope_theta") is not None:

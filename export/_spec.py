@@ -187,7 +187,7 @@ def check_opset(opset: object, target: Emitted, *, argument: str = "opset") -> i
     version = int(opset)
     newest = onnx.defs.onnx_opset_version()
     if version > newest:
-        raise ValueError(f"{argument}={version} is newer than the installed onnx knows (up to {newest})")
+        raise ValueError(f"{argument}={version} is newer than the installed onnx knows; use {argument} <= {newest}")
     need = MIN_OPSET[target]
     if version < need:
         alt = "target='ort' (ONNX Runtime) or target='portable'" if target == "onnx23" else "opset >= 13"

@@ -43,7 +43,7 @@ def _spec_of(model: onnx.ModelProto) -> Spec:
     meta = {p.key: p.value for p in model.metadata_props}
     if META_KEY not in meta:
         raise ValueError(
-            f"model has no {META_KEY!r} metadata: validate checks models made by arrayrope.export.rotary_model"
+            f"model has no {META_KEY!r} metadata: validate needs a model made by arrayrope.export.rotary_model"
         )
     return Spec.from_json(meta[META_KEY])
 

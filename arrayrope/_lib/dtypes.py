@@ -20,7 +20,11 @@ DEFAULT_TABLE = "float32"
 
 
 def table_dtype(xp: Namespace, dtype: DType | None, device: Any) -> DType:
-    """The table dtype a user asked for (a dtype of ``xp`` or its name), checked; float32 when None."""
+    """The table dtype a user asked for (a dtype of ``xp`` or its name), checked; float32 when None.
+
+    ``device`` is checked too: every function that makes arrays on a device it is given asks here.
+    """
+    backends.check_device(xp, device)
     if dtype is None:
         return xp.float32
     if isinstance(dtype, str):

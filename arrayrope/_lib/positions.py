@@ -88,6 +88,7 @@ def as_positions(
     ns = backends.namespace(value, xp=xp, names=(name,))
     if like is not None:
         backends.same_device(like, value, like_name, name)
+    backends.check_device(ns, device)
     here = backends.device_of(value)
     if device is None:
         device = here

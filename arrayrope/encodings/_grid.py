@@ -38,6 +38,8 @@ def grid_coordinates(
     grid: tuple[int, ...], train_grid: Sequence[int] | None, prefix: int, xp: Namespace | None, device: Device
 ) -> tuple[Namespace, Array, Device]:
     """Row-major coordinates of a grid, rescaled and prefixed on the host, then moved to ``device``."""
+    ns = backends.namespace(xp=xp)
+    backends.check_device(ns, device)
     coords: np.ndarray = np.indices(grid).reshape(len(grid), -1).T
     if train_grid is not None:
         train = checks.int_sequence(train_grid, "train_grid", positive=True)
@@ -48,7 +50,6 @@ def grid_coordinates(
         coords = coords.astype(np.int32 if max(grid) < 2**31 else np.int64)
     if prefix:
         coords = np.concatenate([np.zeros((prefix, len(grid)), dtype=coords.dtype), coords])
-    ns = backends.namespace(xp=xp)
     if not backends.has_float64(ns, device) and coords.dtype == np.float64:
         coords = coords.astype(np.float32)
     return ns, ns.asarray(coords, device=device), device
