@@ -11,6 +11,7 @@ the attention score ``|sum_j h_j exp(i r theta_j)|`` is at most this times
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,10 @@ def _curves(args: argparse.Namespace) -> list[tuple[str, Any, int]]:
         curves.append((f"{path} ({f.rope_type})", f, int(original)))
     types = args.types.split(",") if args.types else ([] if args.configs else list(_TYPES))
     s, l0, d = args.factor, args.original_length, args.head_dim
+    if types and not (s >= 1 and math.isfinite(s)):
+        raise ValueError(f"--factor must be a number >= 1, got {s:g}")
+    if types and l0 < 1:
+        raise ValueError(f"--original-length must be a positive int, got {l0}")
     for t in types:
         t = t.strip()
         scaling: dict[str, Any] | str | None = {

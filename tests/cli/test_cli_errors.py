@@ -39,11 +39,18 @@ def config(tmp_path):
 
 def test_export_output_errors(tmp_path):
     pytest.importorskip("onnx")
-    one_line_error(arrayrope("export", "--head-dim", "8", "-o", str(tmp_path / "missing" / "x.onnx")), "export",
-                   "does not exist", "missing")
+    one_line_error(
+        arrayrope("export", "--head-dim", "8", "-o", str(tmp_path / "missing" / "x.onnx")),
+        "export",
+        "does not exist",
+        "missing",
+    )
     if os.path.exists("/dev/full"):
-        one_line_error(arrayrope("export", "--head-dim", "8", "-o", "/dev/full"), "export",
-                       "-o /dev/full: cannot write the model: No space left on device")
+        one_line_error(
+            arrayrope("export", "--head-dim", "8", "-o", "/dev/full"),
+            "export",
+            "-o /dev/full: cannot write the model: No space left on device",
+        )
 
 
 def test_export_reads_a_config_folder_and_refuses_flags_it_would_ignore(config, tmp_path):
@@ -52,19 +59,30 @@ def test_export_reads_a_config_folder_and_refuses_flags_it_would_ignore(config, 
     done = arrayrope("export", "--config", str(config.parent), "-o", str(out))
     assert done.returncode == 0 and out.exists(), done.stderr
     assert "head_dim=64" in done.stdout
-    one_line_error(arrayrope("export", "--config", str(config), "--head-dim", "32", "--base", "5e5", "--rotary-dim",
-                             "16", "-o", str(out)), "export", "not combined with --base, --head-dim, --rotary-dim")
+    one_line_error(
+        arrayrope(
+            "export", "--config", str(config), "--head-dim", "32", "--base", "5e5", "--rotary-dim", "16", "-o", str(out)
+        ),
+        "export",
+        "not combined with --base, --head-dim, --rotary-dim",
+    )
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
 def test_a_fifo_is_refused_at_once(tmp_path):
     fifo = tmp_path / "config.json"
     os.mkfifo(fifo)
-    one_line_error(arrayrope("export", "--config", str(fifo), "-o", str(tmp_path / "x.onnx"), timeout=20), "export",
-                   "is not a regular file (a FIFO)")
+    one_line_error(
+        arrayrope("export", "--config", str(fifo), "-o", str(tmp_path / "x.onnx"), timeout=20),
+        "export",
+        "is not a regular file (a FIFO)",
+    )
     one_line_error(arrayrope("check", str(fifo), timeout=20), "check", "is not a regular file (a FIFO)")
-    one_line_error(arrayrope("plot", str(fifo), "-o", str(tmp_path / "x.png"), timeout=20), "plot",
-                   "is not a regular file (a FIFO)")
+    one_line_error(
+        arrayrope("plot", str(fifo), "-o", str(tmp_path / "x.png"), timeout=20),
+        "plot",
+        "is not a regular file (a FIFO)",
+    )
 
 
 @pytest.mark.parametrize(
@@ -84,7 +102,7 @@ def test_a_fifo_is_refused_at_once(tmp_path):
         (["parity", "--dtypes", "float8"], ["dtypes must be a non-empty selection"]),
         (["demo", "--backends", "nmupy"], ["unknown backends ['nmupy']"]),
         (["plot", "--types", "bogus"], ["--types: 'bogus' is not one of"]),
-        (["plot", "--types", "linear", "--factor", "0.5"], ["must be >= 1, got 0.5"]),
+        (["plot", "--types", "linear", "--factor", "0.5"], ["--factor must be a number >= 1, got 0.5"]),
         (["plot", "--types", "default", "--max-distance", "-3"], ["--max-distance must be a positive int, got -3"]),
         (["nonsense"], ["argument command: invalid choice: 'nonsense'"]),
     ],
@@ -109,8 +127,14 @@ def test_a_model_arrayrope_did_not_make_and_garbage(tmp_path):
     from onnx import TensorProto, helper
 
     vi = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
-    foreign = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [vi],
-                                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])]))
+    foreign = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Identity", ["x"], ["y"])],
+            "g",
+            [vi],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        )
+    )
     onnx.save(foreign, tmp_path / "foreign.onnx")
     one_line_error(arrayrope("check", str(tmp_path / "foreign.onnx")), "check", "has no 'arrayrope.rotary' metadata")
     (tmp_path / "garbage.onnx").write_bytes(b"\x00\xff" * 100)
@@ -118,11 +142,14 @@ def test_a_model_arrayrope_did_not_make_and_garbage(tmp_path):
     one_line_error(arrayrope("check", str(tmp_path)), "check", "is not a regular file (a folder)")
 
 
-@pytest.mark.parametrize("command, module, extra", [
-    (["export", "--head-dim", "8", "-o", "x.onnx"], "onnx", "onnx"),
-    (["check", "x.onnx"], "onnx", "onnx"),
-    (["plot", "--types", "default", "-o", "x.png"], "matplotlib", "plot"),
-])
+@pytest.mark.parametrize(
+    "command, module, extra",
+    [
+        (["export", "--head-dim", "8", "-o", "x.onnx"], "onnx", "onnx"),
+        (["check", "x.onnx"], "onnx", "onnx"),
+        (["plot", "--types", "default", "-o", "x.png"], "matplotlib", "plot"),
+    ],
+)
 def test_a_missing_extra_is_named(command, module, extra, tmp_path):
     (tmp_path / "x.onnx").write_bytes(b"")
     done = arrayrope(*command, cwd=tmp_path, block=module)
