@@ -167,3 +167,20 @@ def test_float16_fused_models_are_valid_for_every_seed(target):
             table[1:-1] = table[:-2].copy()  # every row one position late
             t.CopyFrom(numpy_helper.from_array(table, t.name))
     assert not validate(shifted, providers="cpu", raise_on_failure=False).ok
+
+
+@pytest.mark.parametrize("target", ["onnx23", "portable"])
+def test_validate_requires_nan_for_ids_outside_the_tables(target):
+    """A model that answers an id outside its table with some row's rotation is invalid."""
+    from arrayrope.export import rotary_model, validate
+
+    model = rotary_model(16, target=target, max_positions=32)
+    assert validate(model, providers="cpu").ok
+    for t in model.graph.initializer:
+        table = numpy_helper.to_array(t)
+        if table.ndim >= 2 and table.shape[0] == 33:  # (max_positions + 1, ...): its last row is NaN
+            table = table.copy()
+            table[-1] = table[0]  # as if outside ids were position 0
+            t.CopyFrom(numpy_helper.from_array(table, t.name))
+    report = validate(model, providers="cpu", raise_on_failure=False)
+    assert not report.ok and all(not r.ok for r in report.rows if r.backend != "onnx"), report
