@@ -203,7 +203,8 @@ def test_a_huge_file_is_refused_unread(tmp_path):
     [
         (b"[" * 100_000 + b"]" * 100_000, "nests JSON arrays or objects too deeply to be a config"),
         (b'{"head_dim": 64, "x": "\xff"}', "is not UTF-8 text: 'utf-8' codec can't decode byte 0xff"),
-        (b'{"head_dim": 64, "partial_rotary_factor": []}', r"partial_rotary_factor must be a number in \(0, 1\], got \[\]"),
+        (b'{"head_dim": 64, "partial_rotary_factor": []}',
+         r"partial_rotary_factor must be a number in \(0, 1\], got \[\]"),
         (b'{"head_dim": "64"}', "head_dim must be an int, got '64'"),
         (b'{"head_dim": 63}', "head_dim must be even"),
         (b'{"head_dim": 64, "rope_theta": NaN}', "rope_theta must be a finite number > 0, got nan"),

@@ -176,7 +176,8 @@ def exact_tables(positions: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
 
 def _error(tables, positions) -> float:
     c, s = exact_tables(tuple(int(p) for p in positions))
-    return max(np.abs(to_numpy(tables[0]).astype(np.float64) - c).max(), np.abs(to_numpy(tables[1]).astype(np.float64) - s).max())
+    cos, sin = (to_numpy(t).astype(np.float64) for t in tables)
+    return max(np.abs(cos - c).max(), np.abs(sin - s).max())
 
 
 def test_precision_by_position_as_the_readme_states(backend):

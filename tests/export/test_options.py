@@ -169,7 +169,8 @@ def test_command_line_flags_agree_with_the_options():
 
 
 @pytest.mark.parametrize("target,dtype,tables", [("onnx23", "float32", "constant"), ("ort", "float16", "constant"),
-                                                 ("portable", "float32", "constant"), ("portable", "float64", "constant")])
+                                                 ("portable", "float32", "constant"),
+                                                 ("portable", "float64", "constant")])
 def test_max_positions_is_checked_against_protobufs_limit_with_the_figures(target, dtype, tables):
     """Refused before any table is computed; the largest max_positions the message offers fits, one more not."""
     import re
@@ -178,9 +179,9 @@ def test_max_positions_is_checked_against_protobufs_limit_with_the_figures(targe
     from arrayrope.export._tables import check_size
 
     options = dict(target=target, dtype=dtype, tables=tables, num_heads=2)
-    with pytest.raises(ValueError, match=r"max_positions=8388608 needs [\d.]+ GB of cos/sin tables \(\d+ bytes per "
-                                         r"position .*, but an ONNX model is at most 2.15 GB \(protobuf's 2 GiB limit\); "
-                                         r"use max_positions <= (\d+), or tables='computed'") as info:
+    pattern = (r"max_positions=8388608 needs [\d.]+ GB of cos/sin tables \(\d+ bytes per position .*, but an ONNX "
+               r"model is at most 2.15 GB \(protobuf's 2 GiB limit\); use max_positions <= (\d+), or tables='computed'")
+    with pytest.raises(ValueError, match=pattern) as info:
         rotary_model(128, max_positions=2**23, **options)
     largest = int(re.search(r"max_positions <= (\d+)", str(info.value)).group(1))
     check_size(make_spec(128, ExportOptions(max_positions=largest, **options)))

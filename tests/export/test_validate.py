@@ -116,7 +116,8 @@ def test_cli_errors_and_help_without_onnx(tmp_path, capsys):
     assert cli.main(["check", str(garbage)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("arrayrope check: error: model=") and "does not load" in err and err.count("\n") == 1
-    assert cli.main(["export", "--head-dim", "8", "--target", "onnx23", "--opset", "17", "-o", str(tmp_path / "x")]) == 2
+    out = str(tmp_path / "x")
+    assert cli.main(["export", "--head-dim", "8", "--target", "onnx23", "--opset", "17", "-o", out]) == 2
     assert "opset=17 is too old" in capsys.readouterr().err
     code = "import sys; from arrayrope import cli; cli.build_parser(); print('onnx' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
