@@ -210,7 +210,7 @@ def test_qk_share_tables_with_grouped_query_heads(target, rank):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_function_composes_into_a_model(target):
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
     f = rotary_function(16, target=target, num_heads=2, max_positions=32)
     t = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, ["B", 2, "S", 16])
@@ -360,7 +360,7 @@ def test_graph_matches_the_core_on_every_backend(backend, target):
 
 
 def test_add_rotary_rewires_reads_inside_control_flow():
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
     vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 2, "S", 8])
     then_g = helper.make_graph([helper.make_node("Identity", ["q"], ["t"])], "then", [], [vi("t")])
@@ -378,3 +378,51 @@ def test_add_rotary_rewires_reads_inside_control_flow():
     sess = session(out)
     assert np.max(np.abs(sess.run(None, {"x": x, "flag": np.array(True)})[0] - expected)) <= 1e-6
     assert np.max(np.abs(sess.run(None, {"x": x, "flag": np.array(False)})[0] + expected)) <= 1e-6
+
+
+def _bare(op: str, table_rows: int, head_dim: int = 8):
+    """One node reading tables of ``table_rows`` rows by position id, without arrayrope's guard."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    angles = np.arange(table_rows)[:, None] * np.ones(head_dim // 2)
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "S", head_dim])
+    p = helper.make_tensor_value_info("p", TensorProto.INT64, [1, "S"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [numpy_helper.from_array(cos, "c"), numpy_helper.from_array(sin, "s")]
+    ops, ir = [helper.make_opsetid("", 23)], 11
+    if op == "onnx23":
+        node = helper.make_node("RotaryEmbedding", ["x", "c", "s", "p"], ["y"])
+    elif op == "ort":
+        node = helper.make_node("RotaryEmbedding", ["x", "p", "c", "s"], ["y"], domain="com.microsoft", num_heads=1)
+        ops, ir = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)], 8
+    else:  # the portable graph's lookup
+        node = helper.make_node("Gather", ["c", "p"], ["y"], axis=0)
+    return helper.make_model(helper.make_graph([node], "g", [x, p], [y], inits), opset_imports=ops, ir_version=ir)
+
+
+@pytest.mark.parametrize("op", ["onnx23", "ort", "gather"])
+def test_what_the_bare_ops_do_with_ids_outside_a_table(op):
+    """Why every graph guards its ids (README, Positions): ONNX Runtime's fused kernels reject them, ONNX's
+    reference evaluator reads -1 from the table end in the standard op and raises past it, Gather reads
+    negative ids from the end on both."""
+    model = _bare(op, 16)
+    x = np.ones((1, 1, 1, 8), np.float32)
+
+    def feed(pid):
+        return {"x": x, "p": np.array([[pid]])}
+
+    sess = session(model)
+    if op == "gather":
+        np.testing.assert_array_equal(sess.run(None, feed(-1))[0], sess.run(None, feed(15))[0])
+        np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, feed(-1))[0],
+                                      ReferenceEvaluator(model).run(None, feed(15))[0])
+        return
+    for pid in (-1, 16):
+        with pytest.raises(Exception, match=rf"position_ids value {pid} at index 0 is out of range \[0, 16\)"):
+            sess.run(None, feed(pid))
+    if op == "onnx23":
+        ref = ReferenceEvaluator(model)
+        np.testing.assert_array_equal(ref.run(None, feed(-1))[0], ref.run(None, feed(15))[0])
+        with pytest.raises(IndexError):
+            ref.run(None, feed(16))
