@@ -210,7 +210,7 @@ def test_qk_share_tables_with_grouped_query_heads(target, rank):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_function_composes_into_a_model(target):
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     f = rotary_function(16, target=target, num_heads=2, max_positions=32)
     t = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, ["B", 2, "S", 16])
@@ -360,7 +360,7 @@ def test_graph_matches_the_core_on_every_backend(backend, target):
 
 
 def test_add_rotary_rewires_reads_inside_control_flow():
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 2, "S", 8])
     then_g = helper.make_graph([helper.make_node("Identity", ["q"], ["t"])], "then", [], [vi("t")])
