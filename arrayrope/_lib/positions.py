@@ -42,8 +42,9 @@ def as_positions(
         With ``count=True`` an int ``n >= 0`` means positions ``0 .. n-1`` and is
         returned as an int. Arrays must have an integer or real floating dtype; other
         sequences become arrays of ``xp`` (or ``like``'s namespace, default NumPy).
-        Real positions must be finite: checked on eager backends only, so JAX traces
-        and Dask stays lazy.
+        Real positions must be finite and all positions in the int64 range: checked on
+        eager backends only, so JAX traces and Dask stays lazy. Unsigned positions come
+        back in the signed dtype that holds them (uint8 as int16, ..., uint64 as int64).
     name : str
         The argument's name, for error messages.
     xp : namespace, optional
