@@ -128,7 +128,8 @@ def markdown(meta: dict, records: list[dict], tgts: list[dict]) -> str:
     if far:
         lines += ["## Decode step far beyond the table cache: RotaryEmbedding(128), q (1, 32, 1, 128), "
                   "k (1, 8, 1, 128)", "",
-                  "| backend | offset 1000 (warm) | offset 2**31 (× warm) | offset 2**62 (× warm) | first call at 2**31 |",
+                  "| backend | offset 1000 (warm) | offset 2**31 (× warm) | offset 2**62 (× warm) "
+                  "| first call at 2**31 |",
                   "| --- | --- | --- | --- | --- |"]
         for r in far:
             f = r["first_call"]["offset 2**31"]
