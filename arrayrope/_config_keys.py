@@ -137,14 +137,15 @@ def read(cfg: Mapping[str, Any], where: str, layer_type: str | None) -> Settings
     base = params.pop("rope_theta", None)
     if base is None:
         base = _default_theta(model_type, layer)
-    if isinstance(base, bool) or not isinstance(base, numbers.Real):
-        raise TypeError(f"{where}: rope_theta must be a number, got {base!r}")
+    base = checks.positive_real(base, f"{where}: rope_theta")
 
     prf = params.pop("partial_rotary_factor", None)
     if prf is None:
         prf = cfg.get("partial_rotary_factor", cfg.get("rotary_pct"))
     if prf is None and model_type in ("gpt_neox", "gpt_neox_japanese"):
         prf = 0.25
+    if prf is not None and (isinstance(prf, bool) or not isinstance(prf, numbers.Real)):
+        raise TypeError(f"{where}: partial_rotary_factor must be a number in (0, 1], got {prf!r}")
 
     head_dim, rotary_dim, features = _dims(cfg, where)
     if layer == "full_attention" and model_type in _GLOBAL_HEAD_DIM:

@@ -151,6 +151,8 @@ def _rotate_generic(xp: Namespace | None, x: Array, cos: Array, sin: Array, layo
 
 
 def _rotary_width(x: Array, rotary_dim: int | None) -> int:
+    if x.ndim < 1:
+        raise ValueError("x must have a feature axis (at least 1-D), got a 0-d array")
     d = int(x.shape[-1])
     if rotary_dim is None:
         if d % 2:

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from ._config_keys import KEYS, Settings, read
+from ._lib.files import read_regular_file
 from .frequencies import RopeFrequencies, rope_frequencies
 
-__all__ = ["CONFIG_KEYS", "rope_config", "rope_frequencies_from_config", "settings"]
+__all__ = ["CONFIG_KEYS", "MAX_CONFIG_BYTES", "load_config", "rope_config", "rope_frequencies_from_config", "settings"]
 
 #: Every config key transformers reads for rope, and what arrayrope does with it.
 CONFIG_KEYS = KEYS
+
+#: The largest config.json read (Hugging Face configs are a few KiB).
+MAX_CONFIG_BYTES = 16 << 20
 
 
 def rope_frequencies_from_config(
@@ -82,14 +87,21 @@ def rope_frequencies_from_config(
     ('llama3', 128, (64,))
     """
     kwargs = rope_config(config, layer_type=layer_type)
-    return rope_frequencies(**kwargs, seq_len=seq_len)
+    with warnings.catch_warnings():  # keys the scaling ignores were reported by rope_config
+        warnings.simplefilter("ignore")
+        return rope_frequencies(**kwargs, seq_len=seq_len)
 
 
 def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: str | None = None) -> dict[str, Any]:
-    """The keyword arguments of :func:`rope_frequencies` that a config describes.
+    """The keyword arguments of :func:`rope_frequencies` that a config describes, checked.
 
     ``head_dim``, ``base``, ``rotary_dim``, ``partial_rotary_factor``, ``scaling`` and
     ``max_position_embeddings``; see :func:`rope_frequencies_from_config`.
+
+    A path is read only when it is a regular file of at most :data:`MAX_CONFIG_BYTES`
+    (FIFOs, devices and folders without ``config.json`` are refused without being
+    read). Every problem with a file, from its bytes to a value of the wrong type or
+    out of range, is one ``ValueError`` that names the file and the key.
 
     Examples
     --------
@@ -110,16 +122,47 @@ def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_typ
 
 
 def settings(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: str | None = None) -> Settings:
-    """Everything a config says about its rotary embedding (frequencies, rotary features, layout)."""
+    """Everything a config says about its rotary embedding (frequencies, rotary features, layout), checked.
+
+    Every value is checked as :func:`rope_frequencies` checks it; a problem is raised with
+    the config (or the file) named, and from a file always as one ``ValueError``.
+    """
+    if layer_type is not None and not isinstance(layer_type, str):
+        raise TypeError(f"layer_type must be a string such as 'full_attention', got {layer_type!r}")
     cfg, where = _load(config)
     if not any(k in cfg for k in ("head_dim", "hidden_size", "n_embd", "qk_rope_head_dim")) and isinstance(
         cfg.get("text_config"), Mapping
     ):
         cfg, where = cfg["text_config"], f"{where}['text_config']"
-    return read(cfg, where, layer_type)
+    try:
+        s = read(cfg, where, layer_type)
+        rope_frequencies(  # every value checked here, so that errors name the file
+            s.head_dim, base=s.base, rotary_dim=s.rotary_dim, partial_rotary_factor=s.partial_rotary_factor,
+            scaling=s.scaling, max_position_embeddings=s.max_position_embeddings,
+        )
+    except (TypeError, ValueError) as exc:
+        message = str(exc)
+        message = message if message.startswith(where) else f"{where}: {message}"
+        if where.startswith("config") and not where.startswith("config file"):  # a dict: the error keeps its type
+            raise type(exc)(message) from None
+        raise ValueError(message) from None
+    return s
+
+
+def load_config(config: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[str, Any]:
+    """A config as a mapping: a dict as it is, or a ``config.json`` (or its folder) read with the checks above.
+
+    Examples
+    --------
+    >>> from arrayrope.config import load_config
+    >>> load_config({"head_dim": 64})["head_dim"]
+    64
+    """
+    return _load(config)[0]
 
 
 def _load(config: Any) -> tuple[Mapping[str, Any], str]:
+    """The config as a mapping, and how messages name it (``config`` or ``config file '...'``)."""
     if isinstance(config, Mapping):
         return config, "config"
     if not isinstance(config, (str, os.PathLike)):
@@ -127,15 +170,17 @@ def _load(config: Any) -> tuple[Mapping[str, Any], str]:
     path = os.fspath(config)
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
+    where = f"config file {path!r}"
+    raw = read_regular_file(path, where, MAX_CONFIG_BYTES)
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"config file {path!r} does not exist") from None
-    try:
-        data = json.loads(text)
+        data = json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{where} is not UTF-8 text: {err}") from None
     except json.JSONDecodeError as err:
-        raise ValueError(f"config file {path!r} is not valid JSON: {err}") from None
+        raise ValueError(f"{where} is not valid JSON: {err}") from None
+    except RecursionError:
+        raise ValueError(f"{where} nests JSON arrays or objects too deeply to be a config") from None
     if not isinstance(data, dict):
-        raise ValueError(f"config file {path!r} must hold a JSON object, got {type(data).__name__}")
-    return data, path
+        raise ValueError(f"{where} must hold a JSON object, got {type(data).__name__}")
+    return data, where
+

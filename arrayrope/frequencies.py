@@ -19,6 +19,11 @@ __all__ = ["RopeFrequencies", "rope_frequencies"]
 class RopeFrequencies:
     """Inverse frequencies of a rotary encoding and what they were made from.
 
+    Every field is checked when the object is made (a ``TypeError`` or
+    ``ValueError`` names the field): ``head_dim`` a positive even int, ``rotary_dim``
+    an even int in ``[2, head_dim]``, ``inv_freq`` finite reals of shape
+    ``(rotary_dim // 2,)``, ``attention_factor`` and ``base`` finite reals > 0.
+
     Attributes
     ----------
     inv_freq : numpy.ndarray
@@ -44,15 +49,28 @@ class RopeFrequencies:
     rope_type: str = "default"
 
     def __post_init__(self) -> None:
-        inv = np.array(self.inv_freq, dtype=np.float64)
-        if inv.shape != (self.rotary_dim // 2,):
-            raise ValueError(
-                f"inv_freq must have shape ({self.rotary_dim // 2},) for rotary_dim={self.rotary_dim}, got {inv.shape}"
-            )
+        head_dim = checks.positive_int(self.head_dim, "head_dim", even=True)
+        rotary = checks.rotary_dim(self.rotary_dim, head_dim)
+        raw = np.asarray(self.inv_freq)
+        if raw.dtype.kind not in "iuf":
+            raise TypeError(f"inv_freq must hold real numbers, got dtype {raw.dtype}")
+        inv = np.array(raw, dtype=np.float64)
+        if inv.shape != (rotary // 2,):
+            raise ValueError(f"inv_freq must have shape ({rotary // 2},) for rotary_dim={rotary}, got {inv.shape}")
         if not np.all(np.isfinite(inv)):
             raise ValueError("inv_freq must be finite")
         inv.flags.writeable = False
-        object.__setattr__(self, "inv_freq", inv)
+        if not isinstance(self.rope_type, str):
+            raise TypeError(f"rope_type must be a string, got {self.rope_type!r}")
+        values = {
+            "inv_freq": inv,
+            "head_dim": head_dim,
+            "rotary_dim": rotary,
+            "attention_factor": checks.positive_real(self.attention_factor, "attention_factor"),
+            "base": checks.positive_real(self.base, "base"),
+        }
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RopeFrequencies):
@@ -102,19 +120,23 @@ def rope_frequencies(
     --------
     >>> import arrayrope
     >>> f = arrayrope.rope_frequencies(8, base=10000.0)
-    >>> f.inv_freq.tolist()
+    >>> [round(v, 15) for v in f.inv_freq.tolist()]  # math libraries differ in the last bit of pow
     [1.0, 0.1, 0.01, 0.001]
     >>> arrayrope.rope_frequencies(64, partial_rotary_factor=0.5).rotary_dim
     32
     """
     head_dim = checks.positive_int(head_dim, "head_dim", even=True)
     base = checks.positive_real(base, "base")
+    if max_position_embeddings is not None:
+        max_position_embeddings = checks.positive_int(max_position_embeddings, "max_position_embeddings")
+    if seq_len is not None:
+        seq_len = checks.non_negative_int(seq_len, "seq_len")
     if partial_rotary_factor is not None:
         if rotary_dim is not None:
             raise ValueError("pass rotary_dim or partial_rotary_factor, not both")
         if isinstance(partial_rotary_factor, bool) or not isinstance(partial_rotary_factor, numbers.Real):
             raise TypeError(f"partial_rotary_factor must be a number in (0, 1], got {partial_rotary_factor!r}")
-        if not 0 < partial_rotary_factor <= 1:
+        if not 0 < partial_rotary_factor <= 1:  # NaN too
             raise ValueError(f"partial_rotary_factor must be in (0, 1], got {partial_rotary_factor}")
         rotary_dim = int(head_dim * partial_rotary_factor)
         if rotary_dim < 2 or rotary_dim % 2:

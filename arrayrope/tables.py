@@ -1,29 +1,29 @@
-"""Cos/sin tables: the second stage, angles in float64 (or an exact float32 method).
+"""Cos/sin tables: the second stage, exact at any position on every device.
 
 ``rope_tables`` turns :class:`~arrayrope.RopeFrequencies` and positions of any
 backend into ``(cos, sin)`` on the positions' namespace and device.
 
-Precision. Where the namespace and device have float64, the angles
-``position * inv_freq`` and their cos/sin are computed in float64 and cast at
-the end: float32 tables are then correctly rounded to within 3e-8 at any
-position. Where float64 is missing (JAX without x64, Apple MPS, array_api_strict's
-``no_float64`` device; also graphs that ``torch.onnx.export`` traces, which carry no
-float64 because GPU, TensorRT and NPU execution providers run it slowly or not at
-all) the positions are split into 10-bit digits, ``p = sum(d_k * 1024**k)``; the
-rotation of each digit is looked up in a small table computed on the host in
-float64, and the digit rotations are composed with the angle-addition formula
-in float32. The error then stays below 1.5e-7 at any position instead of growing
-with it (float32 angles reach 6e-2 at 2^20).
+Precision (:mod:`arrayrope._lib.digits`). Where the namespace and device have
+float64, positions are split into 20-bit digits whose turns, reduced exactly on the
+host, are summed on the device, so no large angle is ever rounded (float32 tables
+take float64 angles ``position * inv_freq`` below ``2**20``, where their rounding is
+invisible). float32 tables are then within 3e-8 of the exact values at every
+position in ``[-2**63, 2**63)``, float64 tables within 5e-15. Where float64 is missing (JAX without x64, Apple
+MPS, array_api_strict's ``no_float64`` device) the positions are split into 10-bit
+digits, ``p = sum(d_k * 1024**k)``; the rotation of each digit comes from a small
+table computed exactly on the host, and the digit rotations are composed with the
+angle-addition formula in float32: within 1.5e-7 at every position (float32
+angles reach 6e-2 at 2**20). Graphs that ``torch.onnx.export`` traces take the float32
+method too: they carry no float64, which GPU, TensorRT and NPU execution providers run slowly
+or not at all.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 from . import backends
 from ._lib import checks
-from ._lib.digits import float32_tables
-from ._lib.dtypes import table_dtype
+from ._lib.digits import WIDE_BITS, cos_sin
+from ._lib.dtypes import index_dtype, table_dtype
 from ._lib.positions import as_positions
 from ._lib.types import Array, Device, DType, Namespace
 from .frequencies import RopeFrequencies
@@ -65,11 +65,10 @@ def rope_tables(
 
     Notes
     -----
-    Float positions must be finite: checked on eager backends (NumPy, PyTorch,
-    CuPy, array_api_strict); JAX and Dask arrays are not inspected, so that
-    tracing and graph building compute nothing. Without float64 the float32
-    method handles integer positions of magnitude below ``2**31`` (int32) or
-    ``2**63`` (int64) and float positions below ``2**31``.
+    Positions must lie in ``[-2**63, 2**63)`` and real ones must be finite:
+    checked on eager backends (NumPy, PyTorch, CuPy, array_api_strict); JAX and
+    Dask arrays are not inspected, so that tracing and graph building compute
+    nothing (there, the number of digits follows from the dtype).
 
     Examples
     --------
@@ -86,16 +85,17 @@ def rope_tables(
     xp, pos, device = as_positions(positions, xp=xp, device=device)
     dtype = table_dtype(xp, dtype, device)
     factor = freqs.attention_factor if checks.boolean(apply_attention_factor, "apply_attention_factor") else 1.0
+    bits = None
     if isinstance(pos, int):
-        fast = backends.arange_tables(xp, freqs.inv_freq, pos, dtype, factor)
-        if fast is not None:
-            return fast
-    if backends.has_float64(xp, device) and not backends.onnx_exporting(xp):  # exported graphs: no float64
-        pos = xp.arange(pos, dtype=xp.float64, device=device) if isinstance(pos, int) else xp.astype(pos, xp.float64)
-        angles = pos[..., None] * xp.asarray(np.array(freqs.inv_freq), device=device)
-        cos, sin = xp.cos(angles), xp.sin(angles)
-    else:
-        cos, sin = float32_tables(xp, freqs.inv_freq, pos, device)
+        if pos <= 1 << WIDE_BITS:
+            fast = backends.arange_tables(xp, freqs.inv_freq, pos, dtype, factor)
+            if fast is not None:
+                return fast
+        bits = max(pos - 1, 0).bit_length()
+        pos = xp.arange(pos, dtype=index_dtype(xp, device), device=device)
+    # graphs that an ONNX exporter traces carry no float64: the exact float32 method
+    cos, sin = cos_sin(xp, freqs.inv_freq, pos, device, exact=dtype == xp.float64, bits=bits,
+                       float64=not backends.onnx_exporting(xp))
     if factor != 1.0:
         cos, sin = cos * factor, sin * factor
-    return xp.astype(cos, dtype), xp.astype(sin, dtype)
+    return xp.astype(cos, dtype, copy=False), xp.astype(sin, dtype, copy=False)

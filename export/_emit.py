@@ -17,6 +17,7 @@ from ._fused import FusedEmitter
 from ._options import DTypeName, ExportOptions, Target
 from ._portable import PortableEmitter
 from ._spec import Spec, make_spec
+from ._tables import check_size
 
 Axes: TypeAlias = Literal["bhsd", "bshd"]
 """Where heads and sequence sit in a 4-D tensor of heads."""
@@ -30,8 +31,9 @@ class Emitter(Protocol):
         ...
 
 
-def emitter(spec: Spec, b: Builder) -> Emitter:
-    """The emitter for ``spec.target``."""
+def emitter(spec: Spec, b: Builder, model_bytes: int = 0) -> Emitter:
+    """The emitter for ``spec.target``, once its tables are known to fit in a model (with ``model_bytes`` more)."""
+    check_size(spec, model_bytes)
     if spec.target == "portable":
         return PortableEmitter(spec, b)
     return FusedEmitter(spec, b)

@@ -115,7 +115,7 @@ def fuse_rotary(
     >>> m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
     >>> fused, report = fuse_rotary(m, max_positions=64, providers="cpu")
     >>> [node.op_type for node in fused.graph.node], report.fused, report.ok
-    (['RotaryEmbedding'], 1, True)
+    (['Clip', 'Mod', 'RotaryEmbedding'], 1, True)
     """
     source = load_model(model)
     target = checks.choice(target, "target", ("onnx23", "ort"))

@@ -31,8 +31,10 @@ from ._spec import MS_DOMAIN
 #: Ops that move, split, join or negate features without other arithmetic (R and partial rotary).
 _MOVES = frozenset({"Slice", "Split", "Neg", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Transpose",
                     "Expand", "Flatten", "Gather"})
-#: Integer ops that only reshape the positions on their way to the tables (data input first).
-_INT_VIEWS = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Expand", "Tile", "Identity", "Cast", "Flatten"})
+#: Integer ops that only reshape the positions on their way to the tables (data input first), or guard them
+#: (Clip and Mod: the id guard of arrayrope's own graphs, which send ids outside the tables to a NaN row).
+_INT_VIEWS = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Expand", "Tile", "Identity", "Cast", "Flatten", "Clip",
+                        "Mod"})
 _INTS = frozenset({TensorProto.INT64, TensorProto.INT32})
 _FLOATS = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE})
 

@@ -4,14 +4,17 @@
 position ids of shape ``(batch, seq)`` only. ``"ort"`` is ONNX Runtime's
 ``com.microsoft.RotaryEmbedding``: inputs ``x, position_ids, cos, sin``, where a
 ``(1,)`` tensor is the offset of positions ``0..seq-1``. Both take caches of
-shape ``(max_positions, rotary_dim / 2)`` in the dtype of ``x``.
+shape ``(max_positions, rotary_dim / 2)`` in the dtype of ``x``; here they have one more row, of
+NaN, to which :func:`~._tables.guard` sends every position id outside the table (the fused
+kernels of runtimes otherwise differ: ONNX Runtime rejects such ids, ONNX's reference
+evaluator reads negative ones from the table end).
 """
 
 from __future__ import annotations
 
 from ._builder import Builder
 from ._spec import MS_DOMAIN, Spec, np_dtype
-from ._tables import host_tables
+from ._tables import guard, host_tables
 
 
 class FusedEmitter:
@@ -22,13 +25,13 @@ class FusedEmitter:
         self.b = b
         self._caches: tuple[str, str] | None = None
         self._positions: str | None = None
+        self._guarded: dict[str, str] = {}
 
     def caches(self) -> tuple[str, str]:
         """The cos and sin caches, stored once."""
         if self._caches is None:
-            cos, sin = host_tables(self.spec)
-            dt = np_dtype(self.spec.options.dtype)
-            self._caches = self.b.const(cos.astype(dt), "cos_cache"), self.b.const(sin.astype(dt), "sin_cache")
+            cos, sin = host_tables(self.spec, np_dtype(self.spec.options.dtype))
+            self._caches = self.b.const(cos, "cos_cache"), self.b.const(sin, "sin_cache")
         return self._caches
 
     def _default_positions(self, x: str) -> str:
@@ -47,7 +50,13 @@ class FusedEmitter:
         cos, sin = self.caches()
         o = s.options
         with_heads = heads is not None and (o.rank == 3 or s.target == "ort")
-        pos = self._default_positions(x) if pos is None else pos
+        if pos is None and s.target == "ort":  # an offset of 0: positions 0..seq-1, nothing to guard
+            pos = self._default_positions(x)
+        else:
+            pos = self._default_positions(x) if pos is None else pos
+            if pos not in self._guarded:
+                self._guarded[pos] = guard(b, s, pos)
+            pos = self._guarded[pos]
         standard = s.target == "onnx23"
         return b.op(
             "RotaryEmbedding",

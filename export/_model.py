@@ -100,12 +100,12 @@ def rotary_model(freqs: Frequencies, **options: Unpack[ExportKeywords]) -> onnx.
 
     Notes
     -----
-    Position ids must lie in ``[0, max_positions)`` (``[0, 2**30)`` with computed
-    tables). An id at or past the end makes the run fail with an error on every
-    target: ONNX Runtime rejects it in the fused ops and in Gather, the reference
-    evaluator raises IndexError. Negative ids are not positions: the fused ops
-    reject them, Gather in the portable graph counts them from the table end.
-    ONNX Runtime's fused ops also need ``seq <= max_positions``. The portable
+    Position ids are rotated in ``[0, max_positions)`` (``(-2**30, 2**30)`` with
+    computed tables, negative ids backwards). A graph cannot raise, and runtimes
+    differ on ids outside a table (ONNX Runtime's fused kernels reject them, ONNX's
+    reference evaluator reads negative ones from the table end), so every graph
+    sends such ids to a row of NaN: their rotated features are NaN on every target
+    and runtime, never another position's rotation. The portable
     interleaved graph swaps pairs with an exact permutation MatMul, so a
     non-finite input turns its block of 16 features into NaN.
 

@@ -73,7 +73,12 @@ def _flag(meaning: str) -> Check:
 
 def _dtype_name(value: object, name: str) -> object:
     """NumPy dtypes (``np.float16``, ``ml_dtypes.bfloat16``) by their names; names as they are."""
-    return value if isinstance(value, str) else str(np.dtype(value))  # type: ignore[call-overload]
+    if isinstance(value, str):
+        return value
+    try:
+        return str(np.dtype(value))  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(f"{name} must be one of {DTYPES} (or the NumPy dtype), got {value!r}") from None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -105,7 +110,9 @@ class ExportOptions:
     num_kv_heads : int, optional
         Heads of ``k`` with ``qk=True`` (grouped-query attention); default ``num_heads``.
     max_positions : int
-        Rows of the cos/sin tables: position ids must be in ``[0, max_positions)``.
+        Rows of the cos/sin tables: position ids in ``[0, max_positions)`` are rotated,
+        others give NaN. Tables must fit in an ONNX model (protobuf's 2 GiB), checked
+        when a graph is built.
     position_ids : bool
         True: an int64 input ``position_ids`` of shape ``(batch, seq)``. False: positions ``0..seq-1``.
     tables : {"constant", "computed"}
@@ -151,7 +158,7 @@ class ExportOptions:
     position_ids: Annotated[bool, _flag("True (an input) or False (positions 0..seq-1)")] = True
     tables: Tables = "constant"
     dtype: Annotated[DTypeName, _dtype_name] = "float32"
-    opset: int | None = None  # checked against the target when a graph is built
+    opset: Annotated[int | None, _optional(checks.positive_int)] = None  # and against the target when built
     qk: Annotated[bool, _flag("a bool")] = False
     runtime: Runtime = "onnxruntime"
     base: float = 10000.0

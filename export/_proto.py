@@ -9,6 +9,11 @@ from typing import TypeAlias
 import onnx
 from onnx import OperatorSetIdProto, helper
 
+from arrayrope._lib.files import open_regular_file
+
+#: The largest serialized model protobuf can hold (2 GiB); tables beyond it cannot be exported.
+PROTOBUF_LIMIT = (1 << 31) - 1
+
 ModelSource: TypeAlias = onnx.ModelProto | str | os.PathLike[str]
 """A model, or the path of a ``.onnx`` file."""
 
@@ -28,8 +33,13 @@ def load_model(model: object, argument: str = "model") -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, (str, bytes, os.PathLike)):
+        path = os.fsdecode(model)
+        where = f"{argument}={path!r}"
+        with open_regular_file(path, where, PROTOBUF_LIMIT):  # refuses FIFOs, devices, folders, huge files
+            pass
         try:
-            return onnx.load(os.fsdecode(model))
+            return onnx.load(path)
         except Exception as exc:  # onnx raises several types for unreadable files
-            raise ValueError(f"{argument}={str(model)!r} does not load as an ONNX model: {exc}") from exc
+            first = " ".join(str(exc).split())[:200]
+            raise ValueError(f"{where} does not load as an ONNX model: {first}") from None
     raise TypeError(f"{argument} must be an onnx.ModelProto or a path to a .onnx file, got {type(model).__name__}")

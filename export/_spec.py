@@ -17,6 +17,7 @@ import onnx.defs
 from onnx import TensorProto
 
 import arrayrope
+from arrayrope._lib import checks
 from arrayrope._lib.digits import DIGIT_BITS
 from arrayrope.frequencies import RopeFrequencies
 
@@ -162,7 +163,8 @@ def make_freqs(freqs: object, options: ExportOptions) -> RopeFrequencies:
             f"freqs must be a RopeFrequencies from arrayrope.rope_frequencies() or an int head_dim, got {freqs!r}"
         )
     o = options
-    return arrayrope.rope_frequencies(int(freqs), base=o.base, rotary_dim=o.rotary_dim, scaling=o.scaling)
+    head_dim = checks.positive_int(freqs, "freqs (an int head_dim)", even=True)
+    return arrayrope.rope_frequencies(head_dim, base=o.base, rotary_dim=o.rotary_dim, scaling=o.scaling)
 
 
 def resolve_target(options: ExportOptions) -> Emitted:
@@ -185,7 +187,7 @@ def check_opset(opset: object, target: Emitted, *, argument: str = "opset") -> i
     version = int(opset)
     newest = onnx.defs.onnx_opset_version()
     if version > newest:
-        raise ValueError(f"{argument}={version} is newer than the installed onnx knows (up to {newest})")
+        raise ValueError(f"{argument}={version} is newer than the installed onnx knows; use {argument} <= {newest}")
     need = MIN_OPSET[target]
     if version < need:
         alt = "target='ort' (ONNX Runtime) or target='portable'" if target == "onnx23" else "opset >= 13"

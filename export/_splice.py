@@ -169,7 +169,7 @@ def add_rotary(
     for name, heads in rotated:
         _check_width(name, types.get(name), spec, heads)
     b = Builder("arrayrope_rope/", taken=known | {n.name for n in graph.node} | {o.name for o in graph.output})
-    rotary = emitter(spec, b)
+    rotary = emitter(spec, b, model.ByteSize())
     renamed = {}
     for name, heads in rotated:
         renamed[name] = b.name(f"{name}_rotated")

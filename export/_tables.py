@@ -9,9 +9,19 @@ Portable graphs fold the sign of the rotation into the sin table and lay both
 tables out in the feature order of the layout, ``C = [cos, cos]`` and
 ``S = [-sin, sin]`` (half-split: halves; interleaved: pairs), so that
 ``y = x * C + swap(x) * S``.
+
+Positions outside the tables. A graph cannot raise, so it must not answer a
+position it has no table row for with another row. Every stored table has one
+row more, of NaN, at index ``max_positions``, and position ids go through
+:func:`guard`, which sends every id outside ``[0, max_positions)`` to that row: the
+rotated features of such a position are NaN on every runtime. Computed tables
+rotate every id in ``(-2**30, 2**30)`` exactly (negative ids backwards) and send
+the others to a NaN row of the top digit's table.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -20,15 +30,63 @@ import arrayrope
 from arrayrope._lib.digits import DIGIT_BITS, digit_rotations
 
 from ._builder import Builder
-from ._spec import DIGIT_LEVELS, Spec
+from ._proto import PROTOBUF_LIMIT
+from ._spec import COMPUTED_LIMIT, DIGIT_LEVELS, Spec, np_dtype
 
 F64 = npt.NDArray[np.float64]
+#: Rows of the float64 tables computed at a time (bounds the host memory of large tables).
+_BLOCK = 1 << 16
+#: Bytes of a model other than its tables (graph, metadata), kept free under the protobuf limit.
+_MODEL_BYTES = 1 << 20
 
 
-def host_tables(spec: Spec) -> tuple[F64, F64]:
-    """cos, sin of shape (max_positions, rotary_dim/2) in float64, from the core."""
-    cos, sin = arrayrope.rope_tables(spec.freqs, spec.options.max_positions, xp=np, dtype=np.float64)
-    return np.asarray(cos), np.asarray(sin)
+def host_tables(spec: Spec, dtype: npt.DTypeLike) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """cos, sin of shape (max_positions + 1, rotary_dim/2) in ``dtype``: the core's float64 tables
+    rounded once, in blocks of rows, and a last row of NaN for positions outside the table."""
+    n, h = spec.options.max_positions, spec.rotary_dim // 2
+    cos, sin = np.empty((n + 1, h), dtype), np.empty((n + 1, h), dtype)
+    for start in range(0, n, _BLOCK):
+        pos = np.arange(start, min(n, start + _BLOCK))
+        c, s = arrayrope.rope_tables(spec.freqs, pos, xp=np, dtype=np.float64)
+        cos[start : start + len(pos)], sin[start : start + len(pos)] = c, s
+    cos[n], sin[n] = np.nan, np.nan
+    return cos, sin
+
+
+def table_bytes(spec: Spec) -> int:
+    """Bytes of the tables a graph of ``spec`` stores."""
+    o = spec.options
+    if o.tables == "computed":  # digit tables, C and S per level, (1024 + 1) x rotary_dim each
+        return DIGIT_LEVELS * 2 * ((1 << DIGIT_BITS) + 1) * spec.rotary_dim * np.dtype(spec.compute_dtype).itemsize
+    if spec.target == "portable":  # C and S, (max_positions + 1) x rotary_dim in the compute dtype
+        return 2 * (o.max_positions + 1) * spec.rotary_dim * np.dtype(spec.compute_dtype).itemsize
+    return 2 * (o.max_positions + 1) * (spec.rotary_dim // 2) * np_dtype(o.dtype).itemsize
+
+
+def check_size(spec: Spec, model_bytes: int = 0) -> None:
+    """Raise when the tables (and ``model_bytes`` already in the model) exceed what ONNX can store."""
+    need = table_bytes(spec)
+    room = PROTOBUF_LIMIT - _MODEL_BYTES - model_bytes
+    if need <= room:
+        return
+    o = spec.options
+    per_row = need // (o.max_positions + 1)
+    largest = max(0, room // per_row - 1)
+    raise ValueError(
+        f"max_positions={o.max_positions} needs {need / 1e9:.2f} GB of cos/sin tables ({per_row} bytes per position "
+        f"for target={spec.target!r}, rotary_dim={spec.rotary_dim}, dtype={o.dtype})"
+        + (f" on top of the model's {model_bytes / 1e9:.2f} GB" if model_bytes else "")
+        + f", but an ONNX model is at most {PROTOBUF_LIMIT / 1e9:.2f} GB (protobuf's 2 GiB limit); "
+        f"use max_positions <= {largest}, or tables='computed' (target='portable'), whose tables take "
+        f"{DIGIT_LEVELS * 2 * ((1 << DIGIT_BITS) + 1) * spec.rotary_dim * 4 / 1e6:.2f} MB for positions up to 2**30"
+    )
+
+
+def guard(b: Builder, spec: Spec, index: str) -> str:
+    """Position ids with every id outside ``[0, max_positions)`` replaced by ``max_positions`` (the NaN row)."""
+    n = spec.options.max_positions
+    clipped = b.op("Clip", [index, b.scalar(-1, "below"), b.scalar(n, "beyond")])  # -1 .. n
+    return b.op("Mod", [clipped, b.scalar(n + 1, "rows")])  # -1 -> n (the sign of the divisor)
 
 
 def five_d(spec: Spec) -> bool:
@@ -37,39 +95,42 @@ def five_d(spec: Spec) -> bool:
     return o.rank == 3 and o.layout == "half" and spec.rotary_dim == spec.head_dim
 
 
-def _in_layout(spec: Spec, a: F64, b: F64) -> F64:
+def _in_layout(spec: Spec, a: npt.NDArray[Any], b: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """(..., h) tables for the first and second partner -> (..., r) in the layout's feature order."""
     if spec.options.layout == "half":
         return np.concatenate([a, b], axis=-1)
     return np.stack([a, b], axis=-1).reshape((*a.shape[:-1], 2 * a.shape[-1]))
 
 
-def _rows_shape(spec: Spec, t: F64) -> F64:
+def _rows_shape(spec: Spec, t: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """Tables (P, r) shaped so that rows gathered by the position index broadcast against the input."""
     if five_d(spec):
         return t.reshape(t.shape[0], 1, 2, spec.rotary_dim // 2)
     return t[:, None] if spec.options.rank == 3 else t
 
 
-def _table(spec: Spec, b: Builder, a: F64, second: F64, hint: str) -> str:
+def _table(spec: Spec, b: Builder, a: npt.NDArray[Any], second: npt.NDArray[Any], hint: str) -> str:
     """A constant of the portable form of a table pair, in the compute dtype."""
-    return b.const(_rows_shape(spec, _in_layout(spec, a, second)).astype(spec.compute_dtype), hint)
+    return b.const(_rows_shape(spec, _in_layout(spec, a, second)).astype(spec.compute_dtype, copy=False), hint)
 
 
 def constant_rows(spec: Spec, b: Builder, index: str) -> tuple[str, str]:
-    """C and S gathered from stored tables by ``index``."""
-    cos, sin = host_tables(spec)
+    """C and S gathered from stored tables by ``index`` (ids outside the table: the NaN row, by the Gather's
+    own negative indexing for -1 and by :func:`guard` for the others)."""
+    cos, sin = host_tables(spec, spec.compute_dtype)
     c = _table(spec, b, cos, cos, "cos_table")
-    n = _table(spec, b, -sin, sin, "sin_table")
+    np.negative(sin, out=sin)
+    n = _table(spec, b, sin, -sin, "sin_table")
+    index = b.op("Clip", [index, b.scalar(-1, "below"), b.scalar(spec.options.max_positions, "beyond")])
     return b.op("Gather", [c, index], axis=0), b.op("Gather", [n, index], axis=0)
 
 
 def _digit(b: Builder, index: str, level: int) -> str:
-    """Digit ``level`` of the positions in base ``2**DIGIT_BITS``."""
+    """Digit ``level`` of the (non-negative) positions in base ``2**DIGIT_BITS``."""
     digit = index
     if level:
         digit = b.op("Div", [digit, b.const(np.array(1 << (DIGIT_BITS * level), np.int64), "radix")])
-    if level < DIGIT_LEVELS - 1:  # the top digit is not reduced: Gather rejects positions past the range
+    if level < DIGIT_LEVELS - 1:  # the top digit is not reduced: 1024 (a position of 2**30) is the NaN row
         digit = b.op("Mod", [digit, b.const(np.array(1 << DIGIT_BITS, np.int64), "digit_mod")])
     return digit
 
@@ -77,20 +138,26 @@ def _digit(b: Builder, index: str, level: int) -> str:
 def computed_rows(spec: Spec, b: Builder, index: str) -> tuple[str, str]:
     """C and S from base-1024 digits of the positions, composed with the angle-addition formula.
 
-    Each digit's rotation comes from the core's float64 digit tables, stored in the
-    compute dtype (float32, or float64 for a float64 graph); composing them keeps
-    the error near float32 rounding at any position below 1024**3. The attention
-    factor scales the lowest digit's rotation, so it enters the product once.
+    Each digit's rotation comes from the core's float64 digit tables (exact), stored in
+    the compute dtype (float32, or float64 for a float64 graph); composing them keeps
+    the error near float32 rounding at any position in ``(-2**30, 2**30)``. Digits are
+    those of ``|p|`` and a negative position turns the other way (sin negated). The
+    attention factor scales the lowest digit's rotation, so it enters the product once.
     """
     factor = spec.freqs.attention_factor
+    clipped = b.op("Clip", [index, b.scalar(-COMPUTED_LIMIT, "lowest"), b.scalar(COMPUTED_LIMIT, "highest")])
+    magnitude = b.op("Abs", [clipped])
     rows: tuple[str, str] | None = None
     for level in range(DIGIT_LEVELS):
         dc, ds = digit_rotations(spec.freqs.inv_freq, level)
         if level == 0 and factor != 1.0:
             dc, ds = dc * factor, ds * factor
+        if level == DIGIT_LEVELS - 1:  # |p| = 2**30 and beyond: the NaN row
+            nan = np.full((1, dc.shape[1]), np.nan)
+            dc, ds = np.concatenate([dc, nan]), np.concatenate([ds, nan])
         ct = _table(spec, b, dc, dc, f"digit{level}_cos")
         st = _table(spec, b, ds, ds, f"digit{level}_sin")
-        digit = _digit(b, index, level)
+        digit = _digit(b, magnitude, level)
         dcos, dsin = b.op("Gather", [ct, digit], axis=0), b.op("Gather", [st, digit], axis=0)
         if rows is None:
             rows = dcos, dsin
@@ -102,7 +169,9 @@ def computed_rows(spec: Spec, b: Builder, index: str) -> tuple[str, str]:
             )
     if rows is None:
         raise AssertionError("DIGIT_LEVELS >= 1")
+    # the layout's sign of sin, and the direction of the position: rows for sign(p) + 1 = 0, 1, 2
     ones = np.ones((1, spec.rotary_dim // 2))
-    sign = _rows_shape(spec, _in_layout(spec, -ones, ones))[0].astype(spec.compute_dtype)
-    return rows[0], b.op("Mul", [rows[1], b.const(sign, "sign")])
-
+    sign = _rows_shape(spec, _in_layout(spec, -ones, ones))[0]
+    signs = np.stack([-sign, sign, sign]).astype(spec.compute_dtype)
+    direction = b.op("Add", [b.op("Sign", [clipped]), b.scalar(1, "one")])
+    return rows[0], b.op("Mul", [rows[1], b.op("Gather", [b.const(signs, "signs"), direction], axis=0)])

@@ -13,6 +13,7 @@ import numpy.typing as npt
 import onnx
 
 import arrayrope
+from arrayrope._lib import checks
 from arrayrope.testing import Report, Row, tolerance_at
 
 from ._proto import ModelSource, load_model
@@ -42,7 +43,7 @@ def _spec_of(model: onnx.ModelProto) -> Spec:
     meta = {p.key: p.value for p in model.metadata_props}
     if META_KEY not in meta:
         raise ValueError(
-            f"model has no {META_KEY!r} metadata: validate checks models made by arrayrope.export.rotary_model"
+            f"model has no {META_KEY!r} metadata: validate needs a model made by arrayrope.export.rotary_model"
         )
     return Spec.from_json(meta[META_KEY])
 
@@ -55,6 +56,8 @@ def _providers(providers: Sequence[str] | str | None) -> list[str]:
         return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in avail or p.startswith("CPU")]
     if isinstance(providers, str):
         providers = [providers]
+    if not isinstance(providers, Sequence):
+        raise TypeError(f"providers must be a name such as 'cpu' or 'cuda', or a list of names, got {providers!r}")
     out = []
     for p in providers:
         if not isinstance(p, str):  # a runtime check for callers without type checking
@@ -75,8 +78,18 @@ class Case:
     heads: dict[str, int]
 
 
+def outside_ids(spec: Spec) -> npt.NDArray[np.int64]:
+    """Position ids a graph has no table row for (NaN in the result), with valid ones between them."""
+    if spec.options.tables == "computed":
+        limit = spec.position_limit  # (-limit, limit) rotates, negative ids backwards
+        return np.array([[-(limit - 1), -7, limit, -limit, 2**40, -(2**62), 0, limit - 1]], dtype=np.int64)
+    n = spec.options.max_positions
+    return np.array([[-1, n, n + 5, -(2**40), 2**62, 0, n - 1, -n]], dtype=np.int64)
+
+
 def _cases(spec: Spec, rng: np.random.Generator) -> list[Case]:
-    """Random inputs at random positions, positions at the table end, and a one-token decode step."""
+    """Random inputs at random positions, positions at the table end, a one-token decode step, and ids
+    outside the tables."""
     o = spec.options
     limit = spec.position_limit
     heads = o.num_heads or 3
@@ -85,10 +98,14 @@ def _cases(spec: Spec, rng: np.random.Generator) -> list[Case]:
     shapes = [(2, 7, "random"), (2, 5, "end"), (1, 1, "end")]
     if o.dtype in ("float16", "bfloat16"):  # enough values for a stable maximum rounding error
         shapes[0] = (4, 64, "random")
+    if o.position_ids:
+        shapes.append((1, outside_ids(spec).shape[1], "outside"))
     for batch, seq, where in shapes:
         if o.position_ids:
             if where == "random":
                 pos = rng.integers(0, limit, (batch, seq))
+            elif where == "outside":
+                pos = outside_ids(spec)
             else:
                 pos = limit - 1 - rng.integers(0, min(limit, 4), (batch, seq))
             pos = pos.astype(np.int64)
@@ -111,10 +128,16 @@ def reference(
     heads: int,
     table_dtype: npt.DTypeLike | None = None,
 ) -> npt.NDArray[np.float64]:
-    """The core's result in float64 NumPy for one input of the model (tables rounded to ``table_dtype`` if given)."""
-    cos, sin = arrayrope.rope_tables(spec.freqs, positions, dtype=np.float64)
+    """The core's result in float64 NumPy for one input of the model (tables rounded to ``table_dtype`` if given);
+    NaN in the rotated features of positions the graph has no table row for."""
+    cos, sin = (np.asarray(t) for t in arrayrope.rope_tables(spec.freqs, positions, dtype=np.float64))
     if table_dtype is not None:
-        cos, sin = (np.asarray(t).astype(table_dtype).astype(np.float64) for t in (cos, sin))
+        cos, sin = (t.astype(table_dtype).astype(np.float64) for t in (cos, sin))
+    if spec.options.tables == "computed":
+        outside = np.abs(positions) >= spec.position_limit
+    else:
+        outside = (positions < 0) | (positions >= spec.options.max_positions)
+    cos[outside], sin[outside] = np.nan, np.nan
     x64 = np.asarray(x, dtype=np.float64)
     layout = spec.options.layout
     if spec.options.rank == 4:
@@ -127,10 +150,11 @@ def reference(
 def _tolerance(spec: Spec, expected: npt.NDArray[np.float64], positions: npt.NDArray[np.int64]) -> float:
     """The error allowed for one output: the dtype's rule at the scale of the result (see validate)."""
     dtype = spec.options.dtype
-    scale = float(np.max(np.abs(expected), initial=0.0))
+    scale = float(np.nanmax(np.abs(expected), initial=0.0))
     tol = tolerance_at(dtype, scale)
     if dtype == "float64":  # float64 angles p * theta (in the graph or the core) round by ~eps * p * theta
-        tol += 4 * float(np.finfo(np.float64).eps) * float(np.max(positions, initial=0)) * scale
+        inside = positions[np.abs(positions) < spec.position_limit]
+        tol += 4 * float(np.finfo(np.float64).eps) * float(np.max(np.abs(inside), initial=0)) * scale
     return tol
 
 
@@ -158,13 +182,16 @@ def _compare(spec: Spec, run: Runner, cases: list[Case]) -> Worst:
             fed = feed[name].astype(np.float64)
             expected = reference(spec, fed, case.positions, case.heads[name])
             tol = _tolerance(spec, expected, case.positions)
-            diff = np.abs(np.asarray(y).astype(np.float64) - expected)
+            y64 = np.asarray(y).astype(np.float64)
+            nan = np.isnan(expected)
+            diff = np.abs(np.where(nan, 0.0, y64) - np.where(nan, 0.0, expected))
+            diff[nan != np.isnan(y64)] = math.inf  # NaN exactly where there is no table row
             err = float(np.max(diff)) if diff.size else 0.0
             if not np.isfinite(err):
                 err = math.inf
             if err / tol > worst.error / worst.tolerance:
                 at = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.size else ()
-                scale = float(np.max(np.abs(expected), initial=0.0))
+                scale = float(np.nanmax(np.abs(expected), initial=0.0))
                 rel = err / scale if scale > 0 else math.nan
                 worst = Worst(err, rel, tol, f"case {i} {out_name}{list(map(int, at))}")
     return worst
@@ -238,7 +265,8 @@ def validate(
     provider with graph optimisation off and fully on, and ONNX's reference
     evaluator where it knows the ops (not for ``target="ort"``). Each run is
     compared with :func:`arrayrope.apply_rotary` in float64 on random inputs at
-    random positions, at positions near the table end, and for a one-token step.
+    random positions, at positions near the table end, for a one-token step, and
+    at ids outside the tables, which must give NaN exactly in their rotated features.
 
     Parameters
     ----------
@@ -282,6 +310,10 @@ def validate(
     >>> report.ok
     True
     """
+    reference_evaluator = checks.boolean(reference_evaluator, "reference_evaluator")
+    raise_on_failure = checks.boolean(raise_on_failure, "raise_on_failure")
+    seed = checks.non_negative_int(seed, "seed")
+    provider_names = _providers(providers)
     model = load_model(model)
     spec = _spec_of(model)
     o = spec.options
@@ -304,7 +336,7 @@ def validate(
         skipped.append(shape)
     rng = np.random.default_rng(seed)
     cases = _cases(spec, rng)
-    runs = _ort_runs(model, _providers(providers), o.dtype == "bfloat16")
+    runs = _ort_runs(model, provider_names, o.dtype == "bfloat16")
     if reference_evaluator:
         if any(n.domain == MS_DOMAIN for n in model.graph.node):
             runs.append(Run("onnx reference evaluator", "-", None, "it has no com.microsoft ops"))

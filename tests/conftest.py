@@ -22,7 +22,9 @@ import pytest
 from array_api_extra.testing import patch_lazy_xp_functions
 from hypothesis import settings
 
-settings.register_profile("ci", max_examples=30, deadline=None, derandomize=True)
+# CI: at least 500 examples for every property (each drawn case is kept cheap: see test_dispatch's JAX cases);
+# "dev" for quicker local runs (HYPOTHESIS_PROFILE=dev).
+settings.register_profile("ci", max_examples=500, deadline=None, derandomize=True)
 settings.register_profile("dev", max_examples=60, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -112,7 +117,7 @@ def test_longrope_attention_factor_from_lengths():
         (json.dumps({"hidden_size": 4096}), ValueError, r"missing \['num_attention_heads'\]"),
         (json.dumps({"num_attention_heads": 32}), ValueError, r"missing \['hidden_size'\]"),
         (json.dumps({"head_dim": 64, "rope_scaling": {"rope_type": "ntk"}}), ValueError, "unknown rope_type 'ntk'"),
-        (json.dumps({"head_dim": 64, "rope_theta": "big"}), TypeError, "rope_theta"),
+        (json.dumps({"head_dim": 64, "rope_theta": "big"}), ValueError, "rope_theta must be a real number"),
         (json.dumps({"head_dim": 64, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
                                                       "low_freq_factor": 1.0, "high_freq_factor": 4.0}}),
          ValueError, "original_max_position_embeddings"),
@@ -238,3 +243,85 @@ def test_single_parameter_set_answers_every_declared_layer_type():
 def test_keys_transformers_reads_but_arrayrope_does_not_are_refused(cfg, match):
     with pytest.raises(ValueError, match=match):
         arrayrope.rope_frequencies_from_config(cfg, layer_type="full_attention" if "layer_types" in cfg else None)
+# -- files that are not configs: one ValueError naming the file, the key and the problem, at once --------
+
+def _answer(path, timeout=10.0):
+    """Load ``path`` in a subprocess with 512 MB of memory and ``timeout`` seconds: (seconds, outcome)."""
+    code = textwrap.dedent(f"""
+        import resource, time, arrayrope
+        resource.setrlimit(resource.RLIMIT_AS, (512 << 20, 512 << 20))
+        t = time.perf_counter()
+        try:
+            arrayrope.rope_frequencies_from_config({str(path)!r})
+            outcome = "loaded"
+        except ValueError as exc:
+            outcome = "ValueError: " + str(exc)
+        print(f"{{time.perf_counter() - t:.3f}}", outcome)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seconds, outcome = done.stdout.strip().split(" ", 1)
+    return float(seconds), outcome
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    seconds, outcome = _answer(fifo)
+    assert outcome == f"ValueError: config file {str(fifo)!r} is not a regular file (a FIFO)" and seconds < 1
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero here")
+def test_devices_and_folders_without_a_config_are_refused(tmp_path):
+    seconds, outcome = _answer("/dev/zero")
+    assert outcome == "ValueError: config file '/dev/zero' is not a regular file (a character device)" and seconds < 1
+    with pytest.raises(ValueError, match="does not exist") as info:
+        arrayrope.rope_frequencies_from_config(tmp_path)  # a folder without config.json
+    assert isinstance(info.value, FileNotFoundError)  # also what open() would raise
+
+
+def test_a_huge_file_is_refused_unread(tmp_path):
+    big = tmp_path / "config.json"
+    with open(big, "wb") as fh:  # 200 MB, sparse: nothing is written
+        fh.truncate(200 << 20)
+    seconds, outcome = _answer(big)
+    assert outcome == (f"ValueError: config file {str(big)!r} has 209715200 bytes, more than the "
+                       f"{arrayrope.config.MAX_CONFIG_BYTES} read at most") and seconds < 1
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nests JSON arrays or objects too deeply to be a config"),
+        (b'{"head_dim": 64, "x": "\xff"}', "is not UTF-8 text: 'utf-8' codec can't decode byte 0xff"),
+        (b'{"head_dim": 64, "partial_rotary_factor": []}',
+         r"partial_rotary_factor must be a number in \(0, 1\], got \[\]"),
+        (b'{"head_dim": "64"}', "head_dim must be an int, got '64'"),
+        (b'{"head_dim": 63}', "head_dim must be even"),
+        (b'{"head_dim": 64, "rope_theta": NaN}', "rope_theta must be a finite number > 0, got nan"),
+        (b'{"head_dim": 64, "rope_theta": 1e999}', "rope_theta must be a finite number > 0, got inf"),
+        (b'{"head_dim": 64, "max_position_embeddings": 4096.5}', "max_position_embeddings must be an int, got 4096.5"),
+        (b'{"head_dim": 64, "rope_scaling": {"rope_type": "linear", "factor": "2"}}',
+         r"scaling\['factor'\] \(rope_type 'linear'\) must be a finite number, got '2'"),
+        (b'{"head_dim": 64, "rope_scaling": {"rope_type": "yarn", "factor": 4, "beta_slow": -1, '
+         b'"original_max_position_embeddings": 4096}}', r"scaling\['beta_slow'\] \(rope_type 'yarn'\) must be > 0"),
+        (b'{"head_dim": 64, "rope_scaling": [1, 2]}', "rope_scaling / rope_parameters must be an object"),
+        (b"", "is not valid JSON"),
+    ],
+)
+def test_every_malformed_file_is_one_value_error_naming_file_and_key(tmp_path, raw, message):
+    path = tmp_path / "config.json"
+    path.write_bytes(raw)
+    with pytest.raises(ValueError, match=rf"^config file {re.escape(repr(str(path)))}(:| ) ?.*{message}") as info:
+        arrayrope.rope_frequencies_from_config(path)
+    assert type(info.value) is ValueError
+    with pytest.raises(ValueError, match=message):  # the same answer through the other entry points
+        arrayrope.RotaryEmbedding.from_config(tmp_path)
+
+
+def test_a_dict_config_names_the_key_and_keeps_the_error_type():
+    with pytest.raises(TypeError, match=r"^config: partial_rotary_factor must be a number"):
+        arrayrope.rope_frequencies_from_config({"head_dim": 64, "partial_rotary_factor": []})
+    with pytest.raises(ValueError, match=r"^config: head_dim must be even"):
+        arrayrope.rope_frequencies_from_config({"head_dim": 63})

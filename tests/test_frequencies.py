@@ -57,3 +57,65 @@ def test_bad_arguments_name_themselves(kwargs, exc, words):
     head_dim = kwargs.pop("head_dim")
     with pytest.raises(exc, match=words.replace("(", r"\(").replace(")", r"\)").replace("]", r"\]")):
         ar.rope_frequencies(head_dim, **kwargs)
+
+
+GOOD = dict(inv_freq=np.ones(2), head_dim=4, rotary_dim=4)
+
+
+@pytest.mark.parametrize(
+    "field, value, error, message",
+    [
+        ("attention_factor", float("nan"), ValueError, "attention_factor must be a finite number > 0, got nan"),
+        ("attention_factor", 0, ValueError, "attention_factor must be a finite number > 0, got 0"),
+        ("attention_factor", -1, ValueError, "attention_factor must be a finite number > 0, got -1"),
+        ("attention_factor", float("inf"), ValueError, "attention_factor must be a finite number > 0, got inf"),
+        ("attention_factor", True, TypeError, "attention_factor must be a real number, got True"),
+        ("rotary_dim", 6, ValueError, "rotary_dim must be <= head_dim=4, got 6"),
+        ("rotary_dim", 3, ValueError, "rotary_dim must be even"),
+        ("rotary_dim", 4.0, TypeError, r"rotary_dim must be an int, got 4.0 \(float\)"),
+        ("head_dim", 0, ValueError, "head_dim must be positive, got 0"),
+        ("head_dim", "4", TypeError, "head_dim must be an int, got '4'"),
+        ("head_dim", 4.0, TypeError, r"head_dim must be an int, got 4.0 \(float\)"),
+        ("base", -5, ValueError, "base must be a finite number > 0, got -5"),
+        ("base", float("nan"), ValueError, "base must be a finite number > 0, got nan"),
+        ("inv_freq", np.ones(2, complex), TypeError, "inv_freq must hold real numbers, got dtype complex128"),
+        ("inv_freq", np.array([1.0, np.nan]), ValueError, "inv_freq must be finite"),
+        ("inv_freq", np.ones(3), ValueError, r"inv_freq must have shape \(2,\) for rotary_dim=4, got \(3,\)"),
+        ("rope_type", 3, TypeError, "rope_type must be a string, got 3"),
+    ],
+)
+def test_every_field_of_rope_frequencies_is_checked(field, value, error, message):
+    with pytest.raises(error, match=message):
+        ar.RopeFrequencies(**{**GOOD, field: value})
+
+
+@pytest.mark.parametrize("value", [32.0, np.float64(32.0), 32.5, "32", True])
+def test_rotary_dim_given_as_a_float_is_refused_everywhere(value):
+    """Never rounded: rope_frequencies, RotaryEmbedding, the converters and the export options refuse it."""
+    calls = [
+        lambda: ar.rope_frequencies(64, rotary_dim=value),
+        lambda: ar.RotaryEmbedding(64, rotary_dim=value),
+        lambda: ar.to_half(np.ones((2, 64)), rotary_dim=value),
+        lambda: ar.permute_rotary_rows(np.ones(64), num_heads=1, head_dim=64, rotary_dim=value),
+    ]
+    for call in calls:
+        with pytest.raises(TypeError, match=r"rotary_dim must be an int, got "):
+            call()
+
+
+def test_scaling_values_out_of_their_domain_name_the_key():
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
+    with pytest.raises(ValueError, match=r"scaling\['beta_slow'\] \(rope_type 'yarn'\) must be > 0, got -1"):
+        ar.rope_frequencies(64, scaling={**yarn, "beta_slow": -1})
+    with pytest.raises(ValueError, match=r"scaling\['mscale'\]=1 and scaling\['mscale_all_dim'\]=-7.2\d* give"):
+        ar.rope_frequencies(64, scaling={**yarn, "mscale": 1, "mscale_all_dim": -10 / np.log(4)})
+    with pytest.raises(ValueError, match="yarn: base must not be 1"):
+        ar.rope_frequencies(64, base=1.0, scaling=yarn)
+    with pytest.raises(ValueError, match="longrope: the original context length must be >= 2"):
+        ar.rope_frequencies(4, scaling={"rope_type": "longrope", "short_factor": [1, 1], "long_factor": [1, 1],
+                                        "original_max_position_embeddings": 1})
+    with pytest.raises(TypeError, match="apply_attention_factor must be True or False, got 'False'"):
+        ar.rope_tables(ar.rope_frequencies(8), 3, apply_attention_factor="False")
+    for name, value in (("max_position_embeddings", 0), ("max_position_embeddings", 1.5), ("seq_len", -1)):
+        with pytest.raises((TypeError, ValueError), match=name):
+            ar.rope_frequencies(8, **{name: value})

@@ -3,7 +3,10 @@ element by element, on every backend, with and without float64."""
 
 from __future__ import annotations
 
+import functools
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import arrayrope as ar
-from arrayrope import rope_tables
+from arrayrope import backends, rope_tables
 from arrayrope.testing import assert_close, to_numpy
 from helpers import check_like, inv_freq_formula, xp_assert_close
 
@@ -162,3 +165,148 @@ def test_positions_from_another_namespace_than_xp():
     torch = pytest.importorskip("torch")
     with pytest.raises(TypeError, match="positions is a torch array but xp=numpy"):
         ar.rope_tables(ar.rope_frequencies(8), torch.arange(3), xp=np)
+
+
+# -- positions anywhere in the int64 range: the precision the README states -------------------------
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+F128 = ar.rope_frequencies(128)
+
+
+def stated_precision() -> list[tuple[int, float, float, float]]:
+    """README's precision table: (bits, float32 tables with float64, without float64, float64 tables) per row
+    ``|p| < 2**bits``."""
+    cell = r" \| ([\d.e-]+)"
+    rows = re.findall(r"^\s*\| \\\|p\\\| < 2\\\*\\\*(\d+)" + 3 * cell + r" \|$", README.read_text(), re.M)
+    assert len(rows) >= 4, "the README's precision table is missing"
+    return [(int(b), float(a), float(c), float(d)) for b, a, c, d in rows]
+
+
+def band(bits: int, low: int) -> np.ndarray:
+    """Positions with ``2**low <= |p| < 2**bits`` (both signs), the band's ends included; fixed by the seed."""
+    rng = np.random.default_rng(bits)
+    hi = 2**bits - 1 if bits < 64 else 2**63 - 1
+    pos = np.concatenate([[2**low, hi], rng.integers(2**low, hi, 24, dtype=np.int64, endpoint=True)])
+    out = np.concatenate([pos, -pos, [-(2**63)] if bits == 63 else []]).astype(np.int64)
+    return np.unique(out)
+
+
+@functools.lru_cache(maxsize=32)
+def exact_tables(positions: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin of p * theta for the float64 inv_freq of F128, to 200 bits (mpmath), rounded to float64."""
+    mpmath = pytest.importorskip("mpmath")
+    with mpmath.workprec(200):
+        theta = [mpmath.mpf(float(t)) for t in F128.inv_freq]
+        c = [[float(mpmath.cos(mpmath.mpf(p) * t)) for t in theta] for p in positions]
+        s = [[float(mpmath.sin(mpmath.mpf(p) * t)) for t in theta] for p in positions]
+    return np.array(c), np.array(s)
+
+
+def _error(tables, positions) -> float:
+    c, s = exact_tables(tuple(int(p) for p in positions))
+    cos, sin = (to_numpy(t).astype(np.float64) for t in tables)
+    return max(np.abs(cos - c).max(), np.abs(sin - s).max())
+
+
+def test_precision_by_position_as_the_readme_states(backend):
+    """float32 tables (and float64 ones where the device has them) at positions up to the int64 range,
+    against 200-bit references: within the README's figure for each magnitude."""
+    wide = backends.has_int64(backend.xp, backend.device)
+    float64 = "float64" in backend.dtypes
+    low = 0
+    for bits, with64, without64, table64 in stated_precision():
+        if bits > 31 and not wide:
+            break  # int32 positions only (JAX without x64)
+        pos = band(bits, low)
+        arr = backend.xp.asarray(pos.astype(np.int64 if wide else np.int32), device=backend.device)
+        err = _error(ar.rope_tables(F128, arr), pos)
+        assert err <= (with64 if float64 else without64), (bits, err)
+        if float64:
+            assert _error(ar.rope_tables(F128, arr, dtype=backend.xp.float64), pos) <= table64, bits
+        low = bits
+
+
+def test_devices_without_float64_at_the_int32_and_float32_extremes():
+    """The exact float32 method (array_api_strict's no_float64 device; JAX without x64 is the same code):
+    -2**31 (whose magnitude int32 cannot hold) and float32 positions of 2**31 and beyond."""
+    xs = pytest.importorskip("array_api_strict")
+    dev = xs.Device("no_float64")
+    bound = next(b for bits, _, b, _ in stated_precision() if bits >= 63)
+    ints = np.array([-(2**31), 2**31 - 1, -1, 0, 1], dtype=np.int32)
+    assert _error(ar.rope_tables(F128, xs.asarray(ints, device=dev)), ints) <= bound
+    floats = np.array([2.0**31, -(2.0**31), 3e9, 1e12, -(2.0**62), 12345.5], dtype=np.float32)
+    got = ar.rope_tables(F128, xs.asarray(floats, device=dev))
+    whole = floats[:-1].astype(np.int64)  # all but the last are integers in float32
+    c, s = exact_tables(tuple(int(p) for p in whole))
+    assert max(np.abs(to_numpy(got[0])[:-1] - c).max(), np.abs(to_numpy(got[1])[:-1] - s).max()) <= bound
+    half = np.cos(12345.5 * F128.inv_freq)
+    assert np.abs(to_numpy(got[0])[-1] - half).max() <= 2e-7
+
+
+def test_positions_outside_the_int64_range_are_refused():
+    f = ar.rope_frequencies(8)
+    for bad in (np.array([2.0**63]), np.array([-(2.0**64)]), np.array([2**63], dtype=np.uint64)):
+        with pytest.raises(ValueError, match=r"positions must lie in the int64 range \[-2\*\*63, 2\*\*63\)"):
+            ar.rope_tables(f, bad)
+    c, _ = ar.rope_tables(f, np.array([-(2.0**63)]))  # the lower end is in
+    assert np.isfinite(c).all()
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"])
+def test_every_integer_dtype_at_its_extremes(dtype):
+    info = np.iinfo(dtype)
+    pos = np.array([info.min, info.max, 0, 1, info.max // 3], dtype=dtype)
+    if dtype == "uint64":
+        pos[1] = 2**63 - 1  # the int64 range
+    err = _error(ar.rope_tables(F128, pos), pos.astype(object))
+    assert err <= stated_precision()[0][1], err
+
+
+# -- the attention factor reaches every path that makes tables --------------------------------------
+
+FACTOR = 1.25
+SCALED = ar.RopeFrequencies(ar.rope_frequencies(8).inv_freq, 8, 8, attention_factor=FACTOR)
+
+
+def _scaled_paths():
+    """(name, cos, positions) from every way tables are made."""
+    xs = pytest.importorskip("array_api_strict")
+    pos = np.array([3, 70000, -5, 2**33])
+    yield "count, NumPy blocks", ar.rope_tables(SCALED, 5)[0], np.arange(5)
+    yield "count, float64", ar.rope_tables(SCALED, 5, dtype="float64")[0], np.arange(5)
+    yield "count beyond 2**20", ar.rope_tables(SCALED, 2**20 + 2)[0][-2:], np.arange(2**20, 2**20 + 2)
+    yield "array, float64 angles and turns", ar.rope_tables(SCALED, pos)[0], pos
+    yield "array, no float64", ar.rope_tables(SCALED, xs.asarray(pos, device=xs.Device("no_float64")))[0], pos
+    near = pos[:3]  # xPos scales leave float64's range far from the center
+    q_cos = ar.xpos_tables(SCALED, near, dtype="float64")[0]
+    yield "xpos", q_cos / ar.xpos_scales(SCALED, near, dtype="float64")[0], near  # the scales taken out again
+
+
+def test_attention_factor_on_every_table_path():
+    for name, cos, pos in _scaled_paths():
+        expected = FACTOR * np.cos(pos.astype(np.float64)[:, None] * SCALED.inv_freq)
+        assert np.abs(to_numpy(cos) - expected).max() <= 2e-6, name
+    without = ar.rope_tables(SCALED, 5, apply_attention_factor=False)[0]
+    np.testing.assert_allclose(without, np.cos(np.arange(5)[:, None] * SCALED.inv_freq), atol=1e-7)
+
+
+def test_attention_factor_on_every_rotary_embedding_path():
+    rope = ar.RotaryEmbedding(8, scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64})
+    factor, inv = rope.freqs.attention_factor, rope.freqs.inv_freq
+    assert factor == pytest.approx(0.1 * math.log(4.0) + 1)
+    q = np.zeros((2, 1, 3, 8))
+    q[..., 0] = 1.0  # pair 0's first feature: the rotated value is factor * (cos, sin) of the angle
+
+    def check(out, positions, name):
+        angles = np.asarray(positions, dtype=np.float64) * inv[0]  # (B, S)
+        got = to_numpy(out)[:, 0]  # (B, S, 8); features 0 and 4 form pair 0 (half-split)
+        assert np.abs(got[..., 0] - factor * np.cos(angles)).max() <= 2e-6, name
+        assert np.abs(got[..., 4] - factor * np.sin(angles)).max() <= 2e-6, name
+
+    for dtype in (np.float32, np.float64):
+        x = q.astype(dtype)
+        check(rope(x, offset=10), np.broadcast_to(np.arange(10, 13), (2, 3)), f"cached {dtype}")
+        check(rope(x, offset=2**40), np.broadcast_to(np.arange(2**40, 2**40 + 3), (2, 3)), f"far {dtype}")
+        check(rope(x, positions=np.array([5, 1, 9])), np.broadcast_to([5, 1, 9], (2, 3)), f"positions {dtype}")
+        off = np.array([7, 300])
+        check(rope(x, offset=off), off[:, None] + np.arange(3), f"offsets {dtype}")

@@ -1,70 +1,212 @@
-"""The exact float32 table method, for namespaces and devices without float64 (and ONNX graphs).
+"""Angles exact at any position: turns reduced on the host, digits composed on the device.
 
-A position is split into 10-bit digits, ``p = sum(d_k * 1024**k)``. The rotation of
-each digit at each level, ``(cos, sin)(d * 1024**k * inv_freq)`` for ``d < 1024``, is
-computed on the host in float64 and rounded to float32 once; the digit rotations of
-a position are then composed with the angle-addition formula in float32. Every
-factor is within half a float32 ulp, so the error stays near float32 rounding at
-any position instead of growing with it (a float32 angle ``p * theta`` is off by
-``p * theta * 2**-24`` radians: 6e-2 at 2**20).
+A float64 angle ``p * theta`` carries an absolute error of about ``p * theta * 2**-53``
+radians (2.4e-7 at ``p = 2**31``), and a float32 one ``p * theta * 2**-24`` (6e-2 at
+2**20). arrayrope never forms large angles. For each frequency it computes on the
+host, in integer arithmetic, the fractional turns ``u_s = frac(2**s * theta / (2 pi))``
+to 160 bits, and splits positions into digits ``p = sum(d_k * 2**s_k)``:
+
+* Devices with float64 (:func:`float64_turns`): 20-bit digits. ``u_s`` is held as
+  three float64 pieces of 33, 33 and 53 bits, so ``d * piece`` is exact and the turns
+  ``sum_k frac(d_k * u_{s_k})`` are summed, reduced to ``[-1/2, 1/2]`` and turned into
+  one angle: the error stays near float64 rounding (1e-15 radians) at any position.
+* Devices without float64 (:func:`float32_digits`): 10-bit digits. The rotation of
+  every digit value at every level, ``(cos, sin)(2 pi frac(d * u_s))``, is computed on
+  the host in float64 from the same exact turns and rounded to float32 once; the
+  device composes the digit rotations with the angle-addition formula in float32.
+
+Negative integers are split in two's complement (non-negative digits below a signed
+top digit), so no magnitude is ever formed and ``-2**63`` is no special case. Real
+positions are split into the nearest integer, whose digits are taken with exact
+float operations (``floor`` and ``remainder`` by powers of two), and a remainder of
+at most 0.5, rotated by a small angle.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
 import numpy as np
 
 from .. import backends
+from .positions import magnitude_bits
 from .types import Array, Device, Namespace
 
-__all__ = ["DIGIT_BITS", "digit_rotations", "float32_tables"]
+__all__ = ["DIGIT_BITS", "WIDE_BITS", "cos_sin", "digit_rotations", "float32_digits", "float64_turns", "turn_pieces"]
 
-#: Bits per digit: 1024 rows per digit table.
+#: Bits per digit of the float32 method: 1024 rows per digit table.
 DIGIT_BITS = 10
+#: Bits per digit of the float64 method: a digit times a 33-bit piece of the turns is exact.
+WIDE_BITS = 20
+_FRACTION_BITS = 160
+
+
+@functools.cache
+def _inverse_two_pi(bits: int) -> int:
+    """``floor(2**bits / (2 pi))`` to within one, with pi from Machin's formula in integers."""
+    guard = bits + 64
+    one = 1 << guard
+
+    def arctan_inverse(x: int) -> int:  # arctan(1/x) * 2**guard
+        total, term, k, x2 = 0, one // x, 0, x * x
+        while term:
+            total += term // (2 * k + 1) if k % 2 == 0 else -(term // (2 * k + 1))
+            term //= x2
+            k += 1
+        return total
+
+    pi = 16 * arctan_inverse(5) - 4 * arctan_inverse(239)
+    return (1 << (bits + guard)) // (2 * pi)
+
+
+def _turns(theta: float, shift: int) -> int:
+    """``floor(frac(2**shift * theta / (2 pi)) * 2**160)``, exact up to 2**-190 turns."""
+    m, e = math.frexp(theta)
+    mant, exp = int(m * (1 << 53)), e - 53  # theta = mant * 2**exp exactly
+    # 2**q / (2 pi) to 200 bits beyond the integer part of the turns; q a multiple of 256 (cached)
+    q = -(-(max(0, shift + exp + 53) + 200) // 256) * 256
+    scaled = mant * _inverse_two_pi(q)  # turns * 2**(q - shift - exp)
+    return (scaled >> (q - shift - exp - _FRACTION_BITS)) & ((1 << _FRACTION_BITS) - 1)
+
+
+@functools.lru_cache(maxsize=256)
+def _pieces(inv_freq: bytes, shift: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    a, b, c = [], [], []
+    for theta in np.frombuffer(inv_freq, dtype=np.float64).tolist():
+        g = _turns(theta, shift)
+        a.append(math.ldexp(g >> 127, -33))
+        b.append(math.ldexp((g >> 94) & ((1 << 33) - 1), -66))
+        c.append(math.ldexp(g & ((1 << 94) - 1), -160))
+    out = (np.array(a), np.array(b), np.array(c))
+    for piece in out:
+        piece.flags.writeable = False
+    return out
+
+
+def turn_pieces(inv_freq: np.ndarray, shift: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per frequency, ``frac(2**shift * theta / (2 pi)) = a + b + c``: ``a`` and ``b`` of 33 bits, float64."""
+    return _pieces(np.ascontiguousarray(inv_freq, dtype=np.float64).tobytes(), shift)
+
+
+def _host_turns(d: np.ndarray, inv_freq: np.ndarray, shift: int) -> np.ndarray:
+    """``frac(d * 2**shift * theta / (2 pi))`` reduced to ``[-1/2, 1/2]``, for integers ``|d| <= 2**20``."""
+    a, b, c = turn_pieces(inv_freq, shift)
+    d = d[:, None]
+    whole = d * a  # exact: at most 20 + 33 bits
+    t: np.ndarray = (whole - np.floor(whole)) + (d * b + d * c)
+    return t - np.round(t)
+
+
+@functools.lru_cache(maxsize=64)
+def _rotations(inv_freq: bytes, level: int) -> tuple[np.ndarray, np.ndarray]:
+    theta = np.frombuffer(inv_freq, dtype=np.float64)
+    angles = 2 * np.pi * _host_turns(np.arange(1 << DIGIT_BITS, dtype=np.float64), theta, DIGIT_BITS * level)
+    out = (np.cos(angles), np.sin(angles))
+    for t in out:
+        t.flags.writeable = False
+    return out
 
 
 def digit_rotations(inv_freq: np.ndarray, level: int) -> tuple[np.ndarray, np.ndarray]:
-    """cos/sin of ``d * 1024**level * inv_freq`` for ``d < 1024``, float64, shape ``(1024, len(inv_freq))``."""
-    d = np.arange(1 << DIGIT_BITS, dtype=np.float64) * float(1 << (DIGIT_BITS * level))
-    angles = d[:, None] * np.asarray(inv_freq, dtype=np.float64)
-    return np.cos(angles), np.sin(angles)
+    """cos/sin of ``d * 1024**level * inv_freq`` for ``d < 1024``, float64 within 1e-15, ``(1024, len(inv_freq))``."""
+    return _rotations(np.ascontiguousarray(inv_freq, dtype=np.float64).tobytes(), level)
 
 
-def float32_tables(xp: Namespace, inv_freq: np.ndarray, pos: Array | int, device: Device) -> tuple[Array, Array]:
-    """Float32 cos/sin of ``pos * inv_freq`` by the digit method, ``pos.shape + (len(inv_freq),)``.
+def _shifts(bits: int, digit: int, spare: int) -> range:
+    """Digit shifts for positions ``|p| < 2**bits``: the top digit ``p >> shift`` keeps ``|.| < 2**(digit - spare)``."""
+    top = max(0, -(-(bits - digit + spare) // digit) * digit)
+    return range(0, top + 1, digit)
 
-    ``pos`` is a count ``n`` (positions ``0..n-1``), or an array of integer or real
-    positions (real ones: the nearest integer by digits, the remainder, at most 0.5,
-    by a float32 angle).
+
+def _split(xp: Namespace, pos: Array, work: Any) -> tuple[Array, Array | None]:
+    """``pos`` as (integers, remainder): an integer array as it is, or the nearest integers as floats."""
+    if backends.is_integral(xp, pos.dtype):
+        return pos, None
+    p = xp.astype(pos, work)
+    whole = xp.round(p)
+    return whole, p - whole  # exact, |remainder| <= 1/2
+
+
+def _digit(xp: Namespace, n: Array, shift: int, bits: int, top: bool, work: Any) -> Array:
+    """Digit ``n >> shift`` (the top one signed, the others in ``[0, 2**bits)``), as ``work`` floats."""
+    if backends.is_integral(xp, n.dtype):
+        d = n >> shift if shift else n
+        return xp.astype(d if top else d & ((1 << bits) - 1), work)
+    d = xp.floor(n / float(1 << shift)) if shift else n  # exact: integers scaled by powers of two
+    return d if top else d % float(1 << bits)
+
+
+def cos_sin(
+    xp: Namespace,
+    inv_freq: np.ndarray,
+    pos: Array,
+    device: Device,
+    *,
+    exact: bool = False,
+    bits: int | None = None,
+    float64: bool = True,
+) -> tuple[Array, Array]:
+    """cos/sin of ``pos[..., None] * inv_freq`` in float64 where the device has it (and ``float64``), else float32.
+
+    With float64: positions below ``2**20`` in magnitude take float64 angles
+    ``p * theta`` (error below ``2**-33`` radians, invisible in float32 tables), others
+    :func:`float64_turns`, as do all positions when ``exact`` (float64 tables: within a
+    few ulps at every position). Without float64, :func:`float32_digits`. ``bits``
+    bounds the magnitudes, ``|p| < 2**bits`` (default: read from ``pos``, see
+    :func:`~arrayrope._lib.positions.magnitude_bits`).
     """
+    if bits is None:
+        bits = magnitude_bits(xp, pos)
+    if not (float64 and backends.has_float64(xp, device)):
+        return float32_digits(xp, inv_freq, pos, device, bits)
+    if exact or bits > WIDE_BITS:
+        return float64_turns(xp, inv_freq, pos, device, bits)
+    angles = xp.astype(pos, xp.float64)[..., None] * xp.asarray(np.array(inv_freq), device=device)
+    return xp.cos(angles), xp.sin(angles)
+
+
+def float64_turns(
+    xp: Namespace, inv_freq: np.ndarray, pos: Array, device: Device, bits: int
+) -> tuple[Array, Array]:
+    """float64 cos/sin of ``pos * inv_freq`` for positions ``|p| < 2**bits``, exact turns per 20-bit digit."""
+    f64 = xp.float64
+    n, rest = _split(xp, pos, f64)
+    total: Any = None
+    shifts = _shifts(bits, WIDE_BITS, 0)
+    for shift in shifts:
+        d = _digit(xp, n, shift, WIDE_BITS, shift == shifts[-1], f64)[..., None]
+        a, b, c = (xp.asarray(np.array(v), device=device) for v in turn_pieces(inv_freq, shift))
+        whole = d * a
+        t = (whole - xp.floor(whole)) + (d * b + d * c)
+        total = t if total is None else total + t
+    angle = (total - xp.round(total)) * (2 * math.pi)
+    if rest is not None:
+        angle = angle + rest[..., None] * xp.asarray(np.array(inv_freq), device=device)
+    return xp.cos(angle), xp.sin(angle)
+
+
+def float32_digits(
+    xp: Namespace, inv_freq: np.ndarray, pos: Array, device: Device, bits: int
+) -> tuple[Array, Array]:
+    """float32 cos/sin of ``pos * inv_freq`` for positions ``|p| < 2**bits``, by 10-bit digit rotations."""
     f32 = xp.float32
-    frac = None
-    if isinstance(pos, int):
-        itype = xp.int32 if pos <= 2**31 else xp.int64
-        ints = xp.arange(pos, dtype=itype, device=device)
-        bits = 31 if itype == xp.int32 else 63
-    elif backends.is_integral(xp, pos.dtype):
-        ints = pos
-        bits = xp.iinfo(pos.dtype).bits - (0 if xp.isdtype(pos.dtype, "unsigned integer") else 1)
-    else:
-        p = xp.astype(pos, f32)
-        whole = xp.round(p)
-        frac = p - whole  # exact: |frac| <= 0.5
-        ints = xp.astype(whole, xp.int32)
-        bits = 31
-    negative = ints < 0 if xp.isdtype(ints.dtype, "signed integer") else None
-    mag = xp.abs(ints) if negative is not None else ints
-    shape = tuple(mag.shape)
-    flat = xp.reshape(mag, (-1,))
-    mask = xp.asarray((1 << DIGIT_BITS) - 1, dtype=flat.dtype, device=device)
+    n, rest = _split(xp, pos, f32)
+    shape = tuple(n.shape)
+    flat = xp.reshape(n, (-1,))
     cos: Any = None
     sin: Any = None
-    for level in range(-(-bits // DIGIT_BITS)):
-        digit = xp.bitwise_and(flat >> (DIGIT_BITS * level), mask) if level else xp.bitwise_and(flat, mask)
+    shifts = _shifts(bits, DIGIT_BITS, 1)
+    for level, shift in enumerate(shifts):
+        top = shift == shifts[-1]
+        d = _digit(xp, flat, shift, DIGIT_BITS, top, f32)
+        index = xp.astype(xp.abs(d) if top else d, xp.int32)
         c_tab, s_tab = digit_rotations(inv_freq, level)
-        c = xp.take(xp.asarray(c_tab.astype(np.float32), device=device), digit, axis=0)
-        s = xp.take(xp.asarray(s_tab.astype(np.float32), device=device), digit, axis=0)
+        c = xp.take(xp.asarray(c_tab.astype(np.float32), device=device), index, axis=0)
+        s = xp.take(xp.asarray(s_tab.astype(np.float32), device=device), index, axis=0)
+        if top:
+            s = xp.where((d < 0)[:, None], -s, s)
         if cos is None:
             cos, sin = c, s
         else:
@@ -72,10 +214,8 @@ def float32_tables(xp: Namespace, inv_freq: np.ndarray, pos: Array | int, device
     h = inv_freq.shape[0]
     cos = xp.reshape(cos, (*shape, h))
     sin = xp.reshape(sin, (*shape, h))
-    if negative is not None:
-        sin = xp.where(negative[..., None], -sin, sin)
-    if frac is not None:
-        fa = frac[..., None] * xp.asarray(inv_freq.astype(np.float32), device=device)
+    if rest is not None:
+        fa = rest[..., None] * xp.asarray(inv_freq.astype(np.float32), device=device)
         fc, fs = xp.cos(fa), xp.sin(fa)
         cos, sin = cos * fc - sin * fs, sin * fc + cos * fs
     return cos, sin

@@ -20,7 +20,11 @@ DEFAULT_TABLE = "float32"
 
 
 def table_dtype(xp: Namespace, dtype: DType | None, device: Any) -> DType:
-    """The table dtype a user asked for (a dtype of ``xp`` or its name), checked; float32 when None."""
+    """The table dtype a user asked for (a dtype of ``xp`` or its name), checked; float32 when None.
+
+    ``device`` is checked too: every function that makes arrays on a device it is given asks here.
+    """
+    backends.check_device(xp, device)
     if dtype is None:
         return xp.float32
     if isinstance(dtype, str):
@@ -38,6 +42,17 @@ def table_dtype(xp: Namespace, dtype: DType | None, device: Any) -> DType:
 def work_dtype(xp: Namespace, device: Any) -> DType:
     """float64 where ``xp`` has it on ``device``, else float32."""
     return xp.float64 if backends.has_float64(xp, device) else xp.float32
+
+
+def index_dtype(xp: Namespace, device: Any) -> DType:
+    """The widest integer dtype on ``device``: int64, or int32 where there is no int64 (JAX without x64)."""
+    return xp.int64 if backends.has_int64(xp, device) else xp.int32
+
+
+def dtype_name(dtype: DType) -> str:
+    """A dtype's short name for messages (``int64``, not ``torch.int64``)."""
+    name = getattr(dtype, "__name__", None)  # NumPy scalar types such as numpy.int64
+    return name if isinstance(name, str) else str(dtype).rsplit(".", 1)[-1].removeprefix("dtype('").removesuffix("')")
 
 
 def table_dtype_for(xp: Namespace, x_dtype: DType) -> DType:

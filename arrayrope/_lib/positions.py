@@ -1,16 +1,27 @@
-"""Positions, read one way everywhere: a count, or an array of integer or real positions."""
+"""Positions, read one way everywhere: a count, or an array of integer or real positions.
+
+Positions lie in the int64 range ``[-2**63, 2**63)``: checked for real and uint64
+positions on eager backends (JAX and Dask arrays are never inspected). Positions
+derived from others (an offset plus steps) are computed in a dtype that holds them
+(:func:`add_steps`), never in a narrow dtype that would wrap.
+"""
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
 import numpy as np
 
 from .. import backends
+from .dtypes import dtype_name, index_dtype
 from .types import Array, Device, Namespace
 
-__all__ = ["as_positions", "position_array"]
+__all__ = ["LIMIT", "add_steps", "as_positions", "magnitude_bits", "position_array"]
+
+#: Positions must lie in ``[-LIMIT, LIMIT)`` (the int64 range).
+LIMIT = 2**63
 
 
 def as_positions(
@@ -31,8 +42,9 @@ def as_positions(
         With ``count=True`` an int ``n >= 0`` means positions ``0 .. n-1`` and is
         returned as an int. Arrays must have an integer or real floating dtype; other
         sequences become arrays of ``xp`` (or ``like``'s namespace, default NumPy).
-        Real positions must be finite: checked on eager backends only, so JAX traces
-        and Dask stays lazy.
+        Real positions must be finite and all positions in the int64 range: checked on
+        eager backends only, so JAX traces and Dask stays lazy. Unsigned positions come
+        back in the signed dtype that holds them (uint8 as int16, ..., uint64 as int64).
     name : str
         The argument's name, for error messages.
     xp : namespace, optional
@@ -50,12 +62,15 @@ def as_positions(
     if count and isinstance(value, numbers.Integral) and not isinstance(value, bool):
         if value < 0:
             raise ValueError(f"{name} as an int is a count n (positions 0..n-1) and must be >= 0, got {value}")
-        return backends.namespace(xp=xp), int(value), device
+        ns = backends.namespace(xp=xp)
+        backends.check_device(ns, device)
+        return ns, int(value), device
     if value is None or isinstance(value, (bool, float, complex, str, bytes)):
         expected = "an int count or an array" if count else "an array"
         raise TypeError(f"{name} must be {expected} of integer or real positions, got {value!r}")
     if not backends.is_array(value):
         ns = backends.namespace(xp=xp)
+        backends.check_device(ns, device)
         where = backends.device_of(like) if like is not None else device
         try:
             host = np.asarray(value)
@@ -64,9 +79,17 @@ def as_positions(
         if host.dtype.kind not in "iuf":
             raise TypeError(f"{name} must have an integer or real floating dtype, got {host.dtype} from {value!r}")
         value = ns.asarray(host, device=where)
+    if like is not None:
+        mine = backends.namespace(value, names=(name,))
+        if mine is not xp:
+            raise TypeError(
+                f"{name} is a {backends.library_name(mine)} array but {like_name} is a "
+                f"{backends.library_name(xp)} array; pass arrays of one library"
+            )
     ns = backends.namespace(value, xp=xp, names=(name,))
     if like is not None:
         backends.same_device(like, value, like_name, name)
+    backends.check_device(ns, device)
     here = backends.device_of(value)
     if device is None:
         device = here
@@ -75,9 +98,83 @@ def as_positions(
     dt = value.dtype
     if not (backends.is_integral(ns, dt) or backends.is_real_floating(ns, dt)):
         raise TypeError(f"{name} must have an integer or real floating dtype, got {dt}")
-    if backends.is_real_floating(ns, dt) and not backends.is_lazy(value) and not bool(ns.all(ns.isfinite(value))):
-        raise ValueError(f"{name} must be finite; got NaN or infinity")
+    if ns.isdtype(dt, "unsigned integer"):
+        value = _signed(ns, value, name, device)
+    elif not backends.is_lazy(value) and backends.is_real_floating(ns, dt):
+        lo, hi = _extremes(ns, value)
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ValueError(f"{name} must be finite; got NaN or infinity")
+        if lo < -LIMIT or hi >= LIMIT:
+            raise ValueError(
+                f"{name} must lie in the int64 range [-2**63, 2**63); got values from {lo:.6g} to {hi:.6g}"
+            )
     return ns, value, device
+
+
+def _signed(xp: Namespace, value: Array, name: str, device: Device) -> Array:
+    """Unsigned positions as the signed dtype that holds them (every library computes with those):
+    uint8 -> int16, uint16 -> int32, uint32 -> int64 (where there is one), uint64 -> int64 once checked."""
+    bits = int(xp.iinfo(value.dtype).bits)
+    if bits == 64 and not backends.is_lazy(value) and math.prod(value.shape):
+        try:
+            top = int(xp.max(value))
+        except Exception:  # a library without reductions for uint64 (PyTorch): to within float64 rounding
+            top = int(xp.max(xp.astype(value, xp.float64 if backends.has_float64(xp, device) else xp.float32)))
+        if top >= LIMIT:
+            raise ValueError(f"{name} must lie in the int64 range [-2**63, 2**63); got values up to {top:.6g}")
+    wider = {8: "int16", 16: "int32", 32: "int64", 64: "int64"}[bits]
+    if wider == "int64" and not backends.has_int64(xp, device):
+        return value
+    return xp.astype(value, getattr(xp, wider))
+
+
+def _bits_of(xp: Namespace, dtype: Any) -> int:
+    """Bound ``b`` on the magnitude of any position of ``dtype``, ``|p| < 2**b`` (64 for wide real dtypes)."""
+    if backends.is_integral(xp, dtype):
+        return int(xp.iinfo(dtype).bits)
+    return 16 if dtype == getattr(xp, "float16", None) else 64
+
+
+def _extremes(xp: Namespace, pos: Array) -> tuple[Any, Any]:
+    """The smallest and largest position (Python numbers; 0, 0 for an empty array)."""
+    if math.prod(pos.shape) == 0:
+        return 0, 0
+    cast = int if backends.is_integral(xp, pos.dtype) else float
+    return cast(xp.min(pos)), cast(xp.max(pos))
+
+
+def magnitude_bits(xp: Namespace, pos: Array) -> int:
+    """``b`` such that every position has ``|p| < 2**b`` (and its nearest integer too).
+
+    Read from the values on eager backends, from the dtype on lazy ones (JAX, Dask),
+    whose values are never inspected.
+    """
+    if backends.is_lazy(pos):
+        return _bits_of(xp, pos.dtype)
+    lo, hi = _extremes(xp, pos)
+    top: int = math.ceil(max(-lo, hi))
+    return top.bit_length()
+
+
+def add_steps(xp: Namespace, start: Array, steps: int, device: Device, name: str = "offset") -> Array:
+    """Positions ``start[..., None] + arange(steps)``, in a dtype that holds them.
+
+    ``start`` (integers) is widened to int64 where the device has it, so that
+    nothing wraps; where it has no int64 (JAX without x64) the positions must fit in
+    int32, checked on eager backends.
+    """
+    wide = index_dtype(xp, device)
+    top = steps - 1
+    if not backends.is_lazy(start):
+        lo, hi = _extremes(xp, start)
+        limit = xp.iinfo(wide).max
+        if hi + top > limit or lo < xp.iinfo(wide).min:
+            raise ValueError(
+                f"{name} + seq - 1 must fit in {dtype_name(wide)} (at most {limit}), "
+                f"got {name} values up to {hi} with seq={steps}"
+            )
+    start = xp.astype(start, wide)
+    return start[..., None] + xp.arange(steps, dtype=wide, device=device)
 
 
 def position_array(

@@ -19,12 +19,13 @@ backends are listed: importing arrayrope imports no optional library.
 
 from ._after_import import after_import
 from ._namespace import (
+    check_device,
     default_namespace,
     device_of,
     has_float64,
+    has_int64,
     is_array,
     is_integral,
-    is_lazy,
     is_real_floating,
     known,
     library_name,
@@ -33,7 +34,7 @@ from ._namespace import (
     same_device,
     to_device,
 )
-from .dispatch import arange_tables, onnx_exporting, onnx_rotary, rotate, traced
+from .dispatch import arange_tables, is_lazy, onnx_exporting, onnx_rotary, rotate, traced
 from .registry import ENV_VAR, LIBRARIES, VARIANTS, Backend, available, to_numpy
 
 __all__ = [
@@ -43,9 +44,11 @@ __all__ = [
     "Backend",
     "arange_tables",
     "available",
+    "check_device",
     "default_namespace",
     "device_of",
     "has_float64",
+    "has_int64",
     "is_array",
     "is_integral",
     "is_lazy",

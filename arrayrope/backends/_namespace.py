@@ -30,7 +30,7 @@ _ONE_DEVICE = frozenset({"numpy", "dask"})
 _library_of_type: dict[type, str | None] = {}
 _namespace_of_type: dict[type, Any] = {}
 _normalized: dict[int, Any] = {}
-_float64: dict[tuple[int, Any], bool] = {}
+_dtypes_here: dict[tuple[int, Any, str], bool] = {}
 _real_floating: dict[tuple[int, Any], bool] = {}
 _integral: dict[tuple[int, Any], bool] = {}
 
@@ -77,22 +77,27 @@ def namespace(*arrays: Any, xp: Any = None, names: tuple[str, ...] = ()) -> Any:
 
     ``xp`` may be a raw module (``numpy``, ``torch``, ``cupy``, ``dask.array``,
     ``jax.numpy``) or a compliant namespace; raw modules are mapped to their
-    ``array_api_compat`` wrappers. ``None`` entries of ``arrays`` are skipped;
-    ``names`` label the arrays in the ``TypeError`` raised for a non-array or for
-    arrays of different libraries.
+    ``array_api_compat`` wrappers. ``names`` label the arrays in the ``TypeError``
+    raised for a non-array (``None`` included) or for arrays of different libraries.
     """
     ns = None
     if xp is not None:
         ns = _normalized.get(id(xp))
         if ns is None:
-            ns = _namespace_of(xp.asarray(0))
+            try:
+                ns = _namespace_of(xp.asarray(0))
+            except Exception:
+                raise TypeError(
+                    f"xp must be an array namespace (numpy, torch, cupy, jax.numpy, dask.array, array_api_strict "
+                    f"or a compliant namespace), got {xp!r}"
+                ) from None
             _normalized[id(xp)] = ns
     found = None
     first_name = ""
     for i, a in enumerate(arrays):
-        if a is None:
-            continue
         name = names[i] if i < len(names) else f"argument {i}"
+        if a is None:
+            raise TypeError(f"{name} must be an array (NumPy, PyTorch, CuPy, JAX, Dask...), got None")
         t = type(a)
         this = _namespace_of_type.get(t)
         if this is None:
@@ -122,6 +127,20 @@ def library_name(ns: Any) -> str:
     """A short name of a namespace for messages (``numpy``, ``torch``, ``array_api_strict``...)."""
     name = getattr(ns, "__name__", repr(ns))
     return str(name).replace("array_api_compat.", "")
+
+
+def check_device(xp: Any, device: Any, name: str = "device") -> None:
+    """Raise ``ValueError`` unless ``device`` is None or a device of ``xp`` (an array can be made there)."""
+    if device is None:
+        return
+    key = (id(xp), _key(device), "device")
+    if key in _dtypes_here:
+        return
+    try:
+        xp.asarray(0, device=device)
+    except Exception as exc:
+        raise ValueError(f"{name}={device!r} is not a device of {library_name(xp)}: {exc}") from None
+    _dtypes_here[key] = True
 
 
 def device_of(x: Any) -> Any:
@@ -154,24 +173,35 @@ def _key(obj: Any) -> Any:
 
 def has_float64(xp: Any, device: Any) -> bool:
     """Whether ``xp`` computes in float64 on ``device`` (JAX without x64, Apple MPS do not)."""
-    key = (id(xp), _key(device))
-    ok = _float64.get(key)
+    return _has_dtype(xp, device, "float64", "real floating")
+
+
+def has_int64(xp: Any, device: Any) -> bool:
+    """Whether ``xp`` has int64 arrays on ``device`` (JAX without x64 does not)."""
+    return _has_dtype(xp, device, "int64", "signed integer")
+
+
+def _has_dtype(xp: Any, device: Any, name: str, kind: str) -> bool:
+    key = (id(xp), _key(device), name)
+    ok = _dtypes_here.get(key)
     if ok is None:
         try:
             info = xp.__array_namespace_info__()
-            ok = "float64" in info.dtypes(device=device, kind="real floating")
+            ok = name in info.dtypes(device=device, kind=kind)
         except Exception:  # a namespace without the inspection API: try it
             try:
-                ok = xp.asarray(1.0, dtype=xp.float64, device=device).dtype == xp.float64
+                dtype = getattr(xp, name)
+                ok = xp.asarray(1, dtype=dtype, device=device).dtype == dtype
             except Exception:
                 ok = False
-        _float64[key] = bool(ok)
+        _dtypes_here[key] = bool(ok)
     return bool(ok)
 
 
-def is_lazy(x: Any) -> bool:
-    """Whether values of ``x`` cannot be inspected without forcing computation (JAX, Dask)."""
-    return bool(compat.is_lazy_array(x))
+def lazy_array(x: Any) -> bool:
+    """Whether ``x`` is of a kind whose values cannot be inspected without forcing computation (JAX,
+    Dask), or at all (PyTorch's ``meta`` tensors); :func:`~arrayrope.backends.is_lazy` adds traced arrays."""
+    return bool(compat.is_lazy_array(x)) or getattr(getattr(x, "device", None), "type", None) == "meta"
 
 
 def _kind(cache: dict[tuple[int, Any], bool], xp: Any, dtype: Any, test: Any) -> bool:

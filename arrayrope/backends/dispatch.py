@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from ._namespace import library_name, library_of
+from ._namespace import lazy_array, library_name, library_of
 from .registry import LIBRARIES, library_module
 
-__all__ = ["arange_tables", "onnx_exporting", "onnx_rotary", "rotate", "traced"]
+__all__ = ["arange_tables", "is_lazy", "onnx_exporting", "onnx_rotary", "rotate", "traced"]
 
 Generic = Callable[[Any, Any, Any, Any, str], Any]
 _NONE = object()
@@ -46,6 +46,12 @@ def _kernel(library: str | None) -> Any:
     if kernel is _NONE:
         kernel = _rotate_of[library] = _hook(library, "rotate")
     return kernel
+
+
+def is_lazy(x: Any) -> bool:
+    """Whether the values of ``x`` must not be inspected: a lazy array (JAX, Dask, meta tensors) or a tracer's
+    stand-in (torch.compile, torch.export), where reading a value forces computation or breaks the trace."""
+    return lazy_array(x) or traced(x)
 
 
 def traced(x: Any) -> bool:

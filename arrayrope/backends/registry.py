@@ -172,11 +172,15 @@ def available(
         names = env if env else list(PROBES)
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
+    if not isinstance(names, Iterable):
+        raise TypeError(f"names must be a backend name, a comma-separated string or a list of names, got {names!r}")
+    if not isinstance(with_reasons, bool):
+        raise TypeError(f"with_reasons must be True or False, got {with_reasons!r}")
     wanted = list(names)
     unknown = [n for n in wanted if not isinstance(n, str) or _library(n) is None]
     if unknown:
         raise ValueError(
-            f"unknown backend(s) {unknown}; known: {list(PROBES)} or one device of them: {list(VARIANTS)}"
+            f"unknown backends {unknown}; known: {list(PROBES)} or one device of them: {list(VARIANTS)}"
         )
     found: list[Backend] = []
     missing: dict[str, str] = {}

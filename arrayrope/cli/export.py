@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
+import os
 from typing import Any
 
 from . import fuse as fuse_command
@@ -13,8 +12,19 @@ HELP = ("write an ONNX model that applies rotary embeddings (tables from arrayro
         "'arrayrope export fuse' fuses those of an existing model")
 
 
+class _Given(argparse.Action):
+    """Stores the value and records that the flag was given (a config and these flags are exclusive)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        given = set(getattr(namespace, "_given", ()))
+        namespace._given = given | {option_string or self.dest}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--head-dim", type=int, default=None, help="features per head (or from --config)")
+    parser.add_argument("--head-dim", type=int, default=None, action=_Given,
+                        help="features per head (or from --config)")
     parser.add_argument("--num-heads", type=int, default=None, help="heads (required for --rank 3; or from --config)")
     parser.add_argument("--num-kv-heads", type=int, default=None, help="heads of k with --qk (grouped-query attention)")
     parser.add_argument("--rank", type=int, choices=(3, 4), default=4,
@@ -22,9 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layout", choices=("half", "interleaved"), default="half")
     parser.add_argument("--target", choices=("auto", "onnx23", "ort", "portable"), default="auto")
     parser.add_argument("--max-positions", type=int, default=4096, help="table rows: position ids must be below it")
-    parser.add_argument("--base", type=float, default=10000.0, help="rope_theta")
-    parser.add_argument("--rotary-dim", type=int, default=None, help="leading features that rotate (default all)")
-    parser.add_argument("--config", default=None, help="a Hugging Face config.json (head_dim, rope_theta, scaling)")
+    parser.add_argument("--base", type=float, default=10000.0, action=_Given, help="rope_theta (or from --config)")
+    parser.add_argument("--rotary-dim", type=int, default=None, action=_Given,
+                        help="leading features that rotate (default all; or from --config)")
+    parser.add_argument("--config", default=None,
+                        help="a Hugging Face config.json or its folder (head_dim, rope_theta, rotary dim, scaling, "
+                             "heads); not combined with --head-dim, --base, --rotary-dim")
     parser.add_argument("--dtype", choices=("float32", "float16", "bfloat16", "float64"), default="float32")
     parser.add_argument("--tables", choices=("constant", "computed"), default="constant",
                         help="computed: cos/sin built in the graph (portable only)")
@@ -39,15 +52,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _freqs_from_config(path: str, args: argparse.Namespace) -> Any:
-    import arrayrope
+    from arrayrope.config import load_config, rope_frequencies_from_config
 
-    try:
-        freqs = arrayrope.rope_frequencies_from_config(path)
-        with open(path, encoding="utf-8") as fh:
-            config = json.load(fh)
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        raise SystemExit(f"arrayrope export: --config {path!r}: {exc}") from None
-    config = config.get("text_config", config)
+    given = sorted(getattr(args, "_given", ()))
+    if given:
+        raise ValueError(
+            f"--config gives head_dim, rope_theta and the rotary dim; it is not combined with {', '.join(given)} "
+            "(edit the config, or pass the flags without --config)"
+        )
+    freqs = rope_frequencies_from_config(path)
+    config = load_config(path)
+    text = config.get("text_config")
+    if not any(k in config for k in ("head_dim", "hidden_size")) and isinstance(text, dict):
+        config = text
     if args.num_heads is None:
         args.num_heads = config.get("num_attention_heads")
     if args.num_kv_heads is None and args.qk:
@@ -56,34 +73,34 @@ def _freqs_from_config(path: str, args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
-    import onnx
-
-    from arrayrope.export import rotary_model
-
     if args.output is None:
-        print("arrayrope export: -o/--output is required (or use: arrayrope export fuse IN.onnx -o OUT.onnx)",
-              file=sys.stderr)
-        return 2
+        raise ValueError("-o/--output is required (or use: arrayrope export fuse IN.onnx -o OUT.onnx)")
 
+    output = os.path.abspath(args.output)
+    if not os.path.isdir(os.path.dirname(output)):
+        raise ValueError(f"-o {args.output}: the folder {os.path.dirname(output)!r} does not exist")
     if args.config:
         freqs = _freqs_from_config(args.config, args)
         extra = {}
     else:
         if args.head_dim is None:
-            raise SystemExit("arrayrope export: pass --head-dim (or --config config.json)")
+            raise ValueError("pass --head-dim (or --config config.json)")
         freqs = args.head_dim
         extra = {"base": args.base, "rotary_dim": args.rotary_dim}
+
+    import onnx
+
+    from arrayrope.export import rotary_model
+
+    model = rotary_model(
+        freqs, layout=args.layout, target=args.target, rank=args.rank, num_heads=args.num_heads,
+        num_kv_heads=args.num_kv_heads, max_positions=args.max_positions, position_ids=not args.no_position_ids,
+        tables=args.tables, dtype=args.dtype, opset=args.opset, qk=args.qk, **extra,
+    )
     try:
-        model = rotary_model(
-            freqs, layout=args.layout, target=args.target, rank=args.rank, num_heads=args.num_heads,
-            num_kv_heads=args.num_kv_heads, max_positions=args.max_positions, position_ids=not args.no_position_ids,
-            tables=args.tables, dtype=args.dtype, opset=args.opset, qk=args.qk, **extra,
-        )
-    except (TypeError, ValueError) as exc:
-        raise SystemExit(f"arrayrope export: {exc}") from None
-    onnx.save(model, args.output)
+        onnx.save(model, args.output)
+    except OSError as err:
+        raise ValueError(f"-o {args.output}: cannot write the model: {err.strerror or err}") from None
     print(f"wrote {args.output}: {model.graph.doc_string}")
     ops = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
     print(f"{len(model.graph.node)} nodes, opsets {ops}, IR version {model.ir_version}, "

@@ -67,14 +67,10 @@ def run(args: argparse.Namespace) -> int:
     from arrayrope.testing._parity import _dtypes
 
     names, dtypes = split(args.backends), split(args.dtypes)
-    try:
-        if names is not None:
-            available(names)  # unknown names: the error lists the known ones
-        if dtypes is not None:
-            _dtypes(dtypes)
-    except ValueError as exc:
-        print(f"arrayrope parity: error: {exc}", file=sys.stderr)
-        return 2
+    if names is not None:
+        available(names)  # unknown names: the error (reported by main) lists the known ones
+    if dtypes is not None:
+        _dtypes(dtypes)
     report = run_cases(builtin_cases(), backends=names, dtypes=dtypes)
     print_skipped(report)
     failed = report.failures

@@ -11,7 +11,7 @@ the attention score ``|sum_j h_j exp(i r theta_j)|`` is at most this times
 from __future__ import annotations
 
 import argparse
-import sys
+import math
 from typing import Any
 
 import numpy as np
@@ -69,6 +69,10 @@ def _curves(args: argparse.Namespace) -> list[tuple[str, Any, int]]:
         curves.append((f"{path} ({f.rope_type})", f, int(original)))
     types = args.types.split(",") if args.types else ([] if args.configs else list(_TYPES))
     s, l0, d = args.factor, args.original_length, args.head_dim
+    if types and not (s >= 1 and math.isfinite(s)):
+        raise ValueError(f"--factor must be a number >= 1, got {s:g}")
+    if types and l0 < 1:
+        raise ValueError(f"--original-length must be a positive int, got {l0}")
     for t in types:
         t = t.strip()
         scaling: dict[str, Any] | str | None = {
@@ -88,19 +92,15 @@ def _curves(args: argparse.Namespace) -> list[tuple[str, Any, int]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        import matplotlib
+    """Errors (a bad config or value, no matplotlib: the ``plot`` extra) reach :func:`arrayrope.cli.main`."""
+    curves = _curves(args)
+    if args.max_distance is not None and args.max_distance < 1:
+        raise ValueError(f"--max-distance must be a positive int, got {args.max_distance}")
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("arrayrope plot needs matplotlib: pip install 'arrayrope[plot]'", file=sys.stderr)
-        return 2
-    try:
-        curves = _curves(args)
-    except (ValueError, TypeError, FileNotFoundError) as err:
-        print(f"arrayrope plot: {err}", file=sys.stderr)
-        return 2
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     longest = max(l0 * max(1.0, args.factor) for _, _, l0 in curves)
     max_r = args.max_distance or int(4 * longest)
     distances = np.unique(np.round(np.geomspace(1, max_r, 600)))

@@ -47,6 +47,8 @@ def grid_coordinates(
     coordinates (x, the column, first). ``prefix`` tokens before the grid and ``suffix``
     tokens after it get coordinate 0.
     """
+    ns = backends.namespace(xp=xp)
+    backends.check_device(ns, device)
     n = len(grid)
     train = None
     if train_grid is not None:
@@ -72,7 +74,6 @@ def grid_coordinates(
         coords = coords[:, [1, 0, *range(2, n)]]
     zeros = np.zeros((1, n), dtype=coords.dtype)
     coords = np.concatenate([np.repeat(zeros, prefix, 0), coords, np.repeat(zeros, suffix, 0)])
-    ns = backends.namespace(xp=xp)
     if not backends.has_float64(ns, device) and coords.dtype == np.float64:
         coords = coords.astype(np.float32)
     return ns, ns.asarray(coords, device=device), device

@@ -181,7 +181,8 @@ def axial_rope_tables(
         elif d != 2 * bands.size:
             raise ValueError(f"axis_dims[{j}]={d} must be 2 * len(frequencies) = {2 * bands.size}")
         else:
-            freqs = RopeFrequencies(bands, d, d, 1.0, float("nan"), "frequencies")
+            # explicit bands: no base made them; this set only carries them to rope_tables and stays here
+            freqs = RopeFrequencies(bands, d, d, 1.0, 1.0, "frequencies")
         c, s = rope_tables(freqs, coords[..., j], xp=ns, dtype=dtype, device=device)
         cos.append(c)
         sin.append(s)

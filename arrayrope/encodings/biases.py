@@ -14,6 +14,7 @@ inspected, so Dask builds them lazily and ``jax.jit`` traces them.
 
 from __future__ import annotations
 
+import decimal
 import functools
 import math
 import numbers
@@ -22,7 +23,7 @@ import numpy as np
 
 from .. import backends
 from .._lib import checks
-from .._lib.dtypes import table_dtype, work_dtype
+from .._lib.dtypes import dtype_name, index_dtype, table_dtype, work_dtype
 from .._lib.types import Array, Device, DType, Namespace
 
 __all__ = ["alibi_bias", "alibi_slopes", "t5_relative_bias", "t5_relative_buckets"]
@@ -144,16 +145,23 @@ def t5_relative_buckets(
     bidirectional : bool
         Encoder (True) or decoder (False) buckets.
     num_buckets : int
-        Bucket count, >= 2 (>= 4 when bidirectional).
+        Bucket count, from 2 (4 when bidirectional) to ``2**17``; the buckets must fit
+        in the dtype of ``relative_position``.
     max_distance : int
-        Distance from which every position shares the last bucket; must exceed ``E``.
+        Distance from which every position shares the last bucket; must exceed ``E``
+        and be at most ``2**40`` (where float64 logarithms still tell neighbouring
+        distances apart, so that the exact boundaries stay cheap to find).
 
     Notes
     -----
-    The floor is evaluated exactly, in integer arithmetic on the host; a float
-    formula can land one bucket low or high where ``ln(n / E) / ln(max_distance / E) * (B - E)``
-    is (nearly) an integer. For T5's settings (32 buckets, distance 128, either
-    direction) the buckets equal those of Hugging Face and Mesh TensorFlow at every distance.
+    The floor is evaluated exactly: the distance where each logarithmic bucket
+    starts is found on the host (float logarithms, and integer arithmetic where they
+    are too close to call), and each distance is placed among these boundaries on
+    the device. The cost is that of the output plus ``num_buckets``, whatever
+    ``max_distance``. A float formula can land one bucket low or high where
+    ``ln(n / E) / ln(max_distance / E) * (B - E)`` is (nearly) an integer; for T5's
+    settings (32 buckets, distance 128, either direction) the buckets equal those
+    of Hugging Face and Mesh TensorFlow at every distance.
 
     Examples
     --------
@@ -173,6 +181,10 @@ def t5_relative_buckets(
     max_distance = checks.positive_int(max_distance, "max_distance")
     if num_buckets < 2:
         raise ValueError(f"num_buckets must be >= 2, got {num_buckets}")
+    if num_buckets > _MAX_BUCKETS:
+        raise ValueError(f"num_buckets must be at most 2**17 = {_MAX_BUCKETS}, got {num_buckets}")
+    if max_distance > _MAX_DISTANCE:
+        raise ValueError(f"max_distance must be at most 2**40 = {_MAX_DISTANCE}, got {max_distance}")
     per_side = num_buckets // 2 if bidirectional else num_buckets
     exact = per_side // 2
     if exact < 1:
@@ -186,47 +198,74 @@ def t5_relative_buckets(
             f"max_distance must exceed the {exact} exact buckets (num_buckets={num_buckets}, "
             f"bidirectional={bidirectional}), got {max_distance}"
         )
+    if num_buckets - 1 > int(ns.iinfo(rel.dtype).max):
+        raise ValueError(
+            f"num_buckets={num_buckets} does not fit the dtype of relative_position ({dtype_name(rel.dtype)}, "
+            f"at most {ns.iinfo(rel.dtype).max}); pass a wider integer dtype"
+        )
     device = backends.device_of(rel)
-    zero = ns.zeros((), dtype=rel.dtype, device=device)
+    wide = index_dtype(ns, device)
+    bound = min(max_distance, int(ns.iinfo(wide).max))  # distances past max_distance share the last bucket
+    r = ns.clip(ns.astype(rel, wide), -bound, bound)  # widened first: nothing wraps, |r| fits
+    zero = ns.zeros((), dtype=wide, device=device)
+    n = ns.abs(r) if bidirectional else -ns.minimum(r, zero)
+    starts = ns.asarray(_bucket_starts(per_side, max_distance), device=device)  # [E, t_1, ..., t_{K-1}]
+    counted = ns.astype(ns.searchsorted(starts, ns.reshape(n, (-1,)), side="right"), wide)
+    large = ns.reshape(counted, tuple(n.shape)) + (exact - 1)
+    buckets = ns.where(n < exact, n, large)
     if bidirectional:
-        n = ns.abs(rel)
-        upper = ns.where(rel > zero, ns.asarray(per_side, dtype=rel.dtype, device=device), zero)
-    else:
-        n = -ns.minimum(rel, zero)
-        upper = None
-    n = ns.minimum(n, ns.asarray(max_distance, dtype=rel.dtype, device=device))
-    table = ns.asarray(np.array(_bucket_table(per_side, max_distance)), dtype=rel.dtype, device=device)
-    shape = tuple(rel.shape)
-    buckets = ns.reshape(ns.take(table, ns.reshape(n, (-1,)), axis=0), shape)
-    return buckets if upper is None else buckets + upper
+        buckets = buckets + ns.where(r > zero, ns.asarray(per_side, dtype=wide, device=device), zero)
+    return ns.astype(buckets, rel.dtype)
+
+
+_MAX_BUCKETS = 1 << 17
+_MAX_DISTANCE = 1 << 40
 
 
 @functools.lru_cache(maxsize=64)
-def _bucket_table(num_buckets: int, max_distance: int) -> np.ndarray:
-    """Bucket of each distance ``0..max_distance`` (one direction), exact.
+def _bucket_starts(num_buckets: int, max_distance: int) -> np.ndarray:
+    """The distance where each logarithmic bucket starts: ``E`` for bucket ``E``, then for ``E + j``
+    (``j = 1 .. K-1``, ``K = B - E``) the smallest ``n`` with ``floor(ln(n/E) / ln(D/E) * K) >= j``.
 
-    ``floor(ln(n/E) / ln(D/E) * K) >= j``  <=>  ``n**K * E**j >= D**j * E**K`` (``K = B - E``),
-    compared in Python integers.
+    Float logarithms place each start; where ``K ln(n/E) - j ln(D/E)`` is too close
+    to zero to tell its sign, 60-digit logarithms decide, and where even these agree
+    (a tie such as ``n = 16`` for T5's bucket 10), ``n**K * E**j >= D**j * E**K`` in integers.
     """
     exact = num_buckets // 2
     k = num_buckets - exact
+    j = np.arange(1, k)
+    ratio = math.log(max_distance / exact)
+    guess = np.ceil(exact * np.exp(j * ratio / k)).astype(np.int64)
 
-    def reaches(n: int, j: int) -> bool:
-        return bool(n**k * exact**j >= max_distance**j * exact**k)
+    def reaches(n: np.ndarray, jj: np.ndarray) -> np.ndarray:
+        size = k * np.log(n / exact)
+        margin = size - jj * ratio
+        sure = np.abs(margin) > 2.0**-50 * (size + jj * ratio)  # 4 times the rounding of either term
+        out = margin >= 0
+        with decimal.localcontext(decimal.Context(prec=60)):
+            log_ratio = (decimal.Decimal(max_distance) / exact).ln()
+            for i in np.flatnonzero(~sure):  # too close to call in float64: 60 digits, then integers
+                fine = k * (decimal.Decimal(int(n[i])) / exact).ln() - int(jj[i]) * log_ratio
+                if abs(fine) > decimal.Decimal(10) ** -45:
+                    out[i] = fine > 0
+                else:  # equal to 45 digits: equal, unless the integers say otherwise
+                    g = math.gcd(k, int(jj[i]))
+                    a, b = k // g, int(jj[i]) // g
+                    out[i] = int(n[i]) ** a * exact**b >= max_distance**b * exact**a
+        return out
 
-    thresholds = []
-    for j in range(1, k):  # bucket exact + j starts at the smallest n that reaches j
-        n = max(exact, math.ceil(exact * (max_distance / exact) ** (j / k)))
-        while not reaches(n, j):
-            n += 1
-        while n > exact and reaches(n - 1, j):
-            n -= 1
-        thresholds.append(n)
-    n = np.arange(max_distance + 1)
-    large = exact + np.searchsorted(np.array(thresholds, dtype=np.int64), n, side="right")
-    table = np.where(n < exact, n, np.minimum(large, num_buckets - 1))
-    table.flags.writeable = False
-    return table
+    starts = np.clip(guess, exact, max_distance)
+    for _ in range(4):  # each start moves by at most a step or two from its guess
+        up = ~reaches(starts, j)
+        down = (starts > exact) & reaches(np.maximum(starts - 1, exact), j)
+        if not (up.any() or down.any()):
+            break
+        starts = starts + up - down
+    else:
+        raise AssertionError("T5 bucket boundaries did not settle")
+    out = np.concatenate([[exact], starts]).astype(np.int64)
+    out.flags.writeable = False
+    return out
 
 
 def t5_relative_bias(
@@ -273,9 +312,12 @@ def t5_relative_bias(
         raise ValueError(f"table must have shape (num_buckets, num_heads), got shape {tuple(table.shape)}")
     device = backends.device_of(table)
     rel = _relative(ns, q_len, k_len, offset, device)
-    buckets = t5_relative_buckets(
-        rel, bidirectional=bidirectional, num_buckets=table.shape[0], max_distance=max_distance
-    )
+    try:
+        buckets = t5_relative_buckets(
+            rel, bidirectional=bidirectional, num_buckets=table.shape[0], max_distance=max_distance
+        )
+    except ValueError as exc:  # num_buckets is table.shape[0] here
+        raise ValueError(str(exc).replace("num_buckets", "table.shape[0] (num_buckets)", 1)) from None
     q, k = tuple(rel.shape)
     values = ns.take(table, ns.reshape(buckets, (-1,)), axis=0)  # (q * k, heads)
     return ns.permute_dims(ns.reshape(values, (q, k, table.shape[1])), (2, 0, 1))
@@ -289,6 +331,8 @@ def _relative(xp: Namespace, q_len: int, k_len: int, offset: int | None, device:
         offset = k_len - q_len
     elif isinstance(offset, bool) or not isinstance(offset, numbers.Integral):
         raise TypeError(f"offset must be an int (position of the first query), got {offset!r}")
+    if abs(offset) + q_len + k_len > 2**62:
+        raise ValueError(f"offset must keep every position within +-2**62, got offset={offset}")
     keys = xp.arange(k_len, device=device)
     queries = xp.arange(int(offset), int(offset) + q_len, device=device)
     return keys[None, :] - queries[:, None]

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import threading
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, overload
 
 from .. import backends
 from .._lib import checks
-from .._lib.dtypes import host_dtype, table_dtype_for
-from .._lib.positions import position_array
+from .._lib.dtypes import host_dtype, index_dtype, table_dtype_for
+from .._lib.positions import add_steps, position_array
 from .._lib.types import AXES, ROTARY_FEATURES, Array, Axes, Layout, Namespace, RotaryFeatures
 from ..apply import rotate_features
 from ..frequencies import RopeFrequencies, rope_frequencies
@@ -21,6 +22,8 @@ from ..tables import rope_tables
 __all__ = ["RotaryEmbedding"]
 
 _MIN_CACHE = 256
+#: Tables of positions up to this are cached; calls beyond compute the tables of their own positions.
+_MAX_CACHE = 1 << 17
 
 
 class RotaryEmbedding:
@@ -51,12 +54,16 @@ class RotaryEmbedding:
     Notes
     -----
     Tables for positions ``0..N-1`` are computed on the host in float64 and kept
-    per (namespace, device, dtype); ``N`` doubles when a call needs more. The
-    cache is guarded by a lock, so one instance serves several threads. Explicit
-    ``positions`` and per-batch ``offset`` arrays compute their tables directly
-    from the positions (no cache lookup, no data-dependent check), which also
-    holds under ``jax.jit``. Tables are float32, or float64 for float64 inputs;
-    float16 and bfloat16 inputs are rotated in float32 and rounded once.
+    per (namespace, device, dtype); ``N`` doubles when a call needs more, up to
+    ``2**17`` positions. A call beyond that computes the tables of its own positions
+    only (a decode step at position ``2**31`` costs what one at position 10 does, and
+    is as exact). The cache is guarded by a lock, so one instance serves several
+    threads. Explicit ``positions`` and per-batch ``offset`` arrays compute their
+    tables directly from the positions (no cache lookup), which also holds under
+    ``jax.jit``; offsets plus steps are added in int64 (int32 where the device has
+    no int64), never in the offsets' own dtype. Tables are float32, or float64 for
+    float64 inputs; float16 and bfloat16 inputs are rotated in float32 and rounded
+    once. ``q`` and ``k`` of different dtypes each get the tables of their own.
 
     Rope types that depend on the sequence length change ``freqs`` during calls,
     as Hugging Face transformers does. The length ``L`` of a call is
@@ -72,7 +79,9 @@ class RotaryEmbedding:
       the short ones otherwise (at the switch length exactly: short).
 
     Keys in a KV cache that were rotated before such a change no longer match the
-    new frequencies; :func:`arrayrope.rerotate` moves them over.
+    new frequencies; :func:`arrayrope.rerotate` moves them over. ``self.freqs`` is
+    the set of the latest call of any thread; ``return_freqs=True`` returns the set
+    a call used, which is what ``rerotate`` needs when threads share an instance.
 
     Examples
     --------
@@ -162,6 +171,18 @@ axes='bhsd', rotary_features='trailing')
             + (")" if self.rotary_features == "leading" else f", rotary_features={self.rotary_features!r})")
         )
 
+    @overload
+    def __call__(
+        self, q: Array, k: Array | None = None, *, positions: Array | None = None, offset: int | Array = 0,
+        seq_len: int | None = None, return_freqs: Literal[False] = False,
+    ) -> Array | tuple[Array, Array]: ...
+
+    @overload
+    def __call__(
+        self, q: Array, k: Array | None = None, *, positions: Array | None = None, offset: int | Array = 0,
+        seq_len: int | None = None, return_freqs: Literal[True],
+    ) -> tuple[Array, RopeFrequencies] | tuple[Array, Array, RopeFrequencies]: ...
+
     def __call__(
         self,
         q: Array,
@@ -170,33 +191,49 @@ axes='bhsd', rotary_features='trailing')
         positions: Array | None = None,
         offset: int | Array = 0,
         seq_len: int | None = None,
-    ) -> Array | tuple[Array, Array]:
+        return_freqs: bool = False,
+    ) -> Any:
         """Rotate ``q`` (and ``k``) by their positions.
 
         Parameters
         ----------
         q, k : array
-            4-D, laid out as ``axes`` says; ``k`` may have fewer heads (GQA) but the
-            same batch and sequence length.
+            4-D real floating arrays, laid out as ``axes`` says; ``k`` may have fewer
+            heads (GQA) but the same batch and sequence length. Each is rotated in its
+            own dtype (float64 tables for a float64 input, float32 for the others).
         positions : array, optional
             Integer (or real) positions of shape ``(S,)`` or ``(B, S)``. Default:
             ``offset .. offset + S - 1``.
         offset : int or array
-            Start position, one int or one per batch row (shape ``(B,)``), for
-            decoding with a KV cache. Not combined with ``positions``.
+            Start position, one int or one per batch row (an integer array of shape
+            ``(B,)``), for decoding with a KV cache. Not combined with ``positions``.
         seq_len : int, optional
             Sequence length that selects the frequencies of the ``dynamic`` and
             ``longrope`` types (see Notes); ignored by the others.
+        return_freqs : bool
+            Also return the :class:`RopeFrequencies` this call used (last), the ones to
+            hand to :func:`arrayrope.rerotate`; unlike ``self.freqs``, no other
+            thread's call can change them.
 
         Returns
         -------
-        array or tuple of arrays
-            Rotated ``q``, or ``(q, k)`` when ``k`` is given.
+        array or tuple
+            Rotated ``q``, or ``(q, k)`` when ``k`` is given; with ``return_freqs``,
+            the frequencies are appended.
+
+        Notes
+        -----
+        Every argument is checked before anything changes: a rejected call leaves
+        the instance (its frequencies, its cache) as it was.
         """
-        xp = backends.namespace(q, k, names=("q", "k"))
-        self._check_input(q, "q")
+        xp = backends.namespace(q, names=("q",)) if k is None else backends.namespace(q, k, names=("q", "k"))
+        q_dtype = self._check_input(xp, q, "q")
+        k_dtype = q_dtype
         if k is not None:
-            self._check_input(k, "k")
+            if k.dtype == q.dtype:  # the dtype is checked already
+                self._check_shape(k, "k")
+            else:
+                k_dtype = self._check_input(xp, k, "k")
             backends.same_device(q, k, "q", "k")
             s_ax, other = (2, 1) if self.axes == "bhsd" else (1, 2)
             if q.shape[0] != k.shape[0] or q.shape[s_ax] != k.shape[s_ax]:
@@ -207,20 +244,36 @@ axes='bhsd', rotary_features='trailing')
                     f"q and k must share batch and sequence sizes; with axes={self.axes!r} the sequence is axis "
                     f"{s_ax}, got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}{hint}"
                 )
+        if return_freqs is not False and return_freqs is not True:
+            checks.boolean(return_freqs, "return_freqs")
         export = backends.onnx_rotary(q)  # set while an ONNX exporter traces: fused ops on exact caches
         if export is not None:
             fused = export(q, k, freqs=self._fixed_freqs(seq_len), positions=positions, offset=offset,
                            layout=self.layout, axes=self.axes, max_positions=self.max_position_embeddings)
             if fused is not None:
                 return fused
+        where = self._positions(xp, q, positions, offset, seq_len)
+        freqs = self._select(where.length) if self._resize is not None else self._start_freqs
         # The tables are built here to broadcast against q and k: no need to check them again.
-        cos, sin = self._tables_for(xp, q, positions, offset, seq_len)
+        cos, sin = self._tables(xp, freqs, where, q_dtype)
         q_rot = rotate_features(xp, q, cos, sin, self.layout, self.rotary_features)
         if k is None:
-            return q_rot
-        return q_rot, rotate_features(xp, k, cos, sin, self.layout, self.rotary_features)
+            return (q_rot, freqs) if return_freqs else q_rot
+        if k_dtype != q_dtype:  # each input is rotated by tables of its own dtype
+            cos, sin = self._tables(xp, freqs, where, k_dtype)
+        k_rot = rotate_features(xp, k, cos, sin, self.layout, self.rotary_features)
+        return (q_rot, k_rot, freqs) if return_freqs else (q_rot, k_rot)
 
-    def _check_input(self, x: Array, name: str) -> None:
+    def _check_input(self, xp: Namespace, x: Array, name: str) -> Any:
+        """Check one input; the dtype of its tables."""
+        if not backends.is_real_floating(xp, x.dtype):
+            raise TypeError(
+                f"{name} must have a real floating dtype (float16, bfloat16, float32, float64), got {x.dtype}"
+            )
+        self._check_shape(x, name)
+        return table_dtype_for(xp, x.dtype)
+
+    def _check_shape(self, x: Array, name: str) -> None:
         if x.ndim != 4:
             raise ValueError(f"{name} must be 4-D as axes={self.axes!r} says, got shape {tuple(x.shape)}")
         if x.shape[-1] != self.freqs.head_dim:
@@ -229,46 +282,74 @@ axes='bhsd', rotary_features='trailing')
                 f"got shape {tuple(x.shape)}"
             )
 
-    def _table_dtype(self, xp: Namespace, x: Array) -> Any:
-        if not backends.is_real_floating(xp, x.dtype):
-            raise TypeError(f"q and k must have a real floating dtype, got {x.dtype}")
-        return table_dtype_for(xp, x.dtype)
-
-    def _tables_for(
-        self, xp: Namespace, q: Array, positions: Any, offset: Any, seq_len: int | None = None
-    ) -> tuple[Array, Array]:
+    def _positions(self, xp: Namespace, q: Array, positions: Any, offset: Any, seq_len: Any) -> _Where:
+        """Check the positions of a call (nothing is computed or changed yet)."""
         batch = q.shape[0]
         seq = q.shape[2] if self.axes == "bhsd" else q.shape[1]
         device = backends.device_of(q)
-        dtype = self._table_dtype(xp, q)
-        freqs = self._start_freqs
-        if self._resize is not None:
-            freqs = self._select(xp, seq, positions, offset, seq_len)
+        if seq_len is not None:
+            seq_len = checks.positive_int(seq_len, "seq_len")
         if positions is not None:
-            if not (isinstance(offset, numbers.Integral) and offset == 0):
+            if not (isinstance(offset, numbers.Integral) and not isinstance(offset, bool) and offset == 0):
                 raise ValueError("pass positions or offset, not both (positions already include any offset)")
             _, pos, _ = position_array(positions, "positions", like=q)
             if pos.ndim not in (1, 2) or pos.shape[-1] != seq or (pos.ndim == 2 and pos.shape[0] not in (1, batch)):
                 raise ValueError(_positions_mismatch(tuple(q.shape), tuple(pos.shape), self.axes))
-            cos, sin = rope_tables(freqs, pos, dtype=dtype)
-        elif isinstance(offset, numbers.Integral) and not isinstance(offset, bool):
+            return _Where(device, seq, array=pos, length=self._length(pos, 0, seq_len))
+        if isinstance(offset, numbers.Integral) and not isinstance(offset, bool):
             offset = int(offset)
             if offset < 0:
                 raise ValueError(f"offset must be >= 0, got {offset}")
-            if freqs is self._start_freqs and not backends.traced(q):  # a trace keeps its own tables
-                cos, sin = self._cached(xp, device, dtype, offset + seq)
-                cos, sin = cos[offset : offset + seq, :], sin[offset : offset + seq, :]
-            else:
-                cos, sin = rope_tables(freqs, xp.arange(offset, offset + seq, device=device), dtype=dtype)
-        else:
-            _, off, _ = position_array(offset, "offset", like=q)
-            if off.ndim != 1 or off.shape[0] != batch:
+            # a trace keeps its own tables (nothing created while tracing may outlive it), and its sequence
+            # length may be symbolic: no comparison of it may branch
+            traced = backends.traced(q)
+            if not traced and offset + seq > 2**31 and offset + seq - 1 > (
+                limit := int(xp.iinfo(index_dtype(xp, device)).max)
+            ):
                 raise ValueError(
-                    f"offset must be an int or an array of shape (B,) = ({batch},) (axis 0 of q, axes={self.axes!r}), "
-                    f"got {tuple(off.shape)}"
+                    f"offset + seq - 1 must be at most {limit} (the largest position this device holds), "
+                    f"got offset={offset} with seq={seq}"
                 )
-            steps = xp.arange(seq, dtype=off.dtype, device=device)
-            cos, sin = rope_tables(freqs, off[:, None] + steps, dtype=dtype)
+            return _Where(device, seq, start=offset, length=offset + seq, traced=traced)
+        if isinstance(offset, bool) or not backends.is_array(offset):
+            raise TypeError(f"offset must be an int or an integer array of shape (B,), got {offset!r}")
+        _, off, _ = position_array(offset, "offset", like=q)
+        if not backends.is_integral(xp, off.dtype):
+            raise TypeError(f"offset must be an int or an integer array of shape (B,), got dtype {off.dtype}")
+        if off.ndim != 1 or off.shape[0] != batch:
+            raise ValueError(
+                f"offset must be an int or an array of shape (B,) = ({batch},) (axis 0 of q, axes={self.axes!r}), "
+                f"got {tuple(off.shape)}"
+            )
+        if not backends.is_lazy(off) and batch and int(xp.min(off)) < 0:
+            raise ValueError(f"offset must be >= 0, got {int(xp.min(off))}")
+        pos = add_steps(xp, off, seq, device)
+        return _Where(device, seq, array=pos, length=self._length(off, seq - 1, seq_len))
+
+    def _length(self, src: Array, extra: int, seq_len: int | None) -> int | None:
+        """The length ``L`` of a call with positions or offsets ``src`` (for the rope types that follow it)."""
+        if self._resize is None:
+            return None
+        if seq_len is not None:
+            return seq_len
+        if backends.is_lazy(src):
+            raise ValueError(
+                f"rope_type {self.freqs.rope_type!r} picks its frequencies by sequence length; with "
+                "JAX or Dask position arrays pass seq_len= (max position + 1)"
+            )
+        return int(backends.namespace(src).max(src)) + 1 + extra
+
+    def _tables(self, xp: Namespace, freqs: RopeFrequencies, where: _Where, dtype: Any) -> tuple[Array, Array]:
+        """cos/sin for the positions ``where`` describes, shaped to broadcast against q and k."""
+        if where.array is not None:
+            cos, sin = rope_tables(freqs, where.array, dtype=dtype)
+        elif not where.traced and freqs is self._start_freqs and where.length <= _MAX_CACHE:
+            cos, sin = self._cached(xp, where.device, dtype, where.length)
+            cos, sin = cos[where.start : where.length, :], sin[where.start : where.length, :]
+        else:  # other frequencies, or positions beyond the cache: the tables of these positions only
+            steps = xp.arange(where.start, where.start + where.seq, dtype=index_dtype(xp, where.device),
+                              device=where.device)
+            cos, sin = rope_tables(freqs, steps, dtype=dtype)
         if cos.ndim == 2:
             return (cos, sin) if self.axes == "bhsd" else (cos[:, None, :], sin[:, None, :])
         if self.axes == "bhsd":
@@ -302,21 +383,9 @@ axes='bhsd', rotary_features='trailing')
             self.freqs = self._resize(length)
             return self.freqs
 
-    def _select(self, xp: Namespace, seq: int, positions: Any, offset: Any, seq_len: int | None) -> RopeFrequencies:
-        """The frequencies for this call's sequence length (dynamic, longrope); updates ``freqs``."""
-        if positions is None and isinstance(offset, numbers.Integral) and not isinstance(offset, bool):
-            length = int(offset) + seq
-        elif seq_len is not None:
-            length = checks.positive_int(seq_len, "seq_len")
-        else:
-            _, src, _ = position_array(positions if positions is not None else offset, "positions", xp=xp)
-            if backends.is_lazy(src):
-                raise ValueError(
-                    f"rope_type {self.freqs.rope_type!r} picks its frequencies by sequence length; with "
-                    "JAX or Dask position arrays pass seq_len= (max position + 1)"
-                )
-            length = int(backends.namespace(src).max(src)) + 1 + (seq - 1 if positions is None else 0)
-        assert self._resize is not None
+    def _select(self, length: int | None) -> RopeFrequencies:
+        """The frequencies for a call of length ``length`` (dynamic, longrope); updates ``freqs``."""
+        assert self._resize is not None and length is not None
         with self._lock:
             self.freqs = self._resize(length)
             return self.freqs
@@ -331,6 +400,18 @@ def _positions_mismatch(q_shape: tuple[int, ...], pos_shape: tuple[int, ...], ax
     if pos_shape and pos_shape[-1] == q_shape[other] != seq:
         msg += f". They fit axis {other}: for q laid out as {'bshd' if axes == 'bhsd' else 'bhsd'}, pass that as axes="
     return msg
+
+
+@dataclasses.dataclass(frozen=True)
+class _Where:
+    """The checked positions of a call: ``start .. start + seq - 1``, or an array; and the call's length."""
+
+    device: Any
+    seq: int
+    start: int = 0
+    array: Array | None = None
+    length: Any = None
+    traced: bool = False
 
 
 class _Resizer:

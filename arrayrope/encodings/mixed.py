@@ -73,6 +73,8 @@ def mixed_rope_tables(
         raise ValueError(
             f"freqs must have shape (n_axes, num_heads, rotary_dim // 2), got shape {tuple(freqs.shape)}"
         )
+    if not backends.is_lazy(freqs) and not bool(ns.all(ns.isfinite(freqs))):
+        raise ValueError("freqs must be finite; got NaN or infinity")
     prefix = checks.non_negative_int(num_prefix_tokens, "num_prefix_tokens")
     device = backends.device_of(freqs)
     out_dtype = freqs.dtype if dtype is None else table_dtype(ns, dtype, device)
@@ -146,6 +148,8 @@ def mixed_rope_frequencies(
         raise ValueError(f"head_dim must be a multiple of 4 (two axes, pairs of features), got {head_dim}")
     num_heads = checks.positive_int(num_heads, "num_heads")
     base = checks.positive_real(base, "base")
+    if not (seed is None or isinstance(seed, np.random.Generator)):
+        seed = checks.non_negative_int(seed, "seed")
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     mag = base ** (-np.arange(0, head_dim, 4, dtype=np.float64) / head_dim)
     phi = rng.uniform(0.0, 2 * math.pi, size=(num_heads, 1))

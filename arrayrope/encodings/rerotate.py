@@ -7,6 +7,7 @@ import numpy as np
 from .. import backends
 from .._lib import checks
 from .._lib.dtypes import table_dtype_for
+from .._lib.positions import as_positions
 from .._lib.types import Array, Layout
 from ..apply import apply_rotary
 from ..frequencies import RopeFrequencies
@@ -80,8 +81,9 @@ def rerotate(
     xp = backends.namespace(x, names=("x",))
     if not backends.is_real_floating(xp, x.dtype):
         raise TypeError(f"x must have a real floating dtype, got {x.dtype}")
-    if x.shape[-1] != from_freqs.head_dim:
-        raise ValueError(f"x.shape[-1] must be head_dim={from_freqs.head_dim}, got {x.shape[-1]}")
+    if x.ndim < 1 or x.shape[-1] != from_freqs.head_dim:
+        got = x.shape[-1] if x.ndim else "a 0-d array"
+        raise ValueError(f"x.shape[-1] must be head_dim={from_freqs.head_dim}, got {got}")
     rescale = checks.boolean(apply_attention_factor, "apply_attention_factor")
     factor = to_freqs.attention_factor / from_freqs.attention_factor if rescale else 1.0
     delta = RopeFrequencies(
@@ -93,6 +95,10 @@ def rerotate(
         "difference",
     )
     device = backends.device_of(x)
+    _, positions, _ = as_positions(positions, like=x, like_name="x")
     cos, sin = rope_tables(delta, positions, xp=xp, dtype=table_dtype_for(xp, x.dtype), device=device)
+    lead, at = tuple(x.shape[:-1]), tuple(cos.shape[:-1])
+    if len(at) > len(lead) or any(a not in (1, b) for a, b in zip(reversed(at), reversed(lead), strict=False)):
+        raise ValueError(f"positions of shape {at} do not broadcast against x.shape[:-1]={lead}")
     # like the attention factor of rope_tables, the rescaling touches the rotary features only
     return apply_rotary(x, cos, sin, layout=layout)

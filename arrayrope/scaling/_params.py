@@ -7,6 +7,8 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
+from .._lib import checks
+
 
 def where(params: Mapping[str, Any], key: str) -> str:
     return f"scaling[{key!r}] (rope_type {type_of(params)!r})"
@@ -21,8 +23,10 @@ def real_value(params: Mapping[str, Any], key: str, *, default: Any = None, mini
     value = params.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise TypeError(f"{where(params, key)} must be a finite number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{where(params, key)} must be a finite number, got {value!r} ({type(value).__name__})")
+    if not math.isfinite(value):
+        raise ValueError(f"{where(params, key)} must be a finite number, got {value!r}")
     value = float(value)
     if minimum is not None and (value <= minimum if strict_min else value < minimum):
         op = ">" if strict_min else ">="
@@ -92,6 +96,8 @@ def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
     >>> yarn_mscale(1.0)
     1.0
     """
+    factor = checks.positive_real(factor, "factor")
+    mscale = checks.finite_real(mscale, "mscale")
     if factor <= 1:
         return 1.0
     return 0.1 * mscale * math.log(factor) + 1.0

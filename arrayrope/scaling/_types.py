@@ -110,11 +110,19 @@ def _yarn(
         mscale = real_value(params, "mscale")
         mscale_all_dim = real_value(params, "mscale_all_dim")
         if mscale and mscale_all_dim:
-            attention = yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+            top, bottom = yarn_mscale(factor, mscale), yarn_mscale(factor, mscale_all_dim)
+            if not (top > 0 and bottom > 0):
+                raise ValueError(
+                    f"yarn: scaling['mscale']={mscale:g} and scaling['mscale_all_dim']={mscale_all_dim:g} give "
+                    f"magnitude corrections {top:g} and {bottom:g} (0.1 * mscale * ln(factor) + 1); both must be > 0"
+                )
+            attention = top / bottom
         else:
             attention = yarn_mscale(factor)
-    beta_fast = real_value(params, "beta_fast") or 32.0
-    beta_slow = real_value(params, "beta_slow") or 1.0
+    beta_fast = real_value(params, "beta_fast", minimum=0.0, strict_min=True) or 32.0
+    beta_slow = real_value(params, "beta_slow", minimum=0.0, strict_min=True) or 1.0
+    if base == 1.0:
+        raise ValueError("yarn: base must not be 1 (its ramp is placed by ln(base)); got base=1")
     if beta_fast < beta_slow:
         raise ValueError(f"yarn: scaling['beta_fast']={beta_fast:g} must be >= scaling['beta_slow']={beta_slow:g}")
     truncate = params.get("truncate", True)
@@ -156,6 +164,9 @@ def _longrope(
     **context: Any,
 ) -> tuple[np.ndarray, float]:
     original = original_length(params, max_position_embeddings)
+    if original < 2:
+        raise ValueError(f"longrope: the original context length must be >= 2 (its attention factor divides by "
+                         f"ln of it), got original_max_position_embeddings={original}")
     short = _factor_list(params, "short_factor", rotary_dim)
     long = _factor_list(params, "long_factor", rotary_dim)
     attention = real_value(params, "attention_factor", minimum=0.0, strict_min=True)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import numpy as np
 
 from .. import backends
+from .._lib import checks
 from ..backends import to_numpy
 
 __all__ = ["assert_close", "default_tolerance", "tolerance_at"]
@@ -76,7 +78,21 @@ def tolerance_at(dtype: Any, scale: float, *, rtol: float | None = None, atol: f
     True
     """
     d_rtol, d_atol = default_tolerance(dtype)
-    return (d_atol if atol is None else atol) + (d_rtol if rtol is None else rtol) * scale
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not scale >= 0:
+        raise (TypeError if not isinstance(scale, numbers.Real) or isinstance(scale, bool) else ValueError)(
+            f"scale must be a real number >= 0 (the largest magnitude of the result), got {scale!r}"
+        )
+    rtol = d_rtol if rtol is None else _tolerance_value(rtol, "rtol")
+    atol = d_atol if atol is None else _tolerance_value(atol, "atol")
+    return atol + rtol * float(scale)
+
+
+def _tolerance_value(value: object, name: str) -> float:
+    """A tolerance: a finite real >= 0."""
+    out = checks.finite_real(value, name)
+    if out < 0:
+        raise ValueError(f"{name} must be >= 0, got {out}")
+    return out
 
 
 def assert_close(
@@ -120,6 +136,14 @@ def assert_close(
     AssertionError: dtypes differ: actual float32, desired float64 (pass check_dtype=False to compare values only)
     >>> assert_close(np.float32([1.0, 2.0]), np.array([1.0, 2.0]), check_dtype=False)
     """
+    for name, value in (("actual", actual), ("desired", desired)):
+        if value is None or isinstance(value, (str, bytes)):
+            raise TypeError(f"{name} must be an array (or numbers), got {value!r}")
+    for name, flag in (("check_namespace", check_namespace), ("check_dtype", check_dtype),
+                       ("check_shape", check_shape), ("check_device", check_device)):
+        checks.boolean(flag, name)
+    rtol = None if rtol is None else _tolerance_value(rtol, "rtol")
+    atol = None if atol is None else _tolerance_value(atol, "atol")
     lib_a, lib_d = backends.library_of(actual), backends.library_of(desired)
     if check_namespace and lib_a != lib_d:
         raise AssertionError(

@@ -198,6 +198,7 @@ def identify_rope(
     >>> found.layout, found.base, found.offset
     ('interleaved', 500000.0, 1)
     """
+    checks.choice(dtype, "dtype", ("float64", "float32"))
     if not callable(fn):
         raise TypeError(f"fn must be callable as fn(x, positions), got {type(fn).__name__}")
     head_dim = checks.positive_int(head_dim, "head_dim", even=True)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import backends as _backends
+from .._lib import checks
 from ..backends import Backend, to_numpy
 from ._compare import tolerance_at
 from ._report import Report, Row
@@ -125,6 +126,10 @@ def check_parity(
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     if not (reference == "float64" if isinstance(reference, str) else callable(reference)):
         raise ValueError(f"reference must be 'float64' or a callable oracle, got {reference!r}")
+    check_dtype = checks.boolean(check_dtype, "check_dtype")
+    for name, tol in (("rtol", rtol), ("atol", atol)):
+        if tol is not None and not checks.finite_real(tol, name) >= 0:
+            raise ValueError(f"{name} must be >= 0, got {tol}")
     wanted = _dtypes(dtypes)
     selected, skipped = _selected(backends)
     ref_fn = fn if isinstance(reference, str) else reference
@@ -147,6 +152,8 @@ def _dtypes(dtypes: Iterable[str] | None) -> tuple[str, ...]:
         return DTYPES
     if isinstance(dtypes, str):
         dtypes = [d for d in dtypes.split(",") if d]
+    if not isinstance(dtypes, Iterable):
+        raise TypeError(f"dtypes must be dtype names such as ['float32', 'float64'], got {dtypes!r}")
     dtypes = tuple(dtypes)
     bad = [d for d in dtypes if d not in DTYPES]
     if bad or not dtypes:
@@ -160,6 +167,8 @@ def _selected(spec: Any) -> tuple[list[Backend], list[tuple[str, str]]]:
         return found, list(missing.items())
     if isinstance(spec, (str, Backend)):
         spec = [spec]
+    if not isinstance(spec, Iterable):
+        raise TypeError(f"backends must be backend names or Backend objects, got {spec!r}")
     objs = [s for s in spec if isinstance(s, Backend)]
     names = [s for s in spec if not isinstance(s, Backend)]
     for s in names:

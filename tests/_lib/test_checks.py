@@ -77,8 +77,11 @@ def test_positive_real_refuses(value, exc, message):
 def test_finite_real():
     assert checks.finite_real(-2, "center") == -2.0 and type(checks.finite_real(-2, "center")) is float
     assert checks.finite_real(np.float64(0.5), "center") == 0.5
-    for bad in (math.inf, -math.inf, math.nan, "middle", True, None):
-        with pytest.raises(TypeError, match=f"^center must be a finite number, got {re.escape(repr(bad))}$"):
+    for bad in (math.inf, -math.inf, math.nan):  # a number, but not a finite one
+        with pytest.raises(ValueError, match=f"^center must be a finite number, got {re.escape(repr(bad))}$"):
+            checks.finite_real(bad, "center")
+    for bad in ("middle", True, None):  # not a number
+        with pytest.raises(TypeError, match=f"^center must be a finite number, got {re.escape(repr(bad))} "):
             checks.finite_real(bad, "center")
 
 

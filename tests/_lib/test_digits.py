@@ -9,19 +9,30 @@ angle error at large positions.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 from array_api_extra.testing import lazy_xp_function
 
 import arrayrope
-from arrayrope._lib.digits import DIGIT_BITS, digit_rotations, float32_tables
+from arrayrope._lib.digits import DIGIT_BITS, digit_rotations, float32_digits
+from arrayrope._lib.positions import magnitude_bits
 from arrayrope.testing import to_numpy
 from helpers import check_like, exact_cos_sin
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
+
+
+
+def float32_tables(xp, inv_freq, positions, device):
+    """The digit method on positions as the pipeline passes them: a count n, or an array (bits read from it)."""
+    if isinstance(positions, int):
+        bits = max(positions - 1, 0).bit_length()
+        positions = xp.arange(positions, dtype=xp.int32, device=device)
+    else:
+        bits = magnitude_bits(xp, positions)
+    return float32_digits(xp, inv_freq, positions, device, bits)
+
 
 # In tests taking ``xp``: no Dask compute while building, traced under jax.jit (see conftest.py).
 lazy_xp_function(float32_tables)
@@ -39,21 +50,27 @@ def _error(cos, sin, positions, inv_freq=INV_FREQ):
 
 
 @pytest.mark.parametrize("level", [0, 1, 2, 3])
-def test_digit_rotations_are_cos_sin_of_the_float64_angles(level):
+def test_digit_rotations_are_cos_sin_of_the_exact_angles(level):
+    """Each digit's rotation is cos/sin of the exact product ``d * 1024**level * theta`` (no float64 angle)."""
     c, s = digit_rotations(INV_FREQ, level)
     assert DIGIT_BITS == 10 and c.shape == s.shape == (1024, 32) and c.dtype == s.dtype == np.float64
-    for d in (0, 1, 2, 517, 1023):
-        angles = [float(d * 1024**level) * float(t) for t in INV_FREQ]
-        np.testing.assert_allclose(c[d], [math.cos(a) for a in angles], rtol=0, atol=4e-16)
-        np.testing.assert_allclose(s[d], [math.sin(a) for a in angles], rtol=0, atol=4e-16)
+    digits = np.array([0, 1, 2, 517, 1023])
+    want_c, want_s = exact_cos_sin(digits * 1024**level, INV_FREQ)
+    # both sides round a reduced angle of magnitude <= pi to float64 (2**-52 * pi / 2 each) and the result
+    np.testing.assert_allclose(c[digits], want_c, rtol=0, atol=2.0**-50)
+    np.testing.assert_allclose(s[digits], want_s, rtol=0, atol=2.0**-50)
 
 
 def test_one_digit_positions_are_rounded_once():
     """|p| < 1024: one table lookup, the float64 value rounded to float32 (negative: sin negated)."""
-    positions = np.array([0, 1, 2, 3, 100, 511, 1023, -1, -700, -1023], dtype=np.int32)
+    positions = np.array([0, 1, 2, 3, 100, 511, 1023], dtype=np.int32)
     cos, sin = float32_tables(np, INV_FREQ, positions, "cpu")
-    assert cos.dtype == sin.dtype == np.float32 and cos.shape == (10, 32)
+    assert cos.dtype == sin.dtype == np.float32 and cos.shape == (7, 32)
     assert _error(cos, sin, positions) <= ONE_DIGIT
+    # negative ones are signed digits (-1 = -1024 + 1023): composed, within the general bound
+    negative = np.array([-1, -700, -1023], dtype=np.int32)
+    cos, sin = float32_tables(np, INV_FREQ, negative, "cpu")
+    assert _error(cos, sin, negative) <= BOUND
 
 
 @pytest.mark.parametrize("dtype", ["int32", "int64"])

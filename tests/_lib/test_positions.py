@@ -111,5 +111,5 @@ def test_positions_of_another_library_than_xp_or_like_are_refused():
     strict = pytest.importorskip("array_api_strict")
     with pytest.raises(TypeError, match=r"^positions is a numpy array but xp=array_api_strict"):
         as_positions(np.arange(3), xp=strict)
-    with pytest.raises(TypeError, match=r"^offset is a numpy array but xp=array_api_strict"):
+    with pytest.raises(TypeError, match=r"^offset is a numpy array but q is a array_api_strict array"):
         as_positions(np.arange(3), "offset", like=strict.ones(3))

@@ -106,6 +106,18 @@ def ops(model):
     return collections.Counter(n.op_type for n in model.graph.node)
 
 
+#: Ops that send position ids outside the caches to their NaN row (shared by q and k): Clip and Mod for the
+#: fused ops, Clip for the gathers of the standard-op graph.
+FUSED_GUARD = {"Clip": 1, "Mod": 1}
+
+
+def rotations(model):
+    """The fused nodes, without the id guard the graph shares between them (checked to be exactly it)."""
+    found = ops(model)
+    assert {k: found[k] for k in FUSED_GUARD} == FUSED_GUARD, found
+    return found - collections.Counter(FUSED_GUARD)
+
+
 CASES = [  # layout, axes, rotary_dim, position ids as an input
     ("half", "bhsd", HEAD_DIM, True),
     ("interleaved", "bshd", 8, True),  # GPT-J: interleaved partial rotary, heads after the sequence
@@ -117,15 +129,17 @@ CASES = [  # layout, axes, rotary_dim, position ids as an input
 def test_opset23_one_node_per_rotation(layout, axes, rotary_dim, with_positions):
     module = Attention(layout=layout, axes=axes, rotary_dim=rotary_dim)
     model = export(module, axes, with_positions)
-    found = ops(model)
+    found = rotations(model)
     assert found["RotaryEmbedding"] == 2  # q and k
     assert not {"Cos", "Sin", "Cast"} & set(found) and double_uses(model) == []
     # only views of bshd input and the positions 0..S-1 besides the two nodes
     assert sum(found.values()) <= 2 + (4 if axes == "bshd" else 0) + (0 if with_positions else 8)
-    caches = [numpy_helper.to_array(t) for t in model.graph.initializer if t.dims[:1] == [ROWS]]
+    caches = [numpy_helper.to_array(t) for t in model.graph.initializer if t.dims[:1] == [ROWS + 1]]
     angles = np.arange(ROWS)[:, None] * inv_freq_formula(rotary_dim, 10000.0)
     assert len(caches) == 2 and all(c.dtype == np.float32 for c in caches)  # q and k share one pair
-    assert np.max(np.abs(caches[0] - np.cos(angles))) <= 2**-24 and np.max(np.abs(caches[1] - np.sin(angles))) <= 2**-24
+    assert all(np.isnan(c[ROWS]).all() for c in caches)  # the row that ids outside the caches read
+    assert np.max(np.abs(caches[0][:ROWS] - np.cos(angles))) <= 2**-24
+    assert np.max(np.abs(caches[1][:ROWS] - np.sin(angles))) <= 2**-24
     positions = np.random.default_rng(0).integers(0, ROWS, (3, 9)) if with_positions else np.tile(np.arange(9), (3, 1))
     check_runs(model, module, axes, layout, rotary_dim, positions)
 
@@ -137,9 +151,9 @@ def test_below_opset23_a_compact_graph_of_standard_ops(opset):
     found = ops(model)
     assert "RotaryEmbedding" not in found and not {"Cos", "Sin"} & set(found)
     assert double_uses(model) == [] and model.opset_import[0].version == opset
-    # cos and sin gathered once for q and k (Gather, Gather, Unsqueeze); per tensor at most 9 ops
-    # (partial rotary: Slice, Slice; swap: Reshape, Slice, Reshape; Mul, Mul, Add; Concat)
-    assert found["Gather"] == 2 and sum(found.values()) <= 3 + 2 * 9
+    # cos and sin gathered once for q and k (Clip guarding the ids, Gather, Gather, Unsqueeze); per tensor at
+    # most 9 ops (partial rotary: Slice, Slice; swap: Reshape, Slice, Reshape; Mul, Mul, Add; Concat)
+    assert found["Gather"] == 2 and found["Clip"] == 1 and sum(found.values()) <= 4 + 2 * 9
     check_runs(model, module, "bhsd", "half", 12, np.random.default_rng(1).integers(0, ROWS, (2, 7)))
 
 
@@ -147,7 +161,8 @@ def test_ort_contrib_op_at_any_opset():
     module = Attention(layout="interleaved")
     with torch_options(target="ort"):
         model = export(module, opset=17)
-    assert ops(model) == {"RotaryEmbedding": 2} and model.graph.node[0].domain == "com.microsoft"
+    assert rotations(model) == {"RotaryEmbedding": 2}
+    assert {n.domain for n in model.graph.node if n.op_type == "RotaryEmbedding"} == {"com.microsoft"}
     assert double_uses(model) == []
     check_runs(model, module, "bhsd", "interleaved", HEAD_DIM, np.random.default_rng(2).integers(0, ROWS, (2, 6)))
 
@@ -175,8 +190,9 @@ def test_caches_take_the_model_dtype():
         model = torch.onnx.export(module, (q, k, pos), dynamo=True, opset_version=23, verbose=False,
                                   dynamic_shapes={"q": {0: b, 2: s}, "k": {0: b, 2: s}, "position_ids": {0: b, 1: s}})
     model = model.model_proto
-    assert ops(model) == {"RotaryEmbedding": 2}
-    assert {t.data_type for t in model.graph.initializer} == {onnx.TensorProto.FLOAT16}
+    assert rotations(model) == {"RotaryEmbedding": 2}
+    floats = {t.data_type for t in model.graph.initializer if t.data_type != onnx.TensorProto.INT64}  # not the id guard
+    assert floats == {onnx.TensorProto.FLOAT16}
     positions = np.random.default_rng(4).integers(0, ROWS, (2, 5))
     got = run(model, (q.numpy(), k.numpy(), positions))
     inv = inv_freq_formula(HEAD_DIM, 10000.0)

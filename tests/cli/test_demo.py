@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from arrayrope import cli
 from arrayrope.cli import demo as _demo
 
@@ -22,6 +24,7 @@ def test_demo_verdict_and_export_row(capsys, monkeypatch):
 
 
 def test_demo_failing_export_is_a_failed_row(capsys, monkeypatch):
+    pytest.importorskip("onnx")
     import arrayrope.export
 
     def refuse(model, **kw):

@@ -236,3 +236,34 @@ def test_lazy_backends_neither_compute_nor_break_under_jit(xp, backend):
     got = t5_relative_buckets(rel)
     check_like(got, backend, str(rel.dtype).split(".")[-1], (80,))
     np.testing.assert_array_equal(to_numpy(got), [bucket_formula(int(r), True, 32, 128) for r in range(-40, 40)])
+
+
+def test_t5_buckets_cost_what_the_output_does():
+    """Many buckets and huge distances need no table as long as max_distance: exact all the same."""
+    import tracemalloc
+
+    rel = np.array([-(2**40), -(2**33) - 1, -70000, -4097, -4096, -5, 0, 7, 4095, 4096, 2**20, 2**40 - 1])
+    for num_buckets, max_distance in ((16384, 2**20), (32, 2**40), (2**17, 2**40), (300, 10**12 + 7)):
+        tracemalloc.start()
+        try:
+            got = arrayrope.t5_relative_buckets(rel, num_buckets=num_buckets, max_distance=max_distance)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 64 << 20, (num_buckets, max_distance, peak)  # 8 TiB before, for 2**40
+        expected = [bucket_formula(int(r), True, num_buckets, max_distance) for r in rel]
+        np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64"])
+def test_t5_buckets_at_the_extremes_of_every_dtype(dtype):
+    info = np.iinfo(dtype)
+    rel = np.array([info.min, info.min + 1, -1, 0, 1, info.max], dtype=dtype)
+    for bidirectional in (True, False):
+        got = arrayrope.t5_relative_buckets(rel, bidirectional=bidirectional)
+        assert got.dtype == rel.dtype
+        np.testing.assert_array_equal(got, [bucket_formula(int(r), bidirectional, 32, 128) for r in rel])
+    with pytest.raises(ValueError, match=r"num_buckets=256 does not fit the dtype of relative_position \(int8"):
+        arrayrope.t5_relative_buckets(np.zeros(2, np.int8), num_buckets=256)
+    with pytest.raises(ValueError, match=r"max_distance must be at most 2\*\*40"):
+        arrayrope.t5_relative_buckets(np.zeros(2, np.int64), max_distance=2**41)

@@ -161,7 +161,7 @@ def test_bad_calls(backend):
         rope(xq, offset=backend.asarray(np.array([1, 2, 3])))
     with pytest.raises(ValueError, match="q and k must share batch and sequence"):
         rope(xq, backend.asarray(k[:, :, :3], dtype="float32"))
-    with pytest.raises(TypeError, match="q and k must have a real floating dtype"):
+    with pytest.raises(TypeError, match="q must have a real floating dtype"):
         rope(backend.asarray(np.ones((1, 1, 2, 16), dtype=np.int32)))
 
 
@@ -281,3 +281,175 @@ def test_axes_mistakes_are_loud():
         rope(np.zeros((1, 4, 10, 8), np.float32))
     with pytest.raises(ValueError, match="axes='bshd'"):
         ar.RotaryEmbedding(16, axes="bshd")(np.zeros((4, 10, 16), np.float32))
+# -- far positions: the tables of the positions asked for, never a cache grown to reach them -------------
+
+def _exact_bhsd(x, positions, inv_freq):
+    """Half-split RoPE of x (B, H, S, D) at integer positions (B, S) of any size: angles reduced exactly."""
+    import mpmath
+
+    with mpmath.workprec(200):
+        out = np.array(x, dtype=np.float64)
+        for b, row in enumerate(np.broadcast_to(positions, (x.shape[0], x.shape[2]))):
+            for s, p in enumerate(row):
+                ang = [mpmath.mpf(int(p)) * mpmath.mpf(float(t)) for t in inv_freq]
+                c = np.array([float(mpmath.cos(a)) for a in ang])
+                sn = np.array([float(mpmath.sin(a)) for a in ang])
+                h = len(inv_freq)
+                x1, x2 = x[b, :, s, :h].astype(np.float64), x[b, :, s, h : 2 * h].astype(np.float64)
+                out[b, :, s, :h], out[b, :, s, h : 2 * h] = x1 * c - x2 * sn, x2 * c + x1 * sn
+    return out
+
+
+@pytest.mark.parametrize("offset", [2**17 - 3, 2**24 + 3, 2**31, 2**40 + 7, 2**62])
+def test_far_offsets_compute_their_own_tables_exactly(backend, offset):
+    pytest.importorskip("mpmath")
+    if offset + 2 >= 2**31 and not arrayrope_has_int64(backend):
+        with pytest.raises(ValueError, match=r"offset \+ seq - 1 must be at most 2147483647"):
+            ar.RotaryEmbedding(128)(backend.asarray(np.ones((1, 1, 3, 128)), dtype="float32"), offset=offset)
+        return
+    rope = ar.RotaryEmbedding(128)
+    q, k = _qk(b=1, hq=2, hk=1, s=3, d=128)
+    qr, kr = rope(backend.asarray(q, dtype="float32"), backend.asarray(k, dtype="float32"), offset=offset)
+    pos = np.arange(offset, offset + 3)
+    assert np.abs(to_numpy(qr) - _exact_bhsd(q.astype(np.float32), pos, rope.freqs.inv_freq)).max() <= 2e-6
+    assert np.abs(to_numpy(kr) - _exact_bhsd(k.astype(np.float32), pos, rope.freqs.inv_freq)).max() <= 2e-6
+    assert all(cos.shape[0] <= 2**17 for cos, _ in rope._cache.values())  # the cache did not grow to reach them
+
+
+def arrayrope_has_int64(backend) -> bool:
+    from arrayrope import backends
+
+    return backends.has_int64(backend.xp, backend.device)
+
+
+def test_a_decode_step_at_offset_2_31_costs_what_it_uses():
+    """Memory of the call itself (tracemalloc sees NumPy's buffers): the 8 GiB table of the past is gone.
+    Its time is a bench target (python -m bench, section "far"), not an assertion here."""
+    import tracemalloc
+
+    rope = ar.RotaryEmbedding(128)
+    q, k = (np.ones((1, h, 1, 128), np.float32) for h in (32, 8))
+    rope(q, k, offset=1000)
+    tracemalloc.start()
+    try:
+        rope(q, k, offset=2**31)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak  # one position's tables and the outputs: far below 200 MB
+
+
+# -- every array argument checked; each output in its own input's dtype ---------------------------------
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "complex64", "bool"])
+def test_k_is_checked_like_q(dtype):
+    rope = ar.RotaryEmbedding(8)
+    q = np.ones((1, 2, 3, 8), np.float32)
+    with pytest.raises(TypeError, match=rf"k must have a real floating dtype .*, got {dtype}"):
+        rope(q, np.ones((1, 2, 3, 8), dtype=dtype))
+    for bad, message in ((np.ones((1, 2, 3, 6), np.float32), r"k.shape\[-1\] must be head_dim=8"),
+                         (np.ones((2, 3, 8), np.float32), "k must be 4-D")):
+        with pytest.raises(ValueError, match=message):
+            rope(q, bad)
+
+
+def test_each_input_is_rotated_in_its_own_dtype(backend):
+    """A float64 k next to a float32 q gets float64 tables (exact at 1e6), and the other way round."""
+    if "float64" not in backend.dtypes:
+        pytest.skip(f"{backend.name} has no float64")
+    pytest.importorskip("mpmath")
+    rope = ar.RotaryEmbedding(16)
+    q, k = _qk(s=2, d=16)
+    pos = np.arange(10**6, 10**6 + 2)
+    want_q = _exact_bhsd(q, pos, rope.freqs.inv_freq)
+    want_k = _exact_bhsd(k, pos, rope.freqs.inv_freq)
+    for q_dt, k_dt in (("float32", "float64"), ("float64", "float32")):
+        qr, kr = rope(backend.asarray(q, dtype=q_dt), backend.asarray(k, dtype=k_dt), offset=10**6)
+        check_like(qr, backend, q_dt, q.shape)
+        check_like(kr, backend, k_dt, k.shape)
+        for out, want, dt in ((qr, want_q, q_dt), (kr, want_k, k_dt)):
+            tol = 1e-14 if dt == "float64" else 3e-6  # float32 tables would be 3e-8 off
+            np.testing.assert_allclose(to_numpy(out), want, atol=tol, rtol=0)
+
+
+# -- offsets of any integer dtype: positions in a dtype that holds them -----------------------------------
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int16", "uint16", "int32", "uint32", "int64"])
+def test_offsets_never_wrap_in_their_own_dtype(backend, dtype):
+    pytest.importorskip("mpmath")
+    info = np.iinfo(dtype)
+    top = info.max if dtype != "int64" else 2**62
+    if top + 2 >= 2**31 and not arrayrope_has_int64(backend):
+        pytest.skip(f"{backend.name} has no int64 for positions past 2**31")
+    rope = ar.RotaryEmbedding(8)
+    q, _ = _qk(b=2, hq=1, s=3, d=8)
+    off = np.array([top - 1, 1]).astype(dtype)
+    out = rope(backend.asarray(q, dtype="float32"), offset=backend.asarray(off))
+    want = _exact_bhsd(q.astype(np.float32), off.astype(object)[:, None] + np.arange(3), rope.freqs.inv_freq)
+    assert np.abs(to_numpy(out) - want).max() <= 2e-6
+
+
+def test_offsets_are_integers_and_not_negative():
+    rope = ar.RotaryEmbedding(8)
+    q = np.ones((2, 1, 3, 8), np.float32)
+    with pytest.raises(TypeError, match=r"offset must be an int or an integer array of shape \(B,\), got dtype float"):
+        rope(q, offset=np.array([1.5, 2.0]))
+    with pytest.raises(ValueError, match="offset must be >= 0, got -4"):
+        rope(q, offset=np.array([3, -4]))
+    with pytest.raises(ValueError, match=r"offset \+ seq - 1 must fit in int64"):
+        rope(q, offset=np.array([2**63 - 2, 0]))
+
+
+# -- threads and rejected calls ------------------------------------------------------------------------
+
+def test_a_rejected_call_changes_no_state():
+    """A call refused for its positions' shape (or any other argument) leaves the dynamic frequencies and
+    the cache as they were: the next call equals that of a fresh instance."""
+    scaling = {"rope_type": "dynamic", "factor": 4.0}
+    rope = ar.RotaryEmbedding(16, scaling=scaling, max_position_embeddings=32)
+    fresh = ar.RotaryEmbedding(16, scaling=scaling, max_position_embeddings=32)
+    q = np.random.default_rng(0).standard_normal((1, 1, 4, 16)).astype(np.float32)
+    bad_calls = [
+        dict(positions=np.arange(1000, 1005)),  # 5 positions for 4 tokens
+        dict(offset=10**6, positions=np.arange(4)),  # both
+        dict(offset=np.array([500, 600])),  # a batch of 1
+        dict(offset=500, seq_len=0),
+        dict(offset=500, return_freqs="yes"),
+    ]
+    for kw in bad_calls:
+        with pytest.raises((TypeError, ValueError)):
+            rope(q, **kw)
+        with pytest.raises((TypeError, ValueError)):
+            rope(q, np.ones((1, 1, 4, 8), np.float32), offset=500)  # a bad k
+    assert rope.freqs == fresh.freqs and not rope._cache
+    np.testing.assert_array_equal(rope(q, offset=40), fresh(q, offset=40))
+
+
+def test_threads_rerotate_with_the_frequencies_their_calls_used():
+    """The README's pattern from many threads sharing one dynamic instance: each thread's call returns
+    the frequencies it used, so every rerotated cache equals a prefill at that thread's frequencies,
+    whatever the other threads' calls did to the shared state in between."""
+    rope = ar.RotaryEmbedding(16, scaling={"rope_type": "dynamic", "factor": 4.0}, max_position_embeddings=32)
+    rng = np.random.default_rng(0)
+    k = rng.standard_normal((1, 2, 32, 16))
+    errors, wrong = [], []
+    barrier = threading.Barrier(8)
+
+    def work(i):
+        try:
+            barrier.wait()
+            for step in range(25):
+                _, cache, old = rope(k, k, return_freqs=True)  # positions 0..31
+                length = 33 + (i * 25 + step) % 40  # threads reach different lengths
+                _, _, new = rope(k[:, :, :1], k[:, :, :1], offset=length - 1, return_freqs=True)
+                moved = ar.rerotate(cache, positions=np.arange(32), from_freqs=old, to_freqs=new)
+                want = ar.apply_rotary(k, *ar.rope_tables(new, np.arange(32), dtype="float64"))
+                if np.abs(moved - want).max() > 1e-9:
+                    wrong.append((i, step))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert not errors and not wrong, (errors, wrong[:5])

@@ -118,8 +118,11 @@ def _all_types(model):
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_node_counts_no_complex_and_save_load(target, layout, tmp_path):
     model = rotary_model(128, layout=layout, target=target, max_positions=64)
-    limit = {"onnx23": 1, "ort": 1, "portable": 9 if layout == "half" else 10}[target]
+    # fused: Clip and Mod send ids outside the table to its NaN row, then the one fused node
+    limit = {"onnx23": 3, "ort": 3, "portable": 10 if layout == "half" else 11}[target]
     assert len(model.graph.node) <= limit
+    if target != "portable":
+        assert [n.op_type for n in model.graph.node] == ["Clip", "Mod", "RotaryEmbedding"]
     if target == "portable":
         assert {n.domain for n in model.graph.node} <= {""}
         assert model.opset_import[0].version == 17
@@ -141,30 +144,36 @@ def test_ir_version_is_the_oldest_that_holds_the_opsets():
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_positions_past_the_table_are_an_error(target):
-    """The documented behaviour for every target: ids outside [0, max_positions) fail the run."""
-    model = rotary_model(8, target=target, max_positions=16, num_heads=2)
-    x = np.ones((1, 2, 2, 8), np.float32)
-    sess = session(model)
-    sess.run(None, {"x": x, "position_ids": np.array([[0, 15]])})
-    with pytest.raises(Exception, match=r"(?i)out of|bounds|range"):
-        sess.run(None, {"x": x, "position_ids": np.array([[0, 16]])})
-    if target != "ort":
-        with pytest.raises(IndexError):
-            ReferenceEvaluator(model).run(None, {"x": x, "position_ids": np.array([[0, 16]])})
+def test_positions_outside_the_table_are_nan_on_every_runtime(target):
+    """The documented behaviour for every target: ids outside [0, max_positions) give NaN in the rotated
+    features, on ONNX Runtime and on the reference evaluator, and the ids around them rotate as always."""
+    model = rotary_model(8, rotary_dim=4, target=target, max_positions=16, num_heads=2)
+    pos = np.array([[0, 15, -1, 16, 17, -16, -(2**40), 2**62, 3]])
+    x = np.random.default_rng(5).standard_normal((1, 2, pos.shape[1], 8)).astype(np.float32)
+    outside = (pos[0] < 0) | (pos[0] >= 16)
+    runs = [session(model).run] + ([ReferenceEvaluator(model).run] if target != "ort" else [])
+    for run in runs:
+        (y,) = run(None, {"x": x, "position_ids": pos})
+        assert np.isnan(y[0, :, outside, :4]).all() and not np.isnan(y[0, :, ~outside]).any()
+        np.testing.assert_array_equal(y[..., 4:], x[..., 4:])  # pass-through features untouched
+        expected = oracle(x[:, :, ~outside], pos[:, ~outside], inv_freq_formula(4, 10000.0), "half", 4, 2)
+        assert np.max(np.abs(y[:, :, ~outside] - expected)) <= 1e-6
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_computed_tables_are_not_bounded_and_stay_exact(layout):
     model = rotary_model(64, target="portable", layout=layout, tables="computed", max_positions=4)
     rng = np.random.default_rng(2)
-    pos = np.array([[0, 1023, 1024, 4096, 123_456, 1 << 20, (1 << 30) - 1]])
+    limit = 1 << 30
+    pos = np.array([[0, 1023, 1024, 4096, 123_456, 1 << 20, limit - 1, -1, -5000, -(limit - 1)]])
     x = inputs(rng, 4, 1, pos.shape[1], heads=2, head_dim=64)
-    (y,) = session(model).run(None, {"x": x, "position_ids": pos})
-    expected = oracle(x, pos, inv_freq_formula(64, 10000.0), layout, 4, 2)
-    assert np.max(np.abs(y - expected)) <= 1e-6
-    with pytest.raises(Exception, match=r"(?i)out of|bounds|range"):
-        session(model).run(None, {"x": x[:, :, :1], "position_ids": np.array([[1 << 30]])})
+    for run in (session(model).run, ReferenceEvaluator(model).run):
+        (y,) = run(None, {"x": x, "position_ids": pos})
+        expected = oracle(x, pos, inv_freq_formula(64, 10000.0), layout, 4, 2)
+        assert np.max(np.abs(y - expected)) <= 1e-6  # negative ids rotate backwards
+        far = np.array([[limit, -limit, 2**40, -(2**63), 2**63 - 1]])
+        (y,) = run(None, {"x": x[:, :, :5], "position_ids": far})
+        assert np.isnan(y).all()
 
 
 @pytest.mark.parametrize("target,tables", [(t, "constant") for t in TARGETS] + [("portable", "computed")])
@@ -188,8 +197,8 @@ def test_qk_share_tables_with_grouped_query_heads(target, rank):
                          layout="interleaved")
     assert [i.name for i in model.graph.input] == ["q", "k", "position_ids"]
     assert [o.name for o in model.graph.output] == ["q_rot", "k_rot"]
-    big = [t for t in model.graph.initializer if len(t.dims) >= 2 and t.dims[0] == 32]  # (max_positions, ...)
-    assert len(big) == 2  # one cos and one sin table for both
+    big = [t for t in model.graph.initializer if len(t.dims) >= 2 and t.dims[0] == 33]  # (max_positions + 1, ...)
+    assert len(big) == 2  # one cos and one sin table for both (and one row of NaN past the end)
     rng = np.random.default_rng(4)
     q, k = inputs(rng, rank, 2, 5, heads=4), inputs(rng, rank, 2, 5, heads=2)
     pos = rng.integers(0, 32, (2, 5))
@@ -299,15 +308,15 @@ def test_bad_arguments_name_the_argument():
         rotary_model(8, target="ort", tables="computed")
     with pytest.raises(ValueError, match=r"target must be one of"):
         rotary_model(8, target="tensorrt")
-    with pytest.raises(ValueError, match=r"head_dim must be even"):
+    with pytest.raises(ValueError, match=r"freqs \(an int head_dim\) must be even"):
         rotary_model(7)
     with pytest.raises(ValueError, match=r"num_heads"):
         rotary_model(16, target="ort", rotary_dim=8)
     with pytest.raises(TypeError, match=r"freqs must be"):
         rotary_model("128")
-    assert rotary_model(8, opset=17).graph.node[0].domain == "com.microsoft"  # auto below 23 on ONNX Runtime
-    assert rotary_model(8, opset=17, runtime="any").graph.node[0].domain == ""  # auto: portable
-    assert rotary_model(8).graph.node[0].op_type == "RotaryEmbedding"  # auto: the standard op
+    assert rotary_model(8, opset=17).graph.node[-1].domain == "com.microsoft"  # auto below 23 on ONNX Runtime
+    assert {n.domain for n in rotary_model(8, opset=17, runtime="any").graph.node} == {""}  # auto: portable
+    assert rotary_model(8).graph.node[-1].op_type == "RotaryEmbedding"  # auto: the standard op
     assert len(rotary_model(8, dtype="float64").graph.node) > 1  # auto: portable carries float64
 
 
@@ -369,3 +378,51 @@ def test_add_rotary_rewires_reads_inside_control_flow():
     sess = session(out)
     assert np.max(np.abs(sess.run(None, {"x": x, "flag": np.array(True)})[0] - expected)) <= 1e-6
     assert np.max(np.abs(sess.run(None, {"x": x, "flag": np.array(False)})[0] + expected)) <= 1e-6
+
+
+def _bare(op: str, table_rows: int, head_dim: int = 8):
+    """One node reading tables of ``table_rows`` rows by position id, without arrayrope's guard."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    angles = np.arange(table_rows)[:, None] * np.ones(head_dim // 2)
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "S", head_dim])
+    p = helper.make_tensor_value_info("p", TensorProto.INT64, [1, "S"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [numpy_helper.from_array(cos, "c"), numpy_helper.from_array(sin, "s")]
+    ops, ir = [helper.make_opsetid("", 23)], 11
+    if op == "onnx23":
+        node = helper.make_node("RotaryEmbedding", ["x", "c", "s", "p"], ["y"])
+    elif op == "ort":
+        node = helper.make_node("RotaryEmbedding", ["x", "p", "c", "s"], ["y"], domain="com.microsoft", num_heads=1)
+        ops, ir = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)], 8
+    else:  # the portable graph's lookup
+        node = helper.make_node("Gather", ["c", "p"], ["y"], axis=0)
+    return helper.make_model(helper.make_graph([node], "g", [x, p], [y], inits), opset_imports=ops, ir_version=ir)
+
+
+@pytest.mark.parametrize("op", ["onnx23", "ort", "gather"])
+def test_what_the_bare_ops_do_with_ids_outside_a_table(op):
+    """Why every graph guards its ids (README, Positions): ONNX Runtime's fused kernels reject them, ONNX's
+    reference evaluator reads -1 from the table end in the standard op and raises past it, Gather reads
+    negative ids from the end on both."""
+    model = _bare(op, 16)
+    x = np.ones((1, 1, 1, 8), np.float32)
+
+    def feed(pid):
+        return {"x": x, "p": np.array([[pid]])}
+
+    sess = session(model)
+    if op == "gather":
+        np.testing.assert_array_equal(sess.run(None, feed(-1))[0], sess.run(None, feed(15))[0])
+        np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, feed(-1))[0],
+                                      ReferenceEvaluator(model).run(None, feed(15))[0])
+        return
+    for pid in (-1, 16):
+        with pytest.raises(Exception, match=rf"position_ids value {pid} at index 0 is out of range \[0, 16\)"):
+            sess.run(None, feed(pid))
+    if op == "onnx23":
+        ref = ReferenceEvaluator(model)
+        np.testing.assert_array_equal(ref.run(None, feed(-1))[0], ref.run(None, feed(15))[0])
+        with pytest.raises(IndexError):
+            ref.run(None, feed(16))

@@ -78,17 +78,17 @@ def test_defaults_are_the_documented_ones():
 def test_a_default_model_is_what_the_defaults_say():
     """4096 table rows of cos(p * 10000**(-2i/16)), x of rank 4 in float32, position ids, opset 23's op."""
     model = rotary_model(16)
-    (node,) = model.graph.node
-    assert (node.op_type, node.domain) == ("RotaryEmbedding", "")
+    clip, mod, node = model.graph.node  # ids outside the table go to its last row, of NaN
+    assert (clip.op_type, mod.op_type, node.op_type, node.domain) == ("Clip", "Mod", "RotaryEmbedding", "")
     assert {a.name: a.i for a in node.attribute}["interleaved"] == 0
     assert [o.version for o in model.opset_import if o.domain == ""] == [23]
     x, pos = model.graph.input
     assert (x.name, pos.name) == ("x", "position_ids")
     assert x.type.tensor_type.elem_type == TensorProto.FLOAT and len(x.type.tensor_type.shape.dim) == 4
-    cos = numpy_helper.to_array(model.graph.initializer[0])
+    cos = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == node.input[1]))
     expected = np.cos(np.arange(4096)[:, None] * inv_freq_formula(16, 10000.0))
-    assert cos.shape == (4096, 8)
-    np.testing.assert_allclose(cos, expected, rtol=0, atol=2**-24)
+    assert cos.shape == (4097, 8) and np.isnan(cos[4096]).all()
+    np.testing.assert_allclose(cos[:4096], expected, rtol=0, atol=2**-24)
 
 
 @pytest.mark.parametrize(
@@ -166,3 +166,25 @@ def test_command_line_flags_agree_with_the_options():
     for name, action in flags.items():
         assert action.default == ExportOptions.default(name), name
         assert tuple(action.choices or ()) == ExportOptions.choices(name), name
+
+
+@pytest.mark.parametrize("target,dtype,tables", [("onnx23", "float32", "constant"), ("ort", "float16", "constant"),
+                                                 ("portable", "float32", "constant"),
+                                                 ("portable", "float64", "constant")])
+def test_max_positions_is_checked_against_protobufs_limit_with_the_figures(target, dtype, tables):
+    """Refused before any table is computed; the largest max_positions the message offers fits, one more not."""
+    import re
+
+    from arrayrope.export._spec import make_spec
+    from arrayrope.export._tables import check_size
+
+    options = dict(target=target, dtype=dtype, tables=tables, num_heads=2)
+    pattern = (r"max_positions=8388608 needs [\d.]+ GB of cos/sin tables \(\d+ bytes per position .*, but an ONNX "
+               r"model is at most 2.15 GB \(protobuf's 2 GiB limit\); use max_positions <= (\d+), or tables='computed'")
+    with pytest.raises(ValueError, match=pattern) as info:
+        rotary_model(128, max_positions=2**23, **options)
+    largest = int(re.search(r"max_positions <= (\d+)", str(info.value)).group(1))
+    check_size(make_spec(128, ExportOptions(max_positions=largest, **options)))
+    with pytest.raises(ValueError, match="protobuf's 2 GiB limit"):
+        check_size(make_spec(128, ExportOptions(max_positions=largest + 1, **options)))
+    assert rotary_model(128, max_positions=2**23, target="portable", tables="computed").ByteSize() < 4 << 20

@@ -97,6 +97,8 @@ def test_float16_tables_at_large_positions_are_caught(backend):
 
 
 def test_a_function_raising_on_one_backend_fails_that_row_only():
+    pytest.importorskip("array_api_strict")
+
     def numpy_only(x):
         if not isinstance(x, np.ndarray):
             raise RuntimeError("only NumPy arrays, please")
@@ -111,6 +113,7 @@ def test_a_function_raising_on_one_backend_fails_that_row_only():
 
 
 def test_outputs_of_wrong_namespace_shape_or_dtype_are_reported():
+    pytest.importorskip("array_api_strict")
     from arrayrope.testing import to_numpy
 
     cases = {
@@ -142,7 +145,7 @@ def test_missing_backend_is_skipped_with_its_reason(missing_library):
 
 
 def test_unknown_names_list_the_known_ones():
-    with pytest.raises(ValueError, match=r"unknown backend\(s\) \['nump'\]; known: \['numpy'"):
+    with pytest.raises(ValueError, match=r"unknown backends \['nump'\]; known: \['numpy'"):
         check_parity(lambda x: x, X, backends=["nump"])
     with pytest.raises(ValueError, match=r"dtypes must be a non-empty selection of \['float32'"):
         check_parity(lambda x: x, X, backends=["numpy"], dtypes=["float8"])

@@ -1,0 +1,160 @@
+"""Every CLI error is exit status 2 and one line on stderr naming the problem, never a traceback."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HAS_ONNX = importlib.util.find_spec("onnx") is not None
+
+
+def arrayrope(*args: str, cwd=None, block: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``python -m arrayrope ARGS`` (with the module ``block`` made unimportable), as a user runs it."""
+    code = "import runpy, sys\n"
+    if block:
+        code += f"sys.modules[{block!r}] = None\n"
+    code += f"sys.argv = ['arrayrope', *{list(args)!r}]\nrunpy.run_module('arrayrope', run_name='__main__')\n"
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def one_line_error(done: subprocess.CompletedProcess, command: str, *needles: str) -> str:
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith(f"arrayrope {command}: error: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+@pytest.fixture
+def config(tmp_path):
+    path = tmp_path / "model" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"hidden_size": 256, "num_attention_heads": 4, "rope_theta": 5e5}))
+    return path
+
+
+def test_export_output_errors(tmp_path):
+    pytest.importorskip("onnx")
+    one_line_error(
+        arrayrope("export", "--head-dim", "8", "-o", str(tmp_path / "missing" / "x.onnx")),
+        "export",
+        "does not exist",
+        "missing",
+    )
+    if os.path.exists("/dev/full"):
+        one_line_error(
+            arrayrope("export", "--head-dim", "8", "-o", "/dev/full"),
+            "export",
+            "-o /dev/full: cannot write the model: No space left on device",
+        )
+
+
+def test_export_reads_a_config_folder_and_refuses_flags_it_would_ignore(config, tmp_path):
+    pytest.importorskip("onnx")
+    out = tmp_path / "rope.onnx"
+    done = arrayrope("export", "--config", str(config.parent), "-o", str(out))
+    assert done.returncode == 0 and out.exists(), done.stderr
+    assert "head_dim=64" in done.stdout
+    one_line_error(
+        arrayrope(
+            "export", "--config", str(config), "--head-dim", "32", "--base", "5e5", "--rotary-dim", "16", "-o", str(out)
+        ),
+        "export",
+        "not combined with --base, --head-dim, --rotary-dim",
+    )
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_a_fifo_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    one_line_error(
+        arrayrope("export", "--config", str(fifo), "-o", str(tmp_path / "x.onnx"), timeout=20),
+        "export",
+        "is not a regular file (a FIFO)",
+    )
+    if HAS_ONNX:
+        one_line_error(arrayrope("check", str(fifo), timeout=20), "check", "is not a regular file (a FIFO)")
+    one_line_error(
+        arrayrope("plot", str(fifo), "-o", str(tmp_path / "x.png"), timeout=20),
+        "plot",
+        "is not a regular file (a FIFO)",
+    )
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["export", "--head-dim", "8", "--max-positions", "-5"], ["max_positions must be positive, got -5"]),
+        (["export", "--head-dim", "0"], ["must be positive, got 0"]),
+        (["export", "--head-dim", "7"], ["must be even"]),
+        (["export", "--head-dim", "8", "--base", "nan"], ["base must be a finite number > 0, got nan"]),
+        (["export", "--head-dim", "8", "--target", "onnx23", "--opset", "17"], ["opset=17 is too old"]),
+        (["export", "--head-dim", "8", "--rank", "5"], ["argument --rank: invalid choice: 5"]),
+        (["export", "--head-dim", "eight"], ["argument --head-dim: invalid int value: 'eight'"]),
+        (["export"], ["-o/--output is required"]),
+        (["export", "--max-positions", "8388608", "--head-dim", "128"], ["max_positions=8388608 needs 4.29 GB"]),
+        (["check", "missing.onnx"], ["model='missing.onnx' does not exist"]),
+        (["parity", "--backends", "nmupy"], ["unknown backends ['nmupy']"]),
+        (["parity", "--dtypes", "float8"], ["dtypes must be a non-empty selection"]),
+        (["demo", "--backends", "nmupy"], ["unknown backends ['nmupy']"]),
+        (["plot", "--types", "bogus"], ["--types: 'bogus' is not one of"]),
+        (["plot", "--types", "linear", "--factor", "0.5"], ["--factor must be a number >= 1, got 0.5"]),
+        (["plot", "--types", "default", "--max-distance", "-3"], ["--max-distance must be a positive int, got -3"]),
+        (["nonsense"], ["argument command: invalid choice: 'nonsense'"]),
+    ],
+)
+def test_bad_values_are_one_line_and_status_2(args, needles, tmp_path):
+    if args[0] in ("export", "check"):
+        pytest.importorskip("onnx")
+    if args[0] == "plot":
+        pytest.importorskip("matplotlib")
+    if args[0] in ("export", "plot") and "-o" not in args and args[1:]:
+        args = [*args, "-o", str(tmp_path / ("x.onnx" if args[0] == "export" else "x.png"))]
+    done = arrayrope(*args, cwd=tmp_path)
+    command = args[0] if args[0] != "nonsense" else ""
+    if not command:  # an argument error of the top-level parser
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and needles[0] in done.stderr, done.stderr
+        return
+    one_line_error(done, command, *needles)
+
+
+def test_a_model_arrayrope_did_not_make_and_garbage(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    vi = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    foreign = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Identity", ["x"], ["y"])],
+            "g",
+            [vi],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        )
+    )
+    onnx.save(foreign, tmp_path / "foreign.onnx")
+    one_line_error(arrayrope("check", str(tmp_path / "foreign.onnx")), "check", "has no 'arrayrope.rotary' metadata")
+    (tmp_path / "garbage.onnx").write_bytes(b"\x00\xff" * 100)
+    one_line_error(arrayrope("check", str(tmp_path / "garbage.onnx")), "check", "does not load as an ONNX model")
+    one_line_error(arrayrope("check", str(tmp_path)), "check", "is not a regular file (a folder)")
+
+
+@pytest.mark.parametrize(
+    "command, module, extra",
+    [
+        (["export", "--head-dim", "8", "-o", "x.onnx"], "onnx", "onnx"),
+        (["check", "x.onnx"], "onnx", "onnx"),
+        (["plot", "--types", "default", "-o", "x.png"], "matplotlib", "plot"),
+    ],
+)
+def test_a_missing_extra_is_named(command, module, extra, tmp_path):
+    (tmp_path / "x.onnx").write_bytes(b"")
+    done = arrayrope(*command, cwd=tmp_path, block=module)
+    one_line_error(done, command[0], f"this needs {module}, which is not installed: pip install 'arrayrope[{extra}]'")
