@@ -167,9 +167,7 @@ def cos_sin(
     return xp.cos(angles), xp.sin(angles)
 
 
-def float64_turns(
-    xp: Namespace, inv_freq: np.ndarray, pos: Array, device: Device, bits: int
-) -> tuple[Array, Array]:
+def float64_turns(xp: Namespace, inv_freq: np.ndarray, pos: Array, device: Device, bits: int) -> tuple[Array, Array]:
     """float64 cos/sin of ``pos * inv_freq`` for positions ``|p| < 2**bits``, exact turns per 20-bit digit."""
     f64 = xp.float64
     n, rest = _split(xp, pos, f64)
@@ -187,9 +185,7 @@ def float64_turns(
     return xp.cos(angle), xp.sin(angle)
 
 
-def float32_digits(
-    xp: Namespace, inv_freq: np.ndarray, pos: Array, device: Device, bits: int
-) -> tuple[Array, Array]:
+def float32_digits(xp: Namespace, inv_freq: np.ndarray, pos: Array, device: Device, bits: int) -> tuple[Array, Array]:
     """float32 cos/sin of ``pos * inv_freq`` for positions ``|p| < 2**bits``, by 10-bit digit rotations."""
     f32 = xp.float32
     n, rest = _split(xp, pos, f32)

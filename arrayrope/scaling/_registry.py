@@ -8,19 +8,6 @@ from typing import Any
 
 import numpy as np
 
-__all__ = [
-    "ALIASES",
-    "COMMON_KEYS",
-    "REFUSED",
-    "ROPE_TYPES",
-    "Candidate",
-    "FitFn",
-    "LengthRule",
-    "RopeType",
-    "ScalingFn",
-    "register",
-]
-
 ScalingFn = Callable[..., "tuple[np.ndarray, float]"]
 #: ``(base, rotary_dim, scaling)``: parameters a fit proposes (``scaling`` None for plain RoPE).
 Candidate = tuple[float, int, "dict[str, Any] | None"]
