@@ -7,6 +7,8 @@ import numbers
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+import numpy as np
+
 from .types import LAYOUTS, Layout
 
 T = TypeVar("T")
@@ -58,7 +60,7 @@ def boolean(value: object, name: str) -> bool:
     """``value`` as a bool: ``True``/``False`` (NumPy's ``bool_`` too), never a string or a number."""
     if isinstance(value, bool):
         return value
-    if type(value).__name__ == "bool_" and hasattr(value, "item"):  # numpy.bool_
+    if isinstance(value, np.bool_):
         return bool(value)
     raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
 

@@ -18,6 +18,11 @@ _EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64"
 ULPS = {"float16": 4, "bfloat16": 4, "float32": 4, "float64": 4096}
 
 
+def _full_name(x: Any) -> str:
+    """The dtype's own name whatever the library spells around it (``torch.float32``, ``dtype('float32')``)."""
+    return str(getattr(x, "dtype", "")).split(".")[-1].removeprefix("dtype('").removesuffix("')")
+
+
 def _dtype_name(x: Any) -> str:
     name = str(getattr(x, "dtype", "float64")).split(".")[-1]
     return name if name in _EPS else "float64"
@@ -151,9 +156,10 @@ def assert_close(
             f"{lib_d or type(desired).__name__} array (pass check_namespace=False to compare values only)"
         )
     names = [_dtype_name(actual), _dtype_name(desired)]
-    if check_dtype and str(getattr(actual, "dtype", "")) != str(getattr(desired, "dtype", "")):
+    if check_dtype and _full_name(actual) != _full_name(desired):
         raise AssertionError(
-            f"dtypes differ: actual {names[0]}, desired {names[1]} (pass check_dtype=False to compare values only)"
+            f"dtypes differ: actual {_full_name(actual)}, desired {_full_name(desired)} "
+            "(pass check_dtype=False to compare values only)"
         )
     if check_device and lib_a == lib_d and lib_a is not None:
         dev_a, dev_d = backends.device_of(actual), backends.device_of(desired)
@@ -174,16 +180,18 @@ def assert_close(
         a, d = np.broadcast_arrays(a, d)
     except ValueError:
         raise AssertionError(f"shapes do not broadcast: actual {a.shape}, desired {d.shape}") from None
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf and NaN are judged below, not warned about
         err = np.abs(a - d)
         bound = atol + rtol * np.abs(d)
         # equal values (infinities of one sign included) and NaN against NaN agree
         bad = ~((np.isfinite(err) & (err <= bound)) | (a == d) | (np.isnan(a) & np.isnan(d)))
-    if np.any(bad):
+        if not np.any(bad):
+            return
         excess = np.where(bad, np.nan_to_num(err - bound, nan=np.inf), -np.inf)
         worst = np.unravel_index(int(np.argmax(excess)), a.shape) if a.ndim else ()
-        raise AssertionError(
-            f"{int(bad.sum())} of {a.size} elements differ beyond rtol={rtol:g}, atol={atol:g} ({coarse}); "
-            f"worst at index {tuple(int(i) for i in worst)}: actual {a[worst]!r}, desired {d[worst]!r}, "
-            f"abs error {err[worst]:.3g}; max abs error {np.nanmax(err):.3g}"
-        )
+        largest = np.nanmax(err) if not np.all(np.isnan(err)) else np.nan
+    raise AssertionError(
+        f"{int(bad.sum())} of {a.size} elements differ beyond rtol={rtol:g}, atol={atol:g} ({coarse}); "
+        f"worst at index {tuple(int(i) for i in worst)}: actual {a[worst]!r}, desired {d[worst]!r}, "
+        f"abs error {err[worst]:.3g}; max abs error {largest:.3g}"
+    )

@@ -87,6 +87,7 @@ def test_finite_real():
 
 def test_boolean():
     assert checks.boolean(True, "causal") is True and checks.boolean(False, "causal") is False
+    assert checks.boolean(np.True_, "causal") is True and checks.boolean(np.False_, "causal") is False
     for bad, kind in ((1, "int"), (0, "int"), ("yes", "str"), (None, "NoneType"), (np.array([True]), "ndarray")):
         with pytest.raises(TypeError, match=rf"^causal must be True or False, got .* \({kind}\)$"):
             checks.boolean(bad, "causal")

@@ -60,10 +60,10 @@ def test_namespaces_must_match():
         assert_close(np.ones(2), [1.0, 1.0])
 
 
-@pytest.mark.parametrize("library", ["dask.array", "jax.numpy"])
+@pytest.mark.parametrize("library", ["dask.array", "jax.numpy", "torch", "array_api_strict"])
 def test_relaxed_namespace_compares_values_across_libraries(library):
     lib = pytest.importorskip(library)
-    other = lib.asarray(np.float32([1.0, 2.0]))
+    other = lib.asarray(np.float32([1.0, 2.0]), dtype=lib.float32)  # dtypes each library prints its own way
     with pytest.raises(AssertionError, match="namespaces differ"):
         assert_close(other, np.float32([1.0, 2.0]))
     assert_close(other, np.float32([1.0, 2.0]), check_namespace=False)
@@ -77,6 +77,8 @@ def test_dtypes_must_match():
     with pytest.raises(AssertionError, match="dtypes differ: actual float16, desired float32"):
         assert_close(np.float16([1.0]), np.float32([1.0]))
     assert_close(np.float32([1.0, 2.0]), np.array([1.0, 2.0]), check_dtype=False)
+    with pytest.raises(AssertionError, match="dtypes differ: actual int32, desired int64"):
+        assert_close(np.ones(2, np.int32), np.ones(2, np.int64))
 
 
 def test_shapes_must_match():
@@ -160,8 +162,9 @@ def test_the_coarser_dtype_sets_the_default_tolerance():
         assert_close(actual16.astype(np.float32), desired)
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # inf - inf and NaN are judged, not warned about
 def test_assert_close_infinities_and_nans():
     assert_close(np.array([np.inf, -np.inf, np.nan, 1.0]), np.array([np.inf, -np.inf, np.nan, 1.0]))
-    for a, d in ([np.inf], [-np.inf]), ([np.nan], [1.0]), ([1.0], [np.nan]), ([1.0], [1.001]):
+    for a, d in ([np.inf], [-np.inf]), ([np.nan], [1.0]), ([1.0], [np.nan]), ([1.0], [1.001]), ([np.nan], [np.inf]):
         with pytest.raises(AssertionError, match="differ"):
             assert_close(np.array(a), np.array(d))
