@@ -9,6 +9,7 @@ angle error at large positions.
 
 from __future__ import annotations
 
+import array_api_compat.numpy
 import numpy as np
 import pytest
 from array_api_extra.testing import lazy_xp_function
@@ -37,6 +38,8 @@ def float32_tables(xp, inv_freq, positions, device):
 # In tests taking ``xp``: no Dask compute while building, traced under jax.jit (see conftest.py).
 lazy_xp_function(float32_tables)
 
+NP = array_api_compat.numpy  # the compliant namespace of NumPy (NumPy 1.26's own has no astype)
+
 INV_FREQ = arrayrope.rope_frequencies(64, base=10000.0).inv_freq
 #: float32 tables from float64 digits, composed in float32: within 2.5 float32 ulps at 1 (2**-23 = 1.2e-7)
 BOUND = 2.5 * 2.0**-23
@@ -64,12 +67,12 @@ def test_digit_rotations_are_cos_sin_of_the_exact_angles(level):
 def test_one_digit_positions_are_rounded_once():
     """|p| < 1024: one table lookup, the float64 value rounded to float32 (negative: sin negated)."""
     positions = np.array([0, 1, 2, 3, 100, 511, 1023], dtype=np.int32)
-    cos, sin = float32_tables(np, INV_FREQ, positions, "cpu")
+    cos, sin = float32_tables(NP, INV_FREQ, positions, "cpu")
     assert cos.dtype == sin.dtype == np.float32 and cos.shape == (7, 32)
     assert _error(cos, sin, positions) <= ONE_DIGIT
     # negative ones are signed digits (-1 = -1024 + 1023): composed, within the general bound
     negative = np.array([-1, -700, -1023], dtype=np.int32)
-    cos, sin = float32_tables(np, INV_FREQ, negative, "cpu")
+    cos, sin = float32_tables(NP, INV_FREQ, negative, "cpu")
     assert _error(cos, sin, negative) <= BOUND
 
 
@@ -80,7 +83,7 @@ def test_integer_positions_up_to_2_31(dtype):
         rng.integers(-(2**31) + 1, 2**31, 48),
         [1024, 1025, 2**20 - 1, 2**20, 2**30, 2**31 - 1, -(2**31) + 1],
     ]).astype(dtype)
-    cos, sin = float32_tables(np, INV_FREQ, positions, "cpu")
+    cos, sin = float32_tables(NP, INV_FREQ, positions, "cpu")
     assert cos.shape == (55, 32) and cos.dtype == np.float32
     assert _error(cos, sin, positions) <= BOUND
 
@@ -89,7 +92,7 @@ def test_integer_positions_up_to_2_31(dtype):
 def test_narrow_and_unsigned_positions(dtype):
     top = min(int(np.iinfo(dtype).max), 2**31 - 1)  # beyond 2**31 the digit angles themselves round in float64
     positions = np.array([0, 1, 255, top // 3, top - 1, top], dtype=dtype)
-    cos, sin = float32_tables(np, INV_FREQ, positions, "cpu")
+    cos, sin = float32_tables(NP, INV_FREQ, positions, "cpu")
     assert _error(cos, sin, positions) <= BOUND
 
 
@@ -98,17 +101,17 @@ def test_real_positions_round_to_digits_plus_a_fraction():
     whole = rng.integers(-(2**23), 2**23, 40)
     positions = (whole + rng.integers(-4, 5, 40) / 8).astype(np.float32)  # exact in float32
     positions[:4] = [0.25, -0.5, 0.5, 1023.5]
-    cos, sin = float32_tables(np, INV_FREQ, positions, "cpu")
+    cos, sin = float32_tables(NP, INV_FREQ, positions, "cpu")
     assert cos.shape == (40, 32) and cos.dtype == np.float32
     assert _error(cos, sin, positions) <= BOUND
 
 
 def test_a_count_is_positions_0_to_n_minus_1():
-    cos, sin = float32_tables(np, INV_FREQ, 2100, "cpu")
+    cos, sin = float32_tables(NP, INV_FREQ, 2100, "cpu")
     assert cos.shape == (2100, 32) and cos.dtype == np.float32
     rows = np.array([0, 1, 2, 1023, 1024, 1025, 1500, 2047, 2048, 2099])  # around the digit boundaries
     assert _error(cos[rows], sin[rows], rows) <= BOUND
-    same_c, same_s = float32_tables(np, INV_FREQ, np.arange(2100, dtype=np.int32), "cpu")
+    same_c, same_s = float32_tables(NP, INV_FREQ, np.arange(2100, dtype=np.int32), "cpu")
     np.testing.assert_array_equal(cos, same_c)
     np.testing.assert_array_equal(sin, same_s)
 
