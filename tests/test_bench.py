@@ -40,7 +40,7 @@ def bench():
 @pytest.fixture(scope="module")
 def tiny_run(bench):
     config_mod, suite, _, _ = bench
-    backends = ("numpy",) + tuple(lib for lib in ("dask", "torch") if importlib.util.find_spec(lib))
+    backends = ("numpy", *(lib for lib in ("dask", "torch") if importlib.util.find_spec(lib)))
     config = dataclasses.replace(config_mod.MODES["tiny"], threads="default", backends=backends)
     meta, records = suite.run(config, lambda text: None)
     return config, meta, records
