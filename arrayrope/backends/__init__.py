@@ -28,7 +28,7 @@ from ._namespace import (
     same_device,
     to_device,
 )
-from .dispatch import arange_tables, rotate
+from .dispatch import arange_tables, prepare, rotate
 from .registry import ENV_VAR, LIBRARIES, VARIANTS, Backend, available, to_numpy
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "library_name",
     "library_of",
     "namespace",
+    "prepare",
     "rotate",
     "same_device",
     "to_device",

@@ -96,8 +96,9 @@ class RotaryEmbedding:
         )
         self.layout: Layout = checks.layout(layout)
         self.axes: Axes = checks.choice(axes, "axes", AXES)
-        self._cache: dict[tuple[int, str, str], tuple[Array, Array]] = {}
+        self._cache: dict[tuple[int, Any, Any], tuple[Array, Array]] = {}
         self._lock = threading.Lock()
+        self._last: tuple[tuple[Any, ...], tuple[Array, Array, Any]] | None = None
         # sequence-length-dependent types: the cache holds the starting frequencies only
         self._start_freqs = self.freqs
         self._resize = None
@@ -184,11 +185,11 @@ class RotaryEmbedding:
                     f"got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
                 )
         # The tables are built here to broadcast against q and k: no need to check them again.
-        cos, sin = self._tables_for(xp, q, positions, offset, seq_len)
-        q_rot = rotate(xp, q, cos, sin, self.layout)
+        cos, sin, prepared = self._tables_for(xp, q, positions, offset, seq_len)
+        q_rot = rotate(xp, q, cos, sin, self.layout, prepared)
         if k is None:
             return q_rot
-        return q_rot, rotate(xp, k, cos, sin, self.layout)
+        return q_rot, rotate(xp, k, cos, sin, self.layout, prepared)
 
     def _check_input(self, x: Array, name: str) -> None:
         if x.ndim != 4:
@@ -203,7 +204,8 @@ class RotaryEmbedding:
 
     def _tables_for(
         self, xp: Namespace, q: Array, positions: Any, offset: Any, seq_len: int | None = None
-    ) -> tuple[Array, Array]:
+    ) -> tuple[Array, Array, Any]:
+        """cos, sin shaped to broadcast against q, and their prepared form where one was kept (else None)."""
         batch = q.shape[0]
         seq = q.shape[2] if self.axes == "bhsd" else q.shape[1]
         device = backends.device_of(q)
@@ -220,13 +222,23 @@ class RotaryEmbedding:
                     f"positions must have shape (S,) or (B, S) = ({seq},) or ({batch}, {seq}), got {tuple(pos.shape)}"
                 )
             cos, sin = rope_tables(freqs, pos, dtype=dtype)
-        elif isinstance(offset, numbers.Integral) and not isinstance(offset, bool):
+        elif type(offset) is int or (isinstance(offset, numbers.Integral) and not isinstance(offset, bool)):
             offset = int(offset)
             if offset < 0:
                 raise ValueError(f"offset must be >= 0, got {offset}")
             if freqs is self._start_freqs:
+                # the rows of the last step, kept with their prepared form: q and k, and every layer
+                # sharing this instance in a decode step, apply them
+                step = (id(xp), _hashable(device), _hashable(dtype), offset, seq)
+                last = self._last
+                if last is not None and last[0] == step:
+                    return last[1]
                 cos, sin = self._cached(xp, device, dtype, offset + seq)
-                cos, sin = cos[offset : offset + seq, :], sin[offset : offset + seq, :]
+                cos, sin = self._to_axes(cos[offset : offset + seq, :], sin[offset : offset + seq, :])
+                found = (cos, sin, backends.prepare(q, cos, sin, self.layout))
+                if device is not None:  # a JAX tracer's device is None: never keep traced values
+                    self._last = (step, found)
+                return found
             else:
                 cos, sin = rope_tables(freqs, xp.arange(offset, offset + seq, device=device), dtype=dtype)
         else:
@@ -237,6 +249,11 @@ class RotaryEmbedding:
                 )
             steps = xp.arange(seq, dtype=off.dtype, device=device)
             cos, sin = rope_tables(freqs, off[:, None] + steps, dtype=dtype)
+        cos, sin = self._to_axes(cos, sin)
+        return cos, sin, None
+
+    def _to_axes(self, cos: Array, sin: Array) -> tuple[Array, Array]:
+        """Tables (S, h) or (B, S, h) with the axes that broadcast them against q and k."""
         if cos.ndim == 2:
             return (cos, sin) if self.axes == "bhsd" else (cos[:, None, :], sin[:, None, :])
         if self.axes == "bhsd":
@@ -244,7 +261,10 @@ class RotaryEmbedding:
         return cos[:, :, None, :], sin[:, :, None, :]
 
     def _cached(self, xp: Namespace, device: Any, dtype: Any, needed: int) -> tuple[Array, Array]:
-        key = (id(xp), repr(device), repr(dtype))
+        key = (id(xp), _hashable(device), _hashable(dtype))
+        entry = self._cache.get(key)  # the common case, without the lock: entries are replaced, never changed
+        if entry is not None and entry[0].shape[0] >= needed:
+            return entry
         with self._lock:
             entry = self._cache.get(key)
             if entry is not None and entry[0].shape[0] >= needed:
@@ -274,6 +294,15 @@ class RotaryEmbedding:
         with self._lock:
             self.freqs = self._resize(length)
             return self.freqs
+
+
+def _hashable(obj: Any) -> Any:
+    """``obj`` itself as part of a cache key where it hashes (devices, dtypes), else its repr."""
+    try:
+        hash(obj)
+    except TypeError:
+        return repr(obj)
+    return obj
 
 
 class _Resizer:
