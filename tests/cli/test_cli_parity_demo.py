@@ -11,10 +11,11 @@ import types
 import numpy as np
 import pytest
 
+import _arrayrope_pytest as pytest_plugin
 from arrayrope import cli
 from arrayrope.backends import registry as _backends
 from arrayrope.cli import demo as _demo
-from arrayrope.testing import ParityCase, pytest_plugin
+from arrayrope.testing import ParityCase
 from arrayrope.testing._cases import builtin_cases
 
 
@@ -114,7 +115,7 @@ def test_plugin_skips_a_missing_library_with_its_reason(monkeypatch):
 
 def test_plugin_serves_a_downstream_suite_through_its_entry_point(tmp_path):
     points = importlib.metadata.entry_points(group="pytest11")
-    if "arrayrope.testing.pytest_plugin" not in [p.value for p in points]:
+    if "_arrayrope_pytest" not in [p.value for p in points]:
         pytest.skip("arrayrope is installed without its entry-point metadata; reinstall it")
     (tmp_path / "test_downstream.py").write_text(textwrap.dedent("""
         def test_uses_fixtures(xp, backend):
