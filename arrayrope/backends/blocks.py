@@ -144,11 +144,15 @@ def run(
     """
     if n <= 0:
         return
+    if threads <= 1 or n == 1:  # the calling thread alone: no claims to hand out
+        scratch: dict[str, Any] = {}
+        for i in range(n):
+            work(i, scratch)
+        return
     claims = _Claims(n, work)
-    if threads > 1 and n > 1:
-        pool = _pool(threads - 1)
-        for _ in range(min(threads, n) - 1):
-            pool.submit(claims, enter)
+    pool = _pool(threads - 1)
+    for _ in range(min(threads, n) - 1):
+        pool.submit(claims, enter)
     claims()
     claims.finished.wait()
     if claims.error is not None:

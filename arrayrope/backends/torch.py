@@ -36,8 +36,10 @@ __all__ = ["prepare", "probe", "rotate", "rotate_prepared", "to_numpy"]
 
 #: Elements below which PyTorch runs an op on the calling thread (ATen's ``GRAIN_SIZE``).
 GRAIN = 32768
-#: Elements per op of a block when one thread runs and x needs no conversion (fewer calls).
+#: Elements per op of a block when PyTorch runs on one thread (no parallel region to avoid: fewer calls).
 ONE_THREAD_BLOCK = 1 << 17
+#: Elements of x from which helper threads take blocks too (below, handing blocks over costs more than it saves).
+HELPERS_MIN = 1 << 23
 
 Generic = Callable[[Any, Any, Any, Any, str], Any]
 _LOW = (torch.float16, torch.bfloat16)
@@ -80,7 +82,8 @@ def rotate(
     compute = torch.float32 if work in _LOW else work
     if cos.dtype != compute or sin.dtype != compute:
         cos, sin = cos.to(compute), sin.to(compute)
-    if x.device.type == "cpu":
+    # on one thread PyTorch opens no parallel region: one block's worth of x takes the whole-tensor ops
+    if x.device.type == "cpu" and (x.dtype != cos.dtype or x.numel() > ONE_THREAD_BLOCK or torch.get_num_threads() > 1):
         out = _cpu(x, cos, sin, layout)
         if out is not None:
             return out
@@ -145,15 +148,14 @@ def _small(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, w
 
 
 def _cpu(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor | None:
-    """CPU row blocks of at most GRAIN elements per op, claimed by the threads PyTorch may use.
+    """CPU row blocks of at most GRAIN elements per op (on more than one thread), inline or claimed by helpers.
 
     None where x's rows do not view as ``(outer, period, d)`` or the tables do not repeat with a period.
     """
     h = cos.shape[-1]
     r, d = 2 * h, x.shape[-1]
-    lead = tuple(x.shape[:-1])
-    period = blocks.period(lead, tuple(cos.shape[:-1]))
-    if period is None or period == 0:
+    period = blocks.period(tuple(x.shape[:-1]), tuple(cos.shape[:-1]))
+    if not period:
         return None
     try:
         x3 = x.view(-1, period, d)
@@ -167,15 +169,18 @@ def _cpu(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> 
     limit = GRAIN if threads > 1 else ONE_THREAD_BLOCK
     rows = max(1, min(period, limit // r))  # positions per block, then as many outer rows as fit
     per = max(1, min(outer, limit // (rows * r)))
+    by_rows, by_outer = _sizes(period, rows), _sizes(outer, per)
     cos, sin = cos.reshape(period, h), sin.reshape(period, h)
 
     def split(t: torch.Tensor) -> list[torch.Tensor]:
-        return [b for part in torch.split(t, rows, 1) for b in torch.split(part, per, 0)]
+        """``t`` (outer, period, k) as blocks: position ranges, and outer ranges within each."""
+        parts = t.split_with_sizes(by_rows, 1) if len(by_rows) > 1 else (t,)
+        return [b for part in parts for b in (part.split_with_sizes(by_outer, 0) if len(by_outer) > 1 else (part,))]
 
-    groups = -(-outer // per)
-    tables = torch.split(cos, rows, 0), torch.split(sin, rows, 0)
-    cb = [c for c in tables[0] for _ in range(groups)]
-    sb = [s for s in tables[1] for _ in range(groups)]
+    def tables(t: torch.Tensor) -> list[torch.Tensor]:
+        return [b for b in (t.split_with_sizes(by_rows, 0) if len(by_rows) > 1 else (t,)) for _ in by_outer]
+
+    cb, sb = tables(cos), tables(sin)
     xs, os_ = split(x3[..., :r]), split(out[..., :r])
     pass_x, pass_o = (split(x3[..., r:]), split(out[..., r:])) if r < d else ([], [])
     if layout == "half":
@@ -199,8 +204,7 @@ def _cpu(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> 
             if pass_x:
                 pass_o[i].copy_(pass_x[i])
     else:
-        cplx = [torch.complex(c, s) for c, s in zip(tables[0], tables[1], strict=True)]
-        cc = [c for c in cplx for _ in range(groups)]
+        cc = tables(torch.complex(cos, sin))
 
         def work(i: int, scratch: dict[str, Any]) -> None:
             xb, ob = xs[i], os_[i]
@@ -210,13 +214,18 @@ def _cpu(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> 
                 torch.mul(tc, cc[i], out=tc)
                 ob.copy_(t)
             else:
-                torch.mul(torch.view_as_complex(_pairs(xb)), cc[i],
-                          out=torch.view_as_complex(_pairs(ob)))
+                torch.mul(torch.view_as_complex(_pairs(xb)), cc[i], out=torch.view_as_complex(_pairs(ob)))
             if pass_x:
                 pass_o[i].copy_(pass_x[i])
 
-    blocks.run(len(xs), work, threads, _inference_mode(torch.is_inference_mode_enabled()))
+    helpers = threads if x.numel() >= HELPERS_MIN else 1
+    blocks.run(len(xs), work, helpers, _inference_mode(torch.is_inference_mode_enabled()))
     return out.view(x.shape)
+
+
+def _sizes(n: int, step: int) -> list[int]:
+    """``n`` cut into pieces of ``step`` (the last one shorter)."""
+    return [step] * (n // step) + ([n % step] if n % step else [])
 
 
 def _scratch(scratch: dict[str, Any], like: torch.Tensor, dtype: torch.dtype, name: str = "x") -> torch.Tensor:

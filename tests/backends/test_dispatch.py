@@ -97,6 +97,7 @@ def thresholds(request, monkeypatch):
             return request.param
         monkeypatch.setattr(_torch_kernels, "GRAIN", 0)  # one-row blocks, on every thread PyTorch may use
         monkeypatch.setattr(_torch_kernels, "ONE_THREAD_BLOCK", 0)
+        monkeypatch.setattr(_torch_kernels, "HELPERS_MIN", 0)
     return request.param
 
 

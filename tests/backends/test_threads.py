@@ -74,7 +74,8 @@ def _torch():
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
 @pytest.mark.parametrize("rotary_dim", [64, 48])
 def test_torch_blocks_same_on_any_thread_count(monkeypatch, layout, dtype, rotary_dim):
-    """Bitwise the same result on 1 and 3 threads and in one-row blocks, and close to rotation matrices."""
+    """Bitwise the same result on 1 and 3 threads (helper threads taking blocks) and in one-row blocks,
+    and close to rotation matrices."""
     torch = _torch()
     from arrayrope.backends import torch as kernels
 
@@ -89,6 +90,7 @@ def test_torch_blocks_same_on_any_thread_count(monkeypatch, layout, dtype, rotar
     before = x.clone()
     results = []
     threads = torch.get_num_threads()
+    monkeypatch.setattr(kernels, "HELPERS_MIN", 0)
     try:
         for n in (1, 3):
             torch.set_num_threads(n)
@@ -105,16 +107,24 @@ def test_torch_blocks_same_on_any_thread_count(monkeypatch, layout, dtype, rotar
     assert_close(results[0], expected, rtol=tol, atol=tol, check_namespace=False, check_dtype=False)
 
 
-def test_torch_blocks_in_inference_mode_and_strided_tables():
+def test_torch_blocks_in_inference_mode_and_strided_tables(monkeypatch):
     """Helper threads run in the caller's inference mode; sliced (non-contiguous) tables are read as they are."""
     torch = _torch()
+    from arrayrope.backends import torch as kernels
+
+    monkeypatch.setattr(kernels, "HELPERS_MIN", 0)
     f = arrayrope.rope_frequencies(32)
     cos, sin = (torch.from_numpy(t) for t in arrayrope.rope_tables(f, 4000))
     c, s = cos[1000:3000], sin[1000:3000]
     x = torch.from_numpy(RNG.standard_normal((1, 4, 2000, 32)).astype(np.float32))
-    with torch.inference_mode():
-        out = arrayrope.apply_rotary(x, c, s)
-        assert out.is_inference()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # a helper thread takes blocks too
+    try:
+        with torch.inference_mode():
+            out = arrayrope.apply_rotary(x, c, s)
+            assert out.is_inference()
+    finally:
+        torch.set_num_threads(threads)
     expected = rope_by_matrix(x.double().numpy(), np.arange(1000, 3000), f.inv_freq, "half")
     assert_close(out, expected, rtol=2e-6, atol=2e-6, check_namespace=False, check_dtype=False)
 
