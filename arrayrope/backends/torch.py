@@ -2,15 +2,18 @@
 
 * Small tensors (a decode step): a few whole-tensor ops on halves from ``chunk``
   (half-split) or one complex multiplication (interleaved), joined by ``cat``.
-* CPU: row blocks of at most :data:`GRAIN` elements per op, so PyTorch runs every
-  op on the thread that calls it and opens no parallel region of its own (each
-  region ends at a barrier that a thread the system delays holds up: on a busy
-  machine hundreds of small regions cost more than the work). The blocks are
-  claimed in turn by up to ``torch.get_num_threads()`` threads
-  (:func:`.blocks.run`). Half-split pairs are ``mul`` + ``addcmul_`` into the
-  output; interleaved pairs one complex multiplication on complex views. float16
-  and bfloat16 are converted block by block into float32 scratch, rotated there
-  and rounded once into the output.
+* CPU: where PyTorch may use several threads, row blocks of at most :data:`GRAIN`
+  elements per op, so that it runs each op on the calling thread and opens no
+  parallel region: a region ends at a barrier, and when another process holds a
+  core each region waits milliseconds for the delayed thread (the naive formula's
+  regions, and the small blocked ones before, cost ten to a hundred times the work).
+  From :data:`HELPERS_MIN` elements of a tensor needing no conversion, helper
+  threads up to ``torch.get_num_threads()`` claim blocks in turn (:func:`.blocks.run`);
+  a delayed thread then takes fewer blocks instead of holding the others. On one
+  thread, blocks of :data:`ONE_THREAD_BLOCK` elements. Half-split pairs are ``mul`` +
+  ``addcmul_`` into the output; interleaved pairs one complex multiplication on
+  complex views. float16 and bfloat16 are converted block by block into float32
+  scratch, rotated there and rounded once into the output.
 * Other devices (CUDA), and CPU tensors the blocks cannot view: the same ops on
   the whole tensor, into slices of a fresh output.
 
@@ -38,7 +41,8 @@ __all__ = ["prepare", "probe", "rotate", "rotate_prepared", "to_numpy"]
 GRAIN = 32768
 #: Elements per op of a block when PyTorch runs on one thread (no parallel region to avoid: fewer calls).
 ONE_THREAD_BLOCK = 1 << 17
-#: Elements of x from which helper threads take blocks too (below, handing blocks over costs more than it saves).
+#: Elements of x from which helper threads take blocks too, when x needs no conversion (below that, and for
+#: the six calls per block of a conversion, the calls' interpreter lock traffic costs more than a core gives).
 HELPERS_MIN = 1 << 23
 
 Generic = Callable[[Any, Any, Any, Any, str], Any]
@@ -218,7 +222,7 @@ def _cpu(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> 
             if pass_x:
                 pass_o[i].copy_(pass_x[i])
 
-    helpers = threads if x.numel() >= HELPERS_MIN else 1
+    helpers = threads if x.numel() >= HELPERS_MIN and not cast else 1
     blocks.run(len(xs), work, helpers, _inference_mode(torch.is_inference_mode_enabled()))
     return out.view(x.shape)
 
