@@ -6,7 +6,7 @@
   about 256 KiB, so ``x`` is read once and every temporary stays in cache; the
   swap ``[x2, x1]`` is one copy of two opaque byte blocks per row (a void-dtype
   view), and the sign of the rotation is folded into the sin table.
-* Arrays up to 1 MiB: a few broadcasting ufuncs over the whole array (fewer calls).
+* Arrays up to 1 MiB (half-split: 128 KiB): a few broadcasting ufuncs over the whole array (fewer calls).
 * Tables for positions ``0..n-1``: float64 angle addition in cache-sized blocks.
 
 Each computes the values of the pure Array API reference and is tested against it.
@@ -32,6 +32,7 @@ __all__ = ["arange_tables", "prepare", "probe", "rotate", "rotate_prepared", "to
 #: Bytes of x per block of the blocked kernel (three such blocks fit in a 1 MiB L2).
 BLOCK_BYTES = 1 << 18
 _SMALL = 1 << 20  # up to this many bytes of x, broadcasting ufuncs beat blocking (measured)
+_SMALL_HALF = 1 << 17  # the same for half-split pairs, whose swapped view costs a call per 64 elements
 
 Generic = Callable[[Any, Any, Any, Any, str], Any]
 
@@ -70,10 +71,11 @@ def rotate(xp: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str
     if work.kind != "f":
         out: np.ndarray = generic(xp, x, cos, sin, layout)
         return out
-    if layout == "half" and work == dt and x.nbytes <= _SMALL and x.shape[-1] == 2 * cos.shape[-1]:
+    small = x.nbytes <= (_SMALL_HALF if layout == "half" else _SMALL)
+    if small and layout == "half" and work == dt and x.shape[-1] == 2 * cos.shape[-1]:
         return _small_half(x, cos, sin)
     one_pass = layout == "interleaved" and work == dt and work in _COMPLEX
-    if one_pass or x.nbytes <= _SMALL or x.strides[-1] != x.itemsize:
+    if one_pass or small or x.strides[-1] != x.itemsize:
         return _whole(x, cos.astype(work, copy=False), sin.astype(work, copy=False), layout, work)
     rows = _rows_view(x)
     period = _period(x.shape[:-1], cos.shape[:-1]) if rows is not None else None

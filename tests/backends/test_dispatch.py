@@ -90,6 +90,7 @@ def thresholds(request, monkeypatch):
     """Default size thresholds, or none: every array takes the blocked/PyTorch kernels, in tiny blocks."""
     if request.param == "forced":
         monkeypatch.setattr(_np_kernels, "_SMALL", 0)
+        monkeypatch.setattr(_np_kernels, "_SMALL_HALF", 0)
         monkeypatch.setattr(_np_kernels, "BLOCK_BYTES", 96)
         try:
             from arrayrope.backends import torch as _torch_kernels
