@@ -80,46 +80,55 @@ def apply_rotary(
     return rotate_features(xp, x, cos, sin, layout, rotary_features)
 
 
-def rotate(xp: Namespace | None, x: Array, cos: Array, sin: Array, layout: str) -> Array:
-    """Checked arguments -> rotated copy, by the fast path of ``x``'s library or the reference."""
-    return backends.rotate(xp, x, cos, sin, layout, _rotate_generic)
+def rotate(xp: Namespace | None, x: Array, cos: Array, sin: Array, layout: str, prepared: object = None) -> Array:
+    """Checked arguments -> rotated copy, by the fast path of ``x``'s library or the reference.
+
+    ``prepared``: ``backends.prepare(x, cos, sin, layout)`` for tables applied more than once.
+    """
+    return backends.rotate(xp, x, cos, sin, layout, _rotate_generic, prepared)
 
 
-def rotate_features(xp: Namespace, x: Array, cos: Array, sin: Array, layout: str, features: str) -> Array:
+def rotate_features(
+    xp: Namespace, x: Array, cos: Array, sin: Array, layout: str, features: str, prepared: object = None
+) -> Array:
     """:func:`rotate` of the leading rotary features, or of a view of the trailing ones joined after the rest."""
     if features == "leading":
-        return rotate(xp, x, cos, sin, layout)
+        return rotate(xp, x, cos, sin, layout, prepared)
     start = x.shape[-1] - 2 * cos.shape[-1]
     if start == 0:
-        return rotate(xp, x, cos, sin, layout)
-    return xp.concat([x[..., :start], rotate(xp, x[..., start:], cos, sin, layout)], axis=-1)
+        return rotate(xp, x, cos, sin, layout, prepared)
+    return xp.concat([x[..., :start], rotate(xp, x[..., start:], cos, sin, layout, prepared)], axis=-1)
 
 
 def check_rotary_args(x: Array, cos: Array, sin: Array) -> Namespace:
     """The namespace of ``x``, ``cos`` and ``sin`` after checking that they can be applied together."""
     xp = backends.namespace(x, cos, sin, names=("x", "cos", "sin"))
-    for name, a in (("x", x), ("cos", cos), ("sin", sin)):
-        if not backends.is_real_floating(xp, a.dtype):
-            raise TypeError(f"{name} must have a real floating dtype, got {a.dtype}")
+    xd, cd, sd = x.dtype, cos.dtype, sin.dtype
+    for name, dt in (("x", xd), ("cos", cd), ("sin", sd)) if not (xd == cd == sd) else (("x", xd),):
+        if not backends.is_real_floating(xp, dt):
+            raise TypeError(f"{name} must have a real floating dtype, got {dt}")
     backends.same_device(x, cos, "x", "cos")
     backends.same_device(x, sin, "x", "sin")
-    xs, cs = tuple(x.shape), tuple(cos.shape)
-    if cs != tuple(sin.shape):
-        raise ValueError(f"cos and sin must have one shape, got {cs} and {tuple(sin.shape)}")
+    xs, cs, ss = x.shape, cos.shape, sin.shape
+    if cs != ss and tuple(cs) != tuple(ss):
+        raise ValueError(f"cos and sin must have one shape, got {tuple(cs)} and {tuple(ss)}")
     if not xs or not cs:
-        raise ValueError(f"x and cos need a feature axis; got x.shape={xs}, cos.shape={cs}")
-    half, known = cs[-1], backends.known
-    if known(half) and known(xs[-1]) and (half < 1 or 2 * half > xs[-1]):
+        raise ValueError(f"x and cos need a feature axis; got x.shape={tuple(xs)}, cos.shape={tuple(cs)}")
+    half, d, known = cs[-1], xs[-1], backends.known
+    if known(half) and known(d) and (half < 1 or 2 * half > d):
         raise ValueError(
-            f"cos.shape[-1]={half} rotates {2 * half} features but x has {xs[-1]}; "
-            f"expected 1 <= cos.shape[-1] <= {xs[-1] // 2} (rotary_dim // 2)"
+            f"cos.shape[-1]={half} rotates {2 * half} features but x has {d}; "
+            f"expected 1 <= cos.shape[-1] <= {d // 2} (rotary_dim // 2)"
         )
-    if len(cs) > len(xs) or any(
-        known(c) and known(s) and c != 1 and c != s for c, s in zip(reversed(cs[:-1]), reversed(xs[:-1]), strict=False)
-    ):
+    bad = len(cs) > len(xs)
+    for i in range(2, len(cs) + 1 if not bad else 2):
+        c, s = cs[-i], xs[-i]
+        if c != 1 and c != s and known(c) and known(s):
+            bad = True
+    if bad:
         raise ValueError(
-            f"cos/sin of shape {cs} do not broadcast against x of shape {xs}: "
-            f"cos.shape[:-1] must broadcast to x.shape[:-1]={xs[:-1]}"
+            f"cos/sin of shape {tuple(cs)} do not broadcast against x of shape {tuple(xs)}: "
+            f"cos.shape[:-1] must broadcast to x.shape[:-1]={tuple(xs[:-1])}"
         )
     return xp
 

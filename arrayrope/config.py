@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from collections.abc import Mapping
@@ -172,6 +171,8 @@ def _load(config: Any) -> tuple[Mapping[str, Any], str]:
         path = os.path.join(path, "config.json")
     where = f"config file {path!r}"
     raw = read_regular_file(path, where, MAX_CONFIG_BYTES)
+    import json  # config files only: not at start-up
+
     try:
         data = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError as err:

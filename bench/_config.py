@@ -17,7 +17,7 @@ DEFAULT_BACKENDS = ("numpy", "torch", "jax", "dask", "cupy")
 #: Thread settings of one run: a count pinned before libraries load, or the libraries' own default.
 DEFAULT_THREADS = ("1", "default")
 #: Every section; the first thread setting runs all, the others those whose figures depend on threads.
-SECTIONS = ("apply", "embedding", "memory", "dask", "tables", "sweep")
+SECTIONS = ("apply", "embedding", "memory", "dask", "tables", "sweep", "far", "startup")
 THREADED_SECTIONS = ("apply", "embedding", "tables", "sweep")
 #: Environment variables that fix the thread pools of OpenMP, MKL, OpenBLAS and numexpr.
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -39,6 +39,7 @@ class Config:
     rounds: int
     batch_s: float = 2e-3
     rss: bool = True  # peak RSS of PyTorch calls, each in a fresh process (seconds each)
+    far_offset: int = 1_000_000  # the first position of a fresh RotaryEmbedding (section "far")
     threads: str = "1"
     backends: tuple[str, ...] = DEFAULT_BACKENDS
     sections: tuple[str, ...] = SECTIONS
@@ -69,7 +70,7 @@ MODES: dict[str, Config] = {
     # the bench's plumbing in seconds (tests): every section and ratio, figures meaningless
     "tiny": Config(
         "tiny", _DECODE[:1], ((1, 2, 16, 128), (2, 2, 8, 128)), (1, 2, 16, 128), _STEPS[:1],
-        (1, 16), 1 << 10, (1, 2, 16, 128), 2, rounds=1, batch_s=1e-4, rss=False,
+        (1, 16), 1 << 10, (1, 2, 16, 128), 2, rounds=1, batch_s=1e-4, rss=False, far_offset=10_000,
     ),
 }
 

@@ -108,6 +108,8 @@ def markdown(meta: Meta, records: list[Record], tgts: list[dict[str, Any]]) -> s
     lines += _memory_table(records)
     lines += _dask_table(records)
     lines += _tables_table(records, settings)
+    lines += _far_table(records)
+    lines += _startup_table(records)
     lines += _sweep_table(records, settings)
     return "\n".join(lines)
 
@@ -159,13 +161,17 @@ def _decode_overhead(records: list[Record], settings: list[str], labels: list[st
              "RotaryEmbedding(q, k, offset=1000) with q (1, 8, 1, 128), k (1, 2, 1, 128) against the naive formula "
              "on q and k with this step's cos/sin rows precomputed; apply_rotary on x (1, 8, 1, 128) against the "
              "naive formula on x.", "",
-             "| backend | layout | naive q and k | RotaryEmbedding (× naive) | naive x | apply_rotary (× naive) |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             "`new step` moves to the next position on every call; the other call repeats one step, as every layer "
+             "sharing an instance does.", "",
+             "| backend | layout | naive q and k | RotaryEmbedding (× naive) | RotaryEmbedding, new step (× naive) "
+             "| naive x | apply_rotary (× naive) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for key in dict.fromkeys([*emb, *app]):
         e, a = emb.get(key, {}), app.get(key, {})
         lines.append(
             f"| {key[0]} | {key[1]} | {_cells(e, settings, _at('seconds', 'naive q and k', _us))} | "
             f"{_cells(e, settings, _at('x_naive', 'RotaryEmbedding'))} | "
+            f"{_cells(e, settings, _at('x_naive', 'RotaryEmbedding, new step'))} | "
             f"{_cells(a, settings, _at('seconds', 'naive', _us))} | "
             f"{_cells(a, settings, _at('x_naive', 'arrayrope'))} |")
     return [*lines, ""]
@@ -199,7 +205,7 @@ def _embedding_table(records: list[Record], settings: list[str]) -> list[str]:
                     lambda r: (r["backend"], tuple(r["shape"]), tuple(r.get("k_shape", ())), r["layout"]))
     if not groups:
         return []
-    names = ("RotaryEmbedding", "naive twice", "apply_rotary twice", "copy q and k")
+    names = ("RotaryEmbedding", "RotaryEmbedding, new step", "naive twice", "apply_rotary twice", "copy q and k")
     lines = ["## Decode steps: RotaryEmbedding(q, k, offset=1000), float32", "",
              "Ratios to the naive formula on q and k with the step's rows precomputed; `naive twice` and "
              "`apply_rotary twice` look the rows up in the full tables in the call.", "",
@@ -256,6 +262,40 @@ def _tables_table(records: list[Record], settings: list[str]) -> list[str]:
             ratio = _cells(by, settings, _at("x_recipe", k))
             error = _cells(by, settings, _at("max_error", k, _sci))
             lines.append(f"| {backend} | {n} | {k} | {time} | {ratio} | {error} |")
+    return [*lines, ""]
+
+
+def _far_table(records: list[Record]) -> list[str]:
+    far = [r for r in records if r["section"] == "far"]
+    if not far:
+        return []
+    lines = ["## A far position: a fresh RotaryEmbedding's first decode step", "",
+             "q (1, 8, 1, 128), k (1, 2, 1, 128), float32; peak memory of the first call from tracemalloc (NumPy).", "",
+             "| backend | offset | warm step | fresh instance, first step | × warm | peak memory |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in far:
+        key = f"fresh, offset {r['offset']}"
+        peak = "n/a" if r.get("peak_MB") is None else f"{r['peak_MB']:.1f} MB"
+        lines.append(f"| {r['backend']} | {r['offset']} | {_us(r['seconds']['warm decode step'])} | "
+                     f"{_us(r['seconds'][key])} | {_fmt(r['x_warm'][key])} | {peak} |")
+    return [*lines, ""]
+
+
+def _startup_table(records: list[Record]) -> list[str]:
+    rows = [r for r in records if r["section"] == "startup"]
+    if not rows:
+        return []
+    r = rows[0]
+    s = r["seconds"]
+    lines = ["## Start-up (fresh interpreters, wall time, medians of "
+             f"{r['rounds']} interleaved rounds)", "",
+             "| variant | time | note |", "| --- | --- | --- |",
+             f"| python -c pass | {_us(s['python'])} | |",
+             f"| import numpy | {_us(s['import numpy'])} | |",
+             f"| import arrayrope | {_us(s['import arrayrope'])} | {r['import_over_numpy_ms']:+.0f} ms over numpy; "
+             f"{r['modules_beyond_numpy']} modules beyond numpy's |",
+             f"| pytest, one trivial test | {_us(s['pytest'])} | plugin {r['plugin_ms']:+.0f} ms |",
+             f"| pytest -p no:arrayrope | {_us(s['pytest -p no:arrayrope'])} | |"]
     return [*lines, ""]
 
 

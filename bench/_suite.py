@@ -14,7 +14,7 @@ import numpy as np
 import arrayrope
 from arrayrope.apply import _rotate_generic
 
-from . import _dask, _machine, _memory, _ort, _tables
+from . import _dask, _far, _machine, _memory, _ort, _startup, _tables
 from ._config import Config, Shape, thread_count
 from ._libs import Lib, naive, naive_complex, select
 from ._records import LAYOUTS, Layout, Record, Say, Tables, host_tables, naive_tables, ratios, record
@@ -51,6 +51,10 @@ def run(config: Config, say: Say) -> tuple[dict[str, Any], list[Record]]:
         records.extend(_tables.tables_case(lib, config, say) for lib in eager)
     if "sweep" in config.sections:
         records.extend(sweep_case(lib, s, config, say) for lib in eager for s in config.sweep)
+    if "far" in config.sections:
+        records.extend(_far.far_case(lib, config, say) for lib in eager if lib.backend.library in ("numpy", "torch"))
+    if "startup" in config.sections:
+        records.extend(_startup.startup(config, say))
     for rec in records:
         rec["threads"] = config.threads
     return meta, records
@@ -112,7 +116,9 @@ def embedding_decode(lib: Lib, step: tuple[int, int, int], layout: Layout, confi
 
     The naive references: with the rows of this step precomputed (what a model that
     builds cos/sin once per forward pass holds in each layer), and with the rows
-    looked up in the full tables in the call.
+    looked up in the full tables in the call. ``RotaryEmbedding`` repeats one step
+    (as every layer sharing an instance does); ``RotaryEmbedding, new step`` moves
+    to the next position on every call.
     """
     batch, hq, hk = step
     say(f"embedding: {lib.name} decode q {(batch, hq, 1, 128)} k {(batch, hk, 1, 128)} {layout}")
@@ -127,6 +133,11 @@ def embedding_decode(lib: Lib, step: tuple[int, int, int], layout: Layout, confi
     cx, sx = full[2], full[3]
     ops, ready = lib.ops, lib.ops.ready
 
+    steps = iter(range(1 << 62))
+
+    def next_offset() -> tuple[Any, ...]:  # a new step every call (positions 1000..1999 stay in the cache)
+        return tuple(ready(a) for a in rope(q, k, offset=1000 + next(steps) % 1000))
+
     def naive_lookup() -> tuple[Any, Any]:
         looked: Tables = (full[0][off : off + 1], full[1][off : off + 1], full[2][off : off + 1],
                           full[3][off : off + 1])
@@ -137,6 +148,7 @@ def embedding_decode(lib: Lib, step: tuple[int, int, int], layout: Layout, confi
         "naive q and k": lambda: (ready(naive(ops, layout, q, rows, 128)), ready(naive(ops, layout, k, rows, 128))),
         "naive twice": naive_lookup,
         "RotaryEmbedding": lambda: tuple(ready(a) for a in rope(q, k, offset=off)),
+        "RotaryEmbedding, new step": next_offset,
         "apply_rotary twice": lambda: (
             ready(arrayrope.apply_rotary(q, cx[off : off + 1], sx[off : off + 1], layout=layout)),
             ready(arrayrope.apply_rotary(k, cx[off : off + 1], sx[off : off + 1], layout=layout)),

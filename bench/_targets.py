@@ -53,10 +53,11 @@ def targets(records: list[Record], meta: dict[str, Any]) -> list[Target]:
             out.append({"target": name, "goal": goal, "threads": setting, "reached": figure, "met": met})
 
         _speed_targets(recs, prefill, add)
+        _user_targets(recs, add)
         decode = _decode_step(recs)
         if decode is not None:
             add(*decode)
-        slower = _never_slower(recs) if setting == "default" else None
+        slower = _never_slower(recs)
         if slower is not None:
             add(*slower)
         name, goal, figure, met = _with_load(busy, decode, slower)
@@ -122,7 +123,35 @@ def _speed_targets(records: list[Record], prefill: list[list[int]], add: Add) ->
 
 
 _DECODE_NAME = "Decode RotaryEmbedding, q (1, 8, 1, 128), k (1, 2, 1, 128)"
-_SLOWER_NAME = "At default threads never slower than naive"
+_SLOWER_NAME = "Never slower than naive"
+LOW = ("float16", "bfloat16")
+
+
+def _user_targets(records: list[Record], add: Add) -> None:
+    """Low precision against a copy; start-up and the pytest plugin; a far first position."""
+    recs = [r for r in _find(records, section="apply") if r["dtype"] in LOW and r["backend"] in ("numpy", "torch")]
+    if recs:
+        worst = _worst([r["x_copy"]["arrayrope"] for r in recs])
+        figure = "; ".join(f"{r['backend']} {r['dtype']} {r['layout']} {_fmt(r['x_copy']['arrayrope'])}" for r in recs)
+        add("float16 / bfloat16 prefill", "≤ 4× a copy (NumPy, PyTorch CPU)", f"{figure}× copy", worst <= 4.0)
+    for r in _find(records, section="startup"):
+        extra, heavy = r["import_over_numpy_ms"], r["heavy_modules"]
+        add("Start-up: import arrayrope", "≤ import numpy + 60 ms; no optional backend, ONNX, numpy.testing/f2py",
+            f"+{extra:.0f} ms over import numpy ({r['seconds']['import numpy'] * 1e3:.0f} ms, "
+            f"{r['rounds']} interpreters); {r['modules_beyond_numpy']} modules beyond numpy's; "
+            f"heavy modules: {', '.join(heavy) or 'none'}", extra <= 60 and not heavy)
+        plugin = r["plugin_ms"]
+        add("pytest plugin, no test asking for its fixtures", "≤ 40 ms; imports no backend",
+            f"{plugin:+.0f} ms against -p no:arrayrope (pytest {r['seconds']['pytest'] * 1e3:.0f} ms); "
+            f"loads {', '.join(r['plugin_loads']) or 'neither arrayrope nor numpy'}",
+            plugin <= 40 and not r["plugin_loads"])
+    for r in _find(records, section="far"):
+        ratio = r["x_warm"].get(f"fresh, offset {r['offset']}", math.nan)
+        peak = r.get("peak_MB")
+        memory = f", peak {peak:.0f} MB (tracemalloc)" if peak is not None else ""
+        add(f"A far position costs what it uses ({r['backend']})",
+            "fresh RotaryEmbedding's first step at offset 1e6 ≤ 20× a warm step, < 100 MB extra",
+            f"{_fmt(ratio)}× a warm step at offset {r['offset']}{memory}", ratio <= 20 and (peak is None or peak < 100))
 
 
 def _decode_step(records: list[Record]) -> tuple[str, str, str, bool] | None:
@@ -151,7 +180,8 @@ def _never_slower(records: list[Record]) -> tuple[str, str, str, bool] | None:
     slower = [(v, r) for v, r in ratio if not v <= 1.0]
     v, r = max(ratio, key=lambda p: -math.inf if math.isnan(p[0]) else p[0])
     where = f"{r['backend']} {tuple(r['shape'])} {r['layout']} {r['dtype']} rotary {r['rotary_dim']}"
-    return (_SLOWER_NAME, "apply_rotary ≤ naive formula on every application row (all backends, dtypes, shapes)",
+    return (_SLOWER_NAME, "apply_rotary ≤ naive formula on every application row (all backends, dtypes, shapes, "
+            "rotary dims)",
             f"{len(slower)} of {len(recs)} rows slower; worst {_fmt(v)}× naive ({where})", not slower)
 
 
@@ -159,7 +189,7 @@ def _with_load(busy: int, decode: tuple[str, str, str, bool] | None,
                slower: tuple[str, str, str, bool] | None) -> tuple[str, str, str, bool | None]:
     """The two targets above, in a run with other busy processes (``--load``)."""
     name = "With one busy process"
-    goal = "the decode RotaryEmbedding and (default threads) never-slower targets hold with --load 1"
+    goal = "the decode RotaryEmbedding and never-slower targets hold with --load 1"
     if busy < 1:
         return name, goal, "not measured: this run had no other busy process (run with --load 1)", None
     parts = [t for t in (decode, slower) if t is not None]

@@ -1,6 +1,6 @@
 """Suite-wide settings and fixtures. The ``backend`` fixture comes from arrayrope's pytest plugin.
 
-The plugin (:mod:`arrayrope.testing.pytest_plugin`, entry point ``pytest11``) runs
+The plugin (the top-level module ``_arrayrope_pytest``, entry point ``pytest11``) runs
 every test that takes ``backend`` or ``xp`` on every installed backend;
 ``ARRAYROPE_BACKENDS=numpy,torch`` narrows the set, and a missing library is a
 skipped parameter with the reason.
@@ -33,7 +33,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def pytest_configure(config):
     # Installed arrayrope registers the plugin itself; a checkout whose metadata predates it loads it here.
     if not config.pluginmanager.has_plugin("arrayrope"):
-        config.pluginmanager.import_plugin("arrayrope.testing.pytest_plugin")
+        config.pluginmanager.import_plugin("_arrayrope_pytest")
 
 
 @pytest.fixture

@@ -19,7 +19,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NEW_TARGETS = (
-    "At default threads never slower than naive",
+    "Never slower than naive",
+    "float16 / bfloat16 prefill",
+    "Start-up: import arrayrope",
+    "pytest plugin, no test asking for its fixtures",
+    "A far position costs what it uses (numpy)",
     "Decode RotaryEmbedding, q (1, 8, 1, 128), k (1, 2, 1, 128)",
     "With one busy process",
 )
@@ -53,7 +57,8 @@ def _finite(ratios: dict) -> bool:
 def test_every_section_and_workload_is_recorded(tiny_run):
     config, meta, records = tiny_run
     dask = {"dask"} if importlib.util.find_spec("dask") else set()  # the Dask section needs Dask
-    assert {r["section"] for r in records} == {"apply", "embedding", "memory", "tables", "sweep"} | dask
+    assert {r["section"] for r in records} == {"apply", "embedding", "memory", "tables", "sweep", "far",
+                                              "startup"} | dask
     assert all(r["threads"] == "default" for r in records)
     eager = [b for b in ("numpy", "torch") if b not in meta["missing"] and any(r["backend"] == b for r in records)]
     assert "numpy" in eager
@@ -86,7 +91,7 @@ def test_decode_and_other_records_have_their_ratios(tiny_run):
     for r in records:
         if r["section"] == "embedding":
             assert set(r["x_naive"]) == {"copy q and k", "naive q and k", "naive twice", "RotaryEmbedding",
-                                         "apply_rotary twice"}, r
+                                         "RotaryEmbedding, new step", "apply_rotary twice"}, r
             assert r["x_naive"]["naive q and k"] == 1.0 and _finite(r["x_naive"]) and _finite(r["x_copy"]), r
         elif r["section"] == "sweep":
             assert {"arrayrope half", "arrayrope interleaved", "naive half"} <= set(r["x_copy"]), r
@@ -99,6 +104,14 @@ def test_decode_and_other_records_have_their_ratios(tiny_run):
             assert all(e < 1e-2 for e in r["max_error"].values()), r
         elif r["section"] == "memory":
             assert {"arrayrope", "reference path", "naive"} == set(r["extra_over_x"]), r
+        elif r["section"] == "far":
+            assert set(r["x_warm"]) == {"warm decode step", f"fresh, offset {r['offset']}"}, r
+            assert _finite(r["x_warm"]), r
+            assert r["peak_MB"] is None or r["peak_MB"] > 0, r
+        elif r["section"] == "startup":
+            assert set(r["seconds"]) == {"python", "import numpy", "import arrayrope", "pytest",
+                                         "pytest -p no:arrayrope"}, r
+            assert r["heavy_modules"] == [] and r["plugin_loads"] == [] and r["modules_beyond_numpy"] > 0, r
 
 
 def test_targets_are_reported_never_asserted(bench, tiny_run):

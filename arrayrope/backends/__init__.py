@@ -34,7 +34,7 @@ from ._namespace import (
     same_device,
     to_device,
 )
-from .dispatch import arange_tables, is_lazy, onnx_exporting, onnx_rotary, rotate, traced
+from .dispatch import arange_tables, is_lazy, onnx_exporting, onnx_rotary, prepare, rotate, traced
 from .registry import ENV_VAR, LIBRARIES, VARIANTS, Backend, available, to_numpy
 
 __all__ = [
@@ -59,6 +59,7 @@ __all__ = [
     "namespace",
     "onnx_exporting",
     "onnx_rotary",
+    "prepare",
     "rotate",
     "same_device",
     "to_device",

@@ -11,13 +11,15 @@ a hook never breaks the import it watches.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import sys
-import types
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # importlib.abc imports importlib.resources, tempfile, shutil...: not at start-up
+    import importlib.abc
+    import importlib.machinery
+    import types
 
 __all__ = ["after_import"]
 
@@ -37,7 +39,7 @@ def _run(callback: Callable[[], object]) -> None:
         return
 
 
-class _Watch(importlib.abc.MetaPathFinder):
+class _Watch:  # a meta path finder (the protocol: find_spec)
     """Finds nothing itself: wraps the loader of module ``name`` and then leaves ``sys.meta_path``."""
 
     def __init__(self, name: str, callback: Callable[[], object]) -> None:
@@ -53,11 +55,11 @@ class _Watch(importlib.abc.MetaPathFinder):
             sys.meta_path.remove(self)
         spec = importlib.util.find_spec(fullname)
         if spec is not None and spec.loader is not None:
-            spec.loader = _Loader(spec.loader, self.callback)
+            spec.loader = _Loader(spec.loader, self.callback)  # type: ignore[assignment]
         return spec
 
 
-class _Loader(importlib.abc.Loader):
+class _Loader:  # a loader (the protocol: create_module, exec_module)
     """Executes the module with the real loader, then runs the callback."""
 
     def __init__(self, loader: importlib.abc.Loader, callback: Callable[[], object]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from typing import Any
 
 import array_api_compat as compat
@@ -26,6 +27,8 @@ _MODULES = {
 }
 # libraries whose arrays all live on one device (no device check needed)
 _ONE_DEVICE = frozenset({"numpy", "dask"})
+# libraries whose arrays carry their device as ``.device`` (compat.device would return it)
+_DEVICE_ATTRIBUTE = frozenset({"torch", "cupy", "array_api_strict"})
 
 _library_of_type: dict[type, str | None] = {}
 _namespace_of_type: dict[type, Any] = {}
@@ -145,14 +148,21 @@ def check_device(xp: Any, device: Any, name: str = "device") -> None:
 
 def device_of(x: Any) -> Any:
     """The device of ``x`` (``None`` for a JAX array being traced)."""
+    lib = library_of(x)
+    if lib in _DEVICE_ATTRIBUTE:
+        return x.device
+    if lib == "numpy":
+        return "cpu"
     return compat.device(x)
 
 
 def same_device(a: Any, b: Any, name_a: str, name_b: str) -> None:
     """Raise ``ValueError`` when ``a`` and ``b`` live on different devices."""
-    if library_of(a) in _ONE_DEVICE and type(a) is type(b):
-        return
-    da, db = compat.device(a), compat.device(b)
+    if type(a) is type(b):
+        lib = library_of(a)
+        if lib in _ONE_DEVICE or (lib in _DEVICE_ATTRIBUTE and a.device == b.device):
+            return
+    da, db = device_of(a), device_of(b)
     if da is None or db is None or da == db:
         return
     raise ValueError(f"{name_b} is on device {db} but {name_a} is on device {da}; move one of them")
@@ -204,16 +214,18 @@ def lazy_array(x: Any) -> bool:
     return bool(compat.is_lazy_array(x)) or getattr(getattr(x, "device", None), "type", None) == "meta"
 
 
-def _kind(cache: dict[tuple[int, Any], bool], xp: Any, dtype: Any, test: Any) -> bool:
+def _kind(cache: dict[tuple[int, Any], bool], xp: Any, dtype: Any, test: Callable[[Any, Any], Any]) -> bool:
     """``test(xp, dtype)``, cached per namespace and dtype (False where the namespace cannot tell)."""
     key = (id(xp), dtype)
-    with contextlib.suppress(KeyError, TypeError):  # not seen yet, or an unhashable dtype
+    try:
         return cache[key]
+    except (KeyError, TypeError):  # not seen yet, or an unhashable dtype
+        pass
     try:
         ok = bool(test(xp, dtype))
     except Exception:
         ok = False
-    with contextlib.suppress(TypeError):
+    with contextlib.suppress(TypeError):  # an unhashable dtype is not cached
         cache[key] = ok
     return ok
 

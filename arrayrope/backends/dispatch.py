@@ -11,6 +11,12 @@ A library whose arrays can be traced into graphs may also define ``traced(x)``
 (whether caches must not keep ``x``), ``onnx_exporting()`` (whether an ONNX
 exporter of that library is tracing: exported graphs carry no float64) and
 ``onnx_rotary()`` (the rotary embedding to trace then, or None).
+
+A module may also define ``prepare(cos, sin, layout)`` and
+``rotate_prepared(x, prepared, layout)``: tables put once into the form its
+small-array path applies with the fewest calls (sign folded, complex), for callers
+that apply the same tables several times (``RotaryEmbedding``: q and k, every layer
+of a decode step); ``rotate_prepared`` returns None where that form does not apply.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import numpy as np
 from ._namespace import lazy_array, library_name, library_of
 from .registry import LIBRARIES, library_module
 
-__all__ = ["arange_tables", "is_lazy", "onnx_exporting", "onnx_rotary", "rotate", "traced"]
+__all__ = ["arange_tables", "is_lazy", "onnx_exporting", "onnx_rotary", "prepare", "rotate", "traced"]
 
 Generic = Callable[[Any, Any, Any, Any, str], Any]
 _NONE = object()
@@ -82,16 +88,29 @@ def onnx_rotary(x: Any) -> Any:
     return hook() if hook is not None else None
 
 
-def rotate(xp: Any, x: Any, cos: Any, sin: Any, layout: str, generic: Generic) -> Any:
+def rotate(xp: Any, x: Any, cos: Any, sin: Any, layout: str, generic: Generic, prepared: Any = None) -> Any:
     """``x`` rotated by its library's fast path, or by ``generic`` where there is none.
 
     ``xp`` is the namespace of the (already checked) arguments, or None where the
     caller has not resolved it; ``generic(xp, x, cos, sin, layout)`` resolves it then.
+    ``prepared`` is what :func:`prepare` returned for these tables, or None.
     """
-    kernel = _kernel(library_of(x))
+    library = library_of(x)
+    if prepared is not None:
+        fn = _hook(library, "rotate_prepared")
+        out = None if fn is None else fn(x, prepared, layout)
+        if out is not None:
+            return out
+    kernel = _kernel(library)
     if kernel is None:
         return generic(xp, x, cos, sin, layout)
     return kernel(xp, x, cos, sin, layout, generic)
+
+
+def prepare(x: Any, cos: Any, sin: Any, layout: str) -> Any:
+    """``cos``/``sin`` in the form the small-array path of ``x``'s library applies fastest, or None."""
+    fn = _hook(library_of(x), "prepare")
+    return None if fn is None else fn(cos, sin, layout)
 
 
 def arange_tables(xp: Any, inv_freq: np.ndarray, n: int, dtype: Any, factor: float) -> tuple[Any, Any] | None:

@@ -6,7 +6,7 @@
   about 256 KiB, so ``x`` is read once and every temporary stays in cache; the
   swap ``[x2, x1]`` is one copy of two opaque byte blocks per row (a void-dtype
   view), and the sign of the rotation is folded into the sin table.
-* Arrays up to 1 MiB: a few broadcasting ufuncs over the whole array (fewer calls).
+* Arrays up to 1 MiB (half-split: 128 KiB): a few broadcasting ufuncs over the whole array (fewer calls).
 * Tables for positions ``0..n-1``: float64 angle addition in cache-sized blocks.
 
 Each computes the values of the pure Array API reference and is tested against it.
@@ -27,11 +27,12 @@ from .blocks import row_blocks
 if TYPE_CHECKING:
     from .registry import Backend
 
-__all__ = ["arange_tables", "probe", "rotate", "to_numpy"]
+__all__ = ["arange_tables", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy"]
 
 #: Bytes of x per block of the blocked kernel (three such blocks fit in a 1 MiB L2).
 BLOCK_BYTES = 1 << 18
 _SMALL = 1 << 20  # up to this many bytes of x, broadcasting ufuncs beat blocking (measured)
+_SMALL_HALF = 1 << 17  # the same for half-split pairs, whose swapped view costs a call per 64 elements
 
 Generic = Callable[[Any, Any, Any, Any, str], Any]
 
@@ -53,6 +54,7 @@ _COMPLEX: dict[np.dtype[Any], np.dtype[Any]] = {
     np.dtype(np.float32): np.dtype(np.complex64),
     np.dtype(np.float64): np.dtype(np.complex128),
 }
+_REAL = {c: r for r, c in _COMPLEX.items()}
 _SIGN: dict[np.dtype[Any], np.ndarray] = {
     np.dtype(t): np.array([[-1.0], [1.0]], dtype=t) for t in (np.float16, np.float32, np.float64)
 }
@@ -69,8 +71,11 @@ def rotate(xp: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str
     if work.kind != "f":
         out: np.ndarray = generic(xp, x, cos, sin, layout)
         return out
+    small = x.nbytes <= (_SMALL_HALF if layout == "half" else _SMALL)
+    if small and layout == "half" and work == dt and x.shape[-1] == 2 * cos.shape[-1]:
+        return _small_half(x, cos, sin)
     one_pass = layout == "interleaved" and work == dt and work in _COMPLEX
-    if one_pass or x.nbytes <= _SMALL or x.strides[-1] != x.itemsize:
+    if one_pass or small or x.strides[-1] != x.itemsize:
         return _whole(x, cos.astype(work, copy=False), sin.astype(work, copy=False), layout, work)
     rows = _rows_view(x)
     period = _period(x.shape[:-1], cos.shape[:-1]) if rows is not None else None
@@ -88,6 +93,67 @@ def rotate(xp: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str
         period,
     )
     return result
+
+
+def _small_half(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Small half-split arrays of the tables' dtype: four ufuncs, with the simplest broadcast the tables allow."""
+    h = cos.shape[-1]
+    x3: np.ndarray
+    if cos.size == h:  # one table row for all of x (a decode step): x as (-1, 2, h)
+        x3, c, s = x.reshape(-1, 2, h), cos, sin
+    elif (p := _period(x.shape[:-1], cos.shape[:-1])) is not None:
+        x3, c, s = x.reshape(-1, p, 2, h), cos.reshape(p, 1, h), sin.reshape(p, 1, h)
+    else:
+        x3, c, s = x.reshape((*x.shape[:-1], 2, h)), cos[..., None, :], sin[..., None, :]
+    y = np.multiply(x3, c)
+    t = np.multiply(x3[..., ::-1, :], s)
+    t *= _SIGN[y.dtype]
+    y += t  # [x1 cos - x2 sin, x2 cos + x1 sin]
+    out: np.ndarray = y.reshape(x.shape)
+    return out
+
+
+def prepare(cos: np.ndarray, sin: np.ndarray, layout: str) -> tuple[np.ndarray, ...] | None:
+    """Tables for :func:`rotate_prepared`: ``(..., 2, h)`` cos and sign-folded sin (half-split), or complex."""
+    if cos.dtype != sin.dtype or cos.dtype not in _COMPLEX:
+        return None
+    if layout == "half":
+        c3 = np.empty((*cos.shape[:-1], 2, cos.shape[-1]), cos.dtype)
+        s3 = np.empty_like(c3)
+        c3[..., 0, :] = c3[..., 1, :] = cos
+        np.negative(sin, out=s3[..., 0, :])
+        s3[..., 1, :] = sin
+        return c3, s3
+    tab = np.empty(cos.shape, _COMPLEX[cos.dtype])
+    tab.real, tab.imag = cos, sin
+    return (tab,)
+
+
+def rotate_prepared(x: np.ndarray, prepared: tuple[np.ndarray, ...], layout: str) -> np.ndarray | None:
+    """Small arrays with prepared tables: three ufuncs (half-split) or one (interleaved); else None."""
+    t = prepared[0]
+    if x.nbytes > _SMALL:
+        return None
+    if layout == "half":
+        c3, s3 = prepared
+        h = c3.shape[-1]
+        if x.dtype != c3.dtype or x.shape[-1] != 2 * h:
+            return None
+        x3: np.ndarray
+        if c3.size == 2 * h:  # one table row for all of x: the simplest broadcast
+            x3 = x.reshape(-1, 2, h)
+        elif (p := _period(x.shape[:-1], c3.shape[:-2])) is not None:
+            x3, c3, s3 = x.reshape(-1, p, 2, h), c3.reshape(p, 2, h), s3.reshape(p, 2, h)
+        else:
+            x3 = x.reshape((*x.shape[:-1], 2, h))
+        y = np.multiply(x3, c3)
+        y += np.multiply(x3[..., ::-1, :], s3)
+        half: np.ndarray = y.reshape(x.shape)
+        return half
+    if x.dtype != _REAL.get(t.dtype) or x.shape[-1] != 2 * t.shape[-1] or x.strides[-1] != x.itemsize:
+        return None
+    out: np.ndarray = np.multiply(x.view(t.dtype), t).view(x.dtype)
+    return out
 
 
 def _rows_view(x: np.ndarray) -> np.ndarray | None:

@@ -1,21 +1,32 @@
 """PyTorch: the backend entries (CPU, CUDA), and the fast path behind ``apply_rotary``.
 
-``mul`` + ``addcmul_`` into slices of a fresh output (no temporaries), or one
-complex multiplication on a complex view for interleaved pairs. On CPU the
-half-split layout runs in row blocks of about 1 MiB, so the four passes of each
-block hit cache. Small tensors take a few whole-tensor ops instead (fewer kernel
-launches), and calls that autograd records take the reference (``out=`` ops are
-not differentiable).
+* Small tensors (a decode step): a few whole-tensor ops on halves from ``chunk``
+  (half-split) or one complex multiplication (interleaved), joined by ``cat``.
+* CPU: where PyTorch may use several threads, row blocks of at most :data:`GRAIN`
+  elements per op, so that it runs each op on the calling thread and opens no
+  parallel region: a region ends at a barrier, and when another process holds a
+  core each region waits milliseconds for the delayed thread (the naive formula's
+  regions, and the small blocked ones before, cost ten to a hundred times the work).
+  From :data:`HELPERS_MIN` elements of a tensor needing no conversion, helper
+  threads up to ``torch.get_num_threads()`` claim blocks in turn (:func:`.blocks.run`);
+  a delayed thread then takes fewer blocks instead of holding the others. On one
+  thread, blocks of :data:`ONE_THREAD_BLOCK` elements. Half-split pairs are ``mul`` +
+  ``addcmul_`` into the output; interleaved pairs one complex multiplication on
+  complex views. float16 and bfloat16 are converted block by block into float32
+  scratch, rotated there and rounded once into the output.
+* Other devices (CUDA), and CPU tensors the blocks cannot view: the same ops on
+  the whole tensor, into slices of a fresh output.
 
-Calls that are being traced (``torch.compile``, ``torch.export``, TorchScript
-tracing for ``torch.onnx.export``) take the reference as well: it has no branch on
-the size of ``x``, so exports with a dynamic batch or sequence stay dynamic, and
-the compiler fuses its elementwise ops itself. Nothing created while tracing is
-kept afterwards.
+Calls that autograd records, and calls being traced or compiled (``torch.compile``,
+``torch.export``, TorchScript tracing for ``torch.onnx.export``), take the reference:
+``out=`` ops are not differentiable, the reference has no branch on the size of ``x``
+(exports with a dynamic batch or sequence stay dynamic) and the compilers fuse its
+elementwise ops themselves. Nothing created while tracing is kept afterwards.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -23,21 +34,26 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from .blocks import period as _period
-from .blocks import row_blocks
+from . import blocks
 
 if TYPE_CHECKING:
     from .registry import Backend
 
-__all__ = ["onnx_exporting", "onnx_rotary", "probe", "rotate", "to_numpy", "traced", "tracing"]
+__all__ = [
+    "onnx_exporting", "onnx_rotary", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy", "traced", "tracing",
+]
 
-# Below these sizes of x the reference (fewer kernel launches) is faster (measured on CPU).
-_MIN_HALF = 1 << 20
-_MIN_INTERLEAVED = 1 << 16
-#: Bytes of x per block of the half-split kernel on CPU (measured best at 1 MiB).
-_BLOCK = 1 << 20
+#: Elements below which PyTorch runs an op on the calling thread (ATen's ``GRAIN_SIZE``).
+GRAIN = 32768
+#: Elements per op of a block when PyTorch runs on one thread (no parallel region to avoid: fewer calls).
+ONE_THREAD_BLOCK = 1 << 17
+#: Elements of x from which helper threads take blocks too, when x needs no conversion (below that, and for
+#: the six calls per block of a conversion, the calls' interpreter lock traffic costs more than a core gives).
+HELPERS_MIN = 1 << 23
 
 Generic = Callable[[Any, Any, Any, Any, str], Any]
+_LOW = (torch.float16, torch.bfloat16)
+_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
 
 def probe() -> list[Backend]:
@@ -59,6 +75,34 @@ def to_numpy(x: torch.Tensor) -> np.ndarray:
     if x.dtype == torch.bfloat16:
         x = x.float()
     return x.numpy()
+
+
+def rotate(
+    xp: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, generic: Generic
+) -> torch.Tensor:
+    """Rotary application on tensors with a fresh output; the reference where autograd or a tracer records."""
+    if _recorded(x, cos, sin):
+        ref: torch.Tensor = generic(xp, x, cos, sin, layout)
+        return ref
+    dt = x.dtype
+    work = dt if dt == cos.dtype == sin.dtype else torch.promote_types(torch.promote_types(dt, cos.dtype), sin.dtype)
+    if x.numel() <= GRAIN:
+        return _small(x, cos, sin, layout, work)
+    # float16 and bfloat16 arithmetic runs in float32, rounded once at the end
+    compute = torch.float32 if work in _LOW else work
+    if cos.dtype != compute or sin.dtype != compute:
+        cos, sin = cos.to(compute), sin.to(compute)
+    # on one thread PyTorch opens no parallel region: one block's worth of x takes the whole-tensor ops
+    if x.device.type == "cpu" and (x.dtype != cos.dtype or x.numel() > ONE_THREAD_BLOCK or torch.get_num_threads() > 1):
+        out = _cpu(x, cos, sin, layout)
+        if out is not None:
+            return out
+    return _whole(x, cos, sin, layout)
+
+
+def _recorded(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
+    """Whether autograd records these tensors or a tracer or compiler is running (``out=`` ops would break them)."""
+    return ((x.requires_grad or cos.requires_grad or sin.requires_grad) and torch.is_grad_enabled()) or tracing()
 
 
 _jit_tracing: Callable[[], bool] = torch.jit.is_tracing  # type: ignore[attr-defined]
@@ -91,26 +135,160 @@ def onnx_rotary() -> Any:
     return torch_onnx.rotary_embedding
 
 
-def rotate(
-    xp: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, generic: Generic
-) -> torch.Tensor:
-    """``mul`` + ``addcmul_`` into a fresh output; the reference when autograd records or a tracer runs."""
-    if (torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad)) or tracing():
-        ref: torch.Tensor = generic(xp, x, cos, sin, layout)  # out= ops are not differentiable
-        return ref
-    dt = x.dtype
-    work = dt if dt == cos.dtype == sin.dtype else torch.promote_types(torch.promote_types(dt, cos.dtype), sin.dtype)
-    if cos.dtype != work or sin.dtype != work:
-        cos, sin = cos.to(work), sin.to(work)
-    if x.numel() * x.element_size() < (_MIN_HALF if layout == "half" else _MIN_INTERLEAVED):
-        return _small(x, cos, sin, layout, work)
+def prepare(cos: torch.Tensor, sin: torch.Tensor, layout: str) -> tuple[torch.Tensor, ...] | None:
+    """Tables for :func:`rotate_prepared`: full-width cos and sign-folded sin (half-split), or complex."""
+    if _recorded(cos, cos, sin) or cos.dtype != sin.dtype:
+        return None
+    if layout == "half":
+        return torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)
+    return (torch.complex(cos, sin),) if cos.dtype in (torch.float32, torch.float64) else None
+
+
+def rotate_prepared(x: torch.Tensor, prepared: tuple[torch.Tensor, ...], layout: str) -> torch.Tensor | None:
+    """Small tensors with prepared tables: three calls (half-split) or one multiplication; else None."""
+    t = prepared[0]
+    if x.numel() > GRAIN or _recorded(x, t, t):
+        return None
+    if layout == "half":
+        cf, sf = prepared
+        d = x.shape[-1]
+        if d != cf.shape[-1]:
+            return None
+        y = torch.addcmul(x * cf, x.roll(d // 2, -1), sf)  # [x1, x2] cos + [x2, x1] [-sin, sin]
+        return y if y.dtype == x.dtype else y.to(x.dtype)
+    if x.dtype != _REAL.get(t.dtype) or x.shape[-1] != 2 * t.shape[-1] or not _complex_view_ok(x):
+        return None
+    return torch.view_as_real(torch.view_as_complex(_pairs(x)) * t).flatten(-2)
+
+
+def _small(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, work: torch.dtype) -> torch.Tensor:
+    """A few whole-tensor ops (decode steps): the fewest calls, each on the calling thread."""
+    h = cos.shape[-1]
+    r, d = 2 * h, x.shape[-1]
+    if layout == "half" and r == d:  # the products promote to the work dtype
+        x1, x2 = x.chunk(2, -1)
+        y = torch.cat((torch.addcmul(x1 * cos, x2, sin, value=-1), torch.addcmul(x2 * cos, x1, sin)), -1)
+        return y if y.dtype == x.dtype else y.to(x.dtype)
+    xr, rest = (x, None) if r == d else torch.split(x, [r, d - r], -1)
+    if layout == "half":
+        x1, x2 = xr.chunk(2, -1)
+        parts = [torch.addcmul(x1 * cos, x2, sin, value=-1), torch.addcmul(x2 * cos, x1, sin)]
+    else:
+        compute = torch.float32 if work in _LOW else work
+        if xr.dtype != compute or not _complex_view_ok(xr):
+            xr = xr.to(compute, copy=True)
+        pairs = torch.view_as_complex(_pairs(xr))
+        parts = [torch.view_as_real(pairs * torch.complex(cos.to(compute), sin.to(compute))).flatten(-2)]
+    if rest is not None:
+        parts.append(rest.to(parts[0].dtype))
+    y = parts[0] if len(parts) == 1 else torch.cat(parts, -1)
+    return y if y.dtype == x.dtype else y.to(x.dtype)
+
+
+def _cpu(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor | None:
+    """CPU row blocks of at most GRAIN elements per op (on more than one thread), inline or claimed by helpers.
+
+    None where x's rows do not view as ``(outer, period, d)`` or the tables do not repeat with a period.
+    """
+    h = cos.shape[-1]
+    r, d = 2 * h, x.shape[-1]
+    period = blocks.period(tuple(x.shape[:-1]), tuple(cos.shape[:-1]))
+    if not period:
+        return None
+    try:
+        x3 = x.view(-1, period, d)
+    except RuntimeError:  # leading axes that do not flatten without a copy
+        return None
+    compute = cos.dtype
+    cast = x.dtype != compute  # x is converted block by block into float32 (or wider) scratch
+    outer = x3.shape[0]
+    out = torch.empty((outer, period, d), dtype=x.dtype)
+    threads = torch.get_num_threads()
+    limit = GRAIN if threads > 1 else ONE_THREAD_BLOCK
+    rows = max(1, min(period, limit // r))  # positions per block, then as many outer rows as fit
+    per = max(1, min(outer, limit // (rows * r)))
+    by_rows, by_outer = _sizes(period, rows), _sizes(outer, per)
+    cos, sin = cos.reshape(period, h), sin.reshape(period, h)
+
+    def split(t: torch.Tensor) -> list[torch.Tensor]:
+        """``t`` (outer, period, k) as blocks: position ranges, and outer ranges within each."""
+        parts = t.split_with_sizes(by_rows, 1) if len(by_rows) > 1 else (t,)
+        return [b for part in parts for b in (part.split_with_sizes(by_outer, 0) if len(by_outer) > 1 else (part,))]
+
+    def tables(t: torch.Tensor) -> list[torch.Tensor]:
+        return [b for b in (t.split_with_sizes(by_rows, 0) if len(by_rows) > 1 else (t,)) for _ in by_outer]
+
+    cb, sb = tables(cos), tables(sin)
+    xs, os_ = split(x3[..., :r]), split(out[..., :r])
+    pass_x, pass_o = (split(x3[..., r:]), split(out[..., r:])) if r < d else ([], [])
+    if layout == "half":
+        x1s, x2s = split(x3[..., :h]), split(x3[..., h:r])
+        o1s, o2s = split(out[..., :h]), split(out[..., h:r])
+
+        def work(i: int, scratch: dict[str, Any]) -> None:
+            c, s = cb[i], sb[i]
+            if cast:
+                xb = _scratch(scratch, xs[i], compute)
+                ob = _scratch(scratch, xs[i], compute, "o")
+                (x1, x2), (o1, o2) = xb.chunk(2, -1), ob.chunk(2, -1)
+            else:
+                x1, x2, o1, o2 = x1s[i], x2s[i], o1s[i], o2s[i]
+            torch.mul(x1, c, out=o1)
+            o1.addcmul_(x2, s, value=-1)
+            torch.mul(x2, c, out=o2)
+            o2.addcmul_(x1, s)
+            if cast:
+                os_[i].copy_(ob)
+            if pass_x:
+                pass_o[i].copy_(pass_x[i])
+    else:
+        cc = tables(torch.complex(cos, sin))
+
+        def work(i: int, scratch: dict[str, Any]) -> None:
+            xb, ob = xs[i], os_[i]
+            if cast or not (_complex_view_ok(xb) and _complex_view_ok(ob)):
+                t = _scratch(scratch, xb, compute)
+                tc = torch.view_as_complex(_pairs(t))
+                torch.mul(tc, cc[i], out=tc)
+                ob.copy_(t)
+            else:
+                torch.mul(torch.view_as_complex(_pairs(xb)), cc[i], out=torch.view_as_complex(_pairs(ob)))
+            if pass_x:
+                pass_o[i].copy_(pass_x[i])
+
+    helpers = threads if x.numel() >= HELPERS_MIN and not cast else 1
+    blocks.run(len(xs), work, helpers, _inference_mode(torch.is_inference_mode_enabled()))
+    return out.view(x.shape)
+
+
+def _sizes(n: int, step: int) -> list[int]:
+    """``n`` cut into pieces of ``step`` (the last one shorter)."""
+    return [step] * (n // step) + ([n % step] if n % step else [])
+
+
+def _scratch(scratch: dict[str, Any], like: torch.Tensor, dtype: torch.dtype, name: str = "x") -> torch.Tensor:
+    """A contiguous ``dtype`` buffer of ``like``'s shape, kept per thread; ``"x"`` is filled with ``like``."""
+    n = math.prod(like.shape)
+    buf = scratch.get(name)
+    if buf is None or buf.numel() < n:
+        buf = scratch[name] = torch.empty(n, dtype=dtype)
+    t = buf[:n].view(like.shape)
+    if name == "x":
+        t.copy_(like)
+    return t
+
+
+def _inference_mode(enabled: bool) -> Callable[[], Any]:
+    """The helper threads' context: the caller's inference mode (thread-local in PyTorch)."""
+    return lambda: torch.inference_mode(enabled)
+
+
+def _whole(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
+    """The same ops on the whole tensor, into slices of a fresh output (CUDA, strided CPU tensors)."""
+    work = cos.dtype
     h = cos.shape[-1]
     r, d = 2 * h, x.shape[-1]
     lead = tuple(x.shape[:-1])
-    if layout == "half" and x.device.type == "cpu" and x.dtype == work and x.is_contiguous():
-        period = _period(lead, tuple(cos.shape[:-1]))
-        if period is not None:
-            return _half_blocks(x, cos.reshape(period, h), sin.reshape(period, h), period)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     xr = x[..., :r]
     if x.dtype != work:
@@ -119,14 +297,14 @@ def rotate(
     else:
         o = out[..., :r]
     if layout == "half":
-        x1, x2, o1, o2 = xr[..., :h], xr[..., h:], o[..., :h], o[..., h:]
+        (x1, x2), (o1, o2) = xr.chunk(2, -1), o.chunk(2, -1)
         torch.mul(x1, cos, out=o1)
         o1.addcmul_(x2, sin, value=-1)
         torch.mul(x2, cos, out=o2)
         o2.addcmul_(x1, sin)
-    elif work in (torch.float32, torch.float64) and _complex_view_ok(xr) and _complex_view_ok(o):
-        xc = torch.view_as_complex(xr.reshape(*lead, h, 2))
-        oc = torch.view_as_complex(o.reshape(*lead, h, 2))
+    elif _complex_view_ok(xr) and _complex_view_ok(o):
+        xc = torch.view_as_complex(_pairs(xr))
+        oc = torch.view_as_complex(_pairs(o))
         torch.mul(xc, torch.complex(cos, sin), out=oc)
     else:
         xe, xo, oe, oo = xr[..., 0::2], xr[..., 1::2], o[..., 0::2], o[..., 1::2]
@@ -141,62 +319,9 @@ def rotate(
     return out
 
 
-def _half_blocks(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, period: int) -> torch.Tensor:
-    """Half-split on CPU in row blocks of about 1 MiB, so the four passes of each block hit cache.
-
-    Row ``i`` of x (flattened leading axes) uses table row ``i % period``, as in the NumPy kernel.
-    """
-    h = cos.shape[-1]
-    r, d = 2 * h, x.shape[-1]
-    xf = x.view(-1, d)
-    out = torch.empty_like(xf)
-    n = xf.shape[0]
-    _, short, blocks = row_blocks(n, period, max(1, _BLOCK // (d * x.element_size())))
-    for a, m, s0 in blocks:
-        xb, ob = xf[a : a + m], out[a : a + m]
-        if short:
-            xb, ob, cb, sb = xb.view(-1, period, d), ob.view(-1, period, d), cos, sin
-        else:
-            cb, sb = cos[s0 : s0 + m], sin[s0 : s0 + m]
-        x1, x2, o1, o2 = xb[..., :h], xb[..., h:r], ob[..., :h], ob[..., h:r]
-        torch.mul(x1, cb, out=o1)
-        o1.addcmul_(x2, sb, value=-1)
-        torch.mul(x2, cb, out=o2)
-        o2.addcmul_(x1, sb)
-        if r < d:
-            ob[..., r:].copy_(xb[..., r:])
-    return out.view(x.shape)
-
-
-#: The (-1, +1) factors of the small half-split path, per dtype and device (plain tensors only).
-_SIGN: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
-
-
-def _small(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, work: torch.dtype) -> torch.Tensor:
-    """Small tensors: a few whole-tensor ops (out= slices cost more than they save here)."""
-    h = cos.shape[-1]
-    r, d = 2 * h, x.shape[-1]
-    xr = x[..., :r] if r < d else x
-    if xr.dtype != work:
-        xr = xr.to(work)
-    if layout == "half":
-        key = (work, x.device)
-        sign = _SIGN.get(key)
-        if sign is None:
-            sign = torch.tensor([[-1.0], [1.0]], dtype=work, device=x.device)
-            if not traced(x):  # never keep a tracer's tensor past its trace
-                _SIGN[key] = sign
-        x3 = xr.reshape(*xr.shape[:-1], 2, h)
-        y = (x3 * cos.unsqueeze(-2) + x3.flip(-2) * (sin.unsqueeze(-2) * sign)).flatten(-2)
-    elif work in (torch.float32, torch.float64) and _complex_view_ok(xr):
-        pairs = torch.view_as_complex(xr.reshape(*xr.shape[:-1], h, 2))
-        y = torch.view_as_real(pairs * torch.complex(cos, sin)).flatten(-2)
-    else:
-        xe, xo = xr[..., 0::2], xr[..., 1::2]
-        y = torch.stack((xe * cos - xo * sin, xo * cos + xe * sin), -1).flatten(-2)
-    if y.dtype != x.dtype:
-        y = y.to(x.dtype)
-    return y if r == d else torch.cat((y, x[..., r:]), -1)
+def _pairs(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with its last axis viewed as pairs: ``(..., d)`` -> ``(..., d // 2, 2)``."""
+    return t.view(*t.shape[:-1], -1, 2)
 
 
 def _complex_view_ok(t: torch.Tensor) -> bool:

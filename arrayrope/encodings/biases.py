@@ -14,7 +14,6 @@ inspected, so Dask builds them lazily and ``jax.jit`` traces them.
 
 from __future__ import annotations
 
-import decimal
 import functools
 import math
 import numbers
@@ -242,6 +241,8 @@ def _bucket_starts(num_buckets: int, max_distance: int) -> np.ndarray:
         margin = size - jj * ratio
         sure = np.abs(margin) > 2.0**-50 * (size + jj * ratio)  # 4 times the rounding of either term
         out = margin >= 0
+        import decimal  # exact boundaries only: not at start-up
+
         with decimal.localcontext(decimal.Context(prec=60)):
             log_ratio = (decimal.Decimal(max_distance) / exact).ln()
             for i in np.flatnonzero(~sure):  # too close to call in float64: 60 digits, then integers

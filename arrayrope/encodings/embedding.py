@@ -11,19 +11,17 @@ from typing import Any, Literal, overload
 
 from .. import backends
 from .._lib import checks
-from .._lib.dtypes import host_dtype, index_dtype, table_dtype_for
+from .._lib.dtypes import index_dtype, table_dtype_for
 from .._lib.positions import add_steps, position_array
 from .._lib.types import AXES, ROTARY_FEATURES, Array, Axes, Layout, Namespace, RotaryFeatures
 from ..apply import rotate_features
 from ..frequencies import RopeFrequencies, rope_frequencies
 from ..scaling import rope_type
 from ..tables import rope_tables
+from ._cache import MAX_CACHE, TableCache
 
 __all__ = ["RotaryEmbedding"]
 
-_MIN_CACHE = 256
-#: Tables of positions up to this are cached; calls beyond compute the tables of their own positions.
-_MAX_CACHE = 1 << 17
 
 
 class RotaryEmbedding:
@@ -113,10 +111,10 @@ class RotaryEmbedding:
         self.axes: Axes = checks.choice(axes, "axes", AXES)
         self.rotary_features: RotaryFeatures = checks.choice(rotary_features, "rotary_features", ROTARY_FEATURES)
         self.max_position_embeddings = max_position_embeddings
-        self._cache: dict[tuple[int, str, str], tuple[Array, Array]] = {}
         self._lock = threading.Lock()
         # sequence-length-dependent types: the cache holds the starting frequencies only
         self._start_freqs = self.freqs
+        self._cache = TableCache(self.freqs)
         self._resize = None
         if scaling is not None and rope_type(scaling).length is not None:
             self._resize = _Resizer(self.freqs, scaling, max_position_embeddings)
@@ -255,13 +253,13 @@ axes='bhsd', rotary_features='trailing')
         where = self._positions(xp, q, positions, offset, seq_len)
         freqs = self._select(where.length) if self._resize is not None else self._start_freqs
         # The tables are built here to broadcast against q and k: no need to check them again.
-        cos, sin = self._tables(xp, freqs, where, q_dtype)
-        q_rot = rotate_features(xp, q, cos, sin, self.layout, self.rotary_features)
+        cos, sin, prepared = self._tables(xp, q, freqs, where, q_dtype)
+        q_rot = rotate_features(xp, q, cos, sin, self.layout, self.rotary_features, prepared)
         if k is None:
             return (q_rot, freqs) if return_freqs else q_rot
         if k_dtype != q_dtype:  # each input is rotated by tables of its own dtype
-            cos, sin = self._tables(xp, freqs, where, k_dtype)
-        k_rot = rotate_features(xp, k, cos, sin, self.layout, self.rotary_features)
+            cos, sin, prepared = self._tables(xp, k, freqs, where, k_dtype)
+        k_rot = rotate_features(xp, k, cos, sin, self.layout, self.rotary_features, prepared)
         return (q_rot, k_rot, freqs) if return_freqs else (q_rot, k_rot)
 
     def _check_input(self, xp: Namespace, x: Array, name: str) -> Any:
@@ -339,35 +337,28 @@ axes='bhsd', rotary_features='trailing')
             )
         return int(backends.namespace(src).max(src)) + 1 + extra
 
-    def _tables(self, xp: Namespace, freqs: RopeFrequencies, where: _Where, dtype: Any) -> tuple[Array, Array]:
-        """cos/sin for the positions ``where`` describes, shaped to broadcast against q and k."""
+    def _tables(
+        self, xp: Namespace, x: Array, freqs: RopeFrequencies, where: _Where, dtype: Any
+    ) -> tuple[Array, Array, Any]:
+        """cos/sin for the positions ``where`` describes, shaped to broadcast against q and k, and their
+        prepared form for arrays like ``x`` where the cache keeps one (else None)."""
         if where.array is not None:
             cos, sin = rope_tables(freqs, where.array, dtype=dtype)
-        elif not where.traced and freqs is self._start_freqs and where.length <= _MAX_CACHE:
-            cos, sin = self._cached(xp, where.device, dtype, where.length)
-            cos, sin = cos[where.start : where.length, :], sin[where.start : where.length, :]
+        elif not where.traced and freqs is self._start_freqs and where.length <= MAX_CACHE:
+            return self._cache.rows(xp, x, where.device, dtype, where.start, where.seq, self.layout, self._to_axes)
         else:  # other frequencies, or positions beyond the cache: the tables of these positions only
             steps = xp.arange(where.start, where.start + where.seq, dtype=index_dtype(xp, where.device),
                               device=where.device)
             cos, sin = rope_tables(freqs, steps, dtype=dtype)
+        return (*self._to_axes(cos, sin), None)
+
+    def _to_axes(self, cos: Array, sin: Array) -> tuple[Array, Array]:
+        """Tables (S, h) or (B, S, h) with the axes that broadcast them against q and k."""
         if cos.ndim == 2:
             return (cos, sin) if self.axes == "bhsd" else (cos[:, None, :], sin[:, None, :])
         if self.axes == "bhsd":
             return cos[:, None, :, :], sin[:, None, :, :]
         return cos[:, :, None, :], sin[:, :, None, :]
-
-    def _cached(self, xp: Namespace, device: Any, dtype: Any, needed: int) -> tuple[Array, Array]:
-        key = (id(xp), repr(device), repr(dtype))
-        with self._lock:
-            entry = self._cache.get(key)
-            if entry is not None and entry[0].shape[0] >= needed:
-                return entry
-            size = max(_MIN_CACHE, 1 << (needed - 1).bit_length())
-            cos, sin = rope_tables(self._start_freqs, size, dtype=host_dtype(xp, dtype))
-            entry = (xp.asarray(cos, device=device), xp.asarray(sin, device=device))
-            if device is not None:  # a JAX tracer's device is None: never cache traced values
-                self._cache[key] = entry
-            return entry
 
     def _fixed_freqs(self, seq_len: int | None) -> RopeFrequencies:
         """The frequencies of a traced graph, which fixes them: length-dependent types need ``seq_len``."""

@@ -89,14 +89,15 @@ def thresholds(request, monkeypatch):
     """Default size thresholds, or none: every array takes the blocked/PyTorch kernels, in tiny blocks."""
     if request.param == "forced":
         monkeypatch.setattr(_np_kernels, "_SMALL", 0)
+        monkeypatch.setattr(_np_kernels, "_SMALL_HALF", 0)
         monkeypatch.setattr(_np_kernels, "BLOCK_BYTES", 96)
         try:
             from arrayrope.backends import torch as _torch_kernels
         except ImportError:  # no torch here: only the NumPy thresholds matter
             return request.param
-        monkeypatch.setattr(_torch_kernels, "_MIN_HALF", 0)
-        monkeypatch.setattr(_torch_kernels, "_MIN_INTERLEAVED", 0)
-        monkeypatch.setattr(_torch_kernels, "_BLOCK", 96)
+        monkeypatch.setattr(_torch_kernels, "GRAIN", 0)  # one-row blocks, on every thread PyTorch may use
+        monkeypatch.setattr(_torch_kernels, "ONE_THREAD_BLOCK", 0)
+        monkeypatch.setattr(_torch_kernels, "HELPERS_MIN", 0)
     return request.param
 
 

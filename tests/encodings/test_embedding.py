@@ -94,10 +94,10 @@ def test_cache_grows_on_demand_and_is_reused():
     rope = ar.RotaryEmbedding(8)
     q = np.random.default_rng(0).standard_normal((1, 1, 4, 8)).astype(np.float32)
     rope(q, offset=0)
-    (cos, _), = rope._cache.values()
+    (cos, _), = rope._cache._tables.values()
     assert cos.shape[0] == 256
     out = rope(q, offset=5000)  # beyond the cache: it grows to the next power of two
-    (cos, _), = rope._cache.values()
+    (cos, _), = rope._cache._tables.values()
     assert cos.shape[0] == 8192
     expected = _oracle_bhsd(q.astype(np.float64), np.arange(5000, 5004), rope.freqs.inv_freq, "half")
     np.testing.assert_allclose(out, expected, atol=3e-6)
@@ -136,7 +136,7 @@ def test_jax_jit_with_traced_offset():
     # an int offset inside jit uses the cache without storing traced values in it
     qr = jax.jit(lambda a: rope(a, offset=7))(jnp.asarray(q, dtype=jnp.float32))
     np.testing.assert_allclose(np.asarray(qr), _oracle_bhsd(q, np.array([7]), rope.freqs.inv_freq, "half"), atol=3e-6)
-    assert all(not type(v[0]).__name__.endswith("Tracer") for v in rope._cache.values())
+    assert all(not type(v[0]).__name__.endswith("Tracer") for v in rope._cache._tables.values())
 
 
 def test_bad_calls(backend):
@@ -313,7 +313,7 @@ def test_far_offsets_compute_their_own_tables_exactly(backend, offset):
     pos = np.arange(offset, offset + 3)
     assert np.abs(to_numpy(qr) - _exact_bhsd(q.astype(np.float32), pos, rope.freqs.inv_freq)).max() <= 2e-6
     assert np.abs(to_numpy(kr) - _exact_bhsd(k.astype(np.float32), pos, rope.freqs.inv_freq)).max() <= 2e-6
-    assert all(cos.shape[0] <= 2**17 for cos, _ in rope._cache.values())  # the cache did not grow to reach them
+    assert all(cos.shape[0] <= 2**17 for cos, _ in rope._cache._tables.values())  # the cache did not grow to reach them
 
 
 def arrayrope_has_int64(backend) -> bool:
@@ -421,7 +421,7 @@ def test_a_rejected_call_changes_no_state():
             rope(q, **kw)
         with pytest.raises((TypeError, ValueError)):
             rope(q, np.ones((1, 1, 4, 8), np.float32), offset=500)  # a bad k
-    assert rope.freqs == fresh.freqs and not rope._cache
+    assert rope.freqs == fresh.freqs and not rope._cache._tables
     np.testing.assert_array_equal(rope(q, offset=40), fresh(q, offset=40))
 
 

@@ -1,4 +1,4 @@
-"""The pytest plugin (``testing/pytest_plugin.py``): skipped backends with their reasons, and the
+"""The pytest plugin (the top-level module ``_arrayrope_pytest``): skipped backends with their reasons, and the
 ``backend``/``xp`` fixtures served to a suite outside this one through the entry point."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from arrayrope.testing import pytest_plugin
+import _arrayrope_pytest as pytest_plugin
 
 
 def test_plugin_skips_a_missing_library_with_its_reason(monkeypatch, missing_library):
@@ -26,7 +26,7 @@ def test_plugin_skips_a_missing_library_with_its_reason(monkeypatch, missing_lib
 
 def test_plugin_serves_a_downstream_suite_through_its_entry_point(tmp_path):
     points = importlib.metadata.entry_points(group="pytest11")
-    if "arrayrope.testing.pytest_plugin" not in [p.value for p in points]:
+    if "_arrayrope_pytest" not in [p.value for p in points]:
         pytest.skip("arrayrope is installed without its entry-point metadata; reinstall it")
     (tmp_path / "test_downstream.py").write_text(textwrap.dedent("""
         def test_uses_fixtures(xp, backend):

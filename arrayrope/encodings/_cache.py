@@ -1,0 +1,82 @@
+"""The tables a :class:`~arrayrope.RotaryEmbedding` keeps between calls.
+
+cos/sin of positions ``0 .. N-1`` (N a power of two, grown as calls need it) per
+namespace, device and dtype, and the rows of the last decode step together with the
+form the fast path of their library applies fastest (:func:`arrayrope.backends.prepare`):
+in a decode step q and k, and every layer sharing one instance, apply the same rows.
+Entries are replaced, never changed, so a reader needs no lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .. import backends
+from .._lib.dtypes import host_dtype
+from .._lib.types import Array, Namespace
+from ..frequencies import RopeFrequencies
+from ..tables import rope_tables
+
+__all__ = ["MAX_CACHE", "TableCache"]
+
+#: Smallest cache (positions); it doubles as calls need more.
+MIN_CACHE = 256
+#: Largest cache (positions): beyond it a call computes the tables of its own positions only, so that a far
+#: position costs what it uses (the cache would hold every position up to it).
+MAX_CACHE = 1 << 17
+
+Rows = tuple[Array, Array, Any]
+
+
+class TableCache:
+    """Host-computed tables of one set of frequencies, and the last step's rows."""
+
+    def __init__(self, freqs: RopeFrequencies) -> None:
+        self.freqs = freqs
+        self._tables: dict[tuple[int, Any, Any], tuple[Array, Array]] = {}
+        self._lock = threading.Lock()
+        self._last: tuple[tuple[Any, ...], Rows] | None = None
+
+    def rows(
+        self, xp: Namespace, x: Array, device: Any, dtype: Any, start: int, seq: int, layout: str,
+        shape: Callable[[Array, Array], tuple[Array, Array]],
+    ) -> Rows:
+        """cos/sin of positions ``start .. start + seq - 1`` (with ``start + seq <= MAX_CACHE``) put in
+        ``shape``, and their prepared form for arrays like ``x`` (or None)."""
+        step = (id(xp), _hashable(device), _hashable(dtype), start, seq)
+        last = self._last
+        if last is not None and last[0] == step:
+            return last[1]
+        cos, sin = self._arange(xp, device, dtype, start + seq)
+        cos, sin = shape(cos[start : start + seq, :], sin[start : start + seq, :])
+        found = (cos, sin, backends.prepare(x, cos, sin, layout))
+        if device is not None:  # a JAX tracer's device is None: never keep traced values
+            self._last = (step, found)
+        return found
+
+    def _arange(self, xp: Namespace, device: Any, dtype: Any, needed: int) -> tuple[Array, Array]:
+        key = (id(xp), _hashable(device), _hashable(dtype))
+        entry = self._tables.get(key)
+        if entry is not None and entry[0].shape[0] >= needed:
+            return entry
+        with self._lock:
+            entry = self._tables.get(key)
+            if entry is not None and entry[0].shape[0] >= needed:
+                return entry
+            size = max(MIN_CACHE, 1 << (needed - 1).bit_length())
+            cos, sin = rope_tables(self.freqs, size, dtype=host_dtype(xp, dtype))
+            entry = (xp.asarray(cos, device=device), xp.asarray(sin, device=device))
+            if device is not None:
+                self._tables[key] = entry
+            return entry
+
+
+def _hashable(obj: Any) -> Any:
+    """``obj`` itself as part of a key where it hashes (devices, dtypes), else its repr."""
+    try:
+        hash(obj)
+    except TypeError:
+        return repr(obj)
+    return obj
