@@ -39,7 +39,7 @@ class Config:
     rounds: int
     batch_s: float = 2e-3
     rss: bool = True  # peak RSS of PyTorch calls, each in a fresh process (seconds each)
-    far_offset: int = 1_000_000  # the first position of a fresh RotaryEmbedding (section "far")
+    far_offsets: tuple[int, ...] = (10**6, 2**31, 2**62)  # first positions of fresh RotaryEmbeddings ("far")
     threads: str = "1"
     backends: tuple[str, ...] = DEFAULT_BACKENDS
     sections: tuple[str, ...] = SECTIONS
@@ -70,7 +70,7 @@ MODES: dict[str, Config] = {
     # the bench's plumbing in seconds (tests): every section and ratio, figures meaningless
     "tiny": Config(
         "tiny", _DECODE[:1], ((1, 2, 16, 128), (2, 2, 8, 128)), (1, 2, 16, 128), _STEPS[:1],
-        (1, 16), 1 << 10, (1, 2, 16, 128), 2, rounds=1, batch_s=1e-4, rss=False, far_offset=10_000,
+        (1, 16), 1 << 10, (1, 2, 16, 128), 2, rounds=1, batch_s=1e-4, rss=False, far_offsets=(10_000,),
     ),
 }
 

@@ -22,9 +22,13 @@ from ._records import Record, Say, ratios
 from ._timing import measure
 
 
-def far_case(lib: Lib, config: Config, say: Say) -> Record:
-    """Fresh instances at ``config.far_offset`` against a warm call; q (1, 8, 1, 128), k (1, 2, 1, 128)."""
-    offset = config.far_offset
+def far_cases(lib: Lib, config: Config, say: Say) -> list[Record]:
+    """One record per offset of ``config.far_offsets``."""
+    return [far_case(lib, config, offset, say) for offset in config.far_offsets]
+
+
+def far_case(lib: Lib, config: Config, offset: int, say: Say) -> Record:
+    """Fresh instances at ``offset`` against a warm call; q (1, 8, 1, 128), k (1, 2, 1, 128)."""
     say(f"far position: {lib.name} fresh RotaryEmbedding at offset {offset}")
     rng = np.random.default_rng(5)
     q = lib.array(rng.standard_normal((1, 8, 1, 128)), "float32")

@@ -52,7 +52,9 @@ def run(config: Config, say: Say) -> tuple[dict[str, Any], list[Record]]:
     if "sweep" in config.sections:
         records.extend(sweep_case(lib, s, config, say) for lib in eager for s in config.sweep)
     if "far" in config.sections:
-        records.extend(_far.far_case(lib, config, say) for lib in eager if lib.backend.library in ("numpy", "torch"))
+        for lib in eager:
+            if lib.backend.library in ("numpy", "torch"):
+                records.extend(_far.far_cases(lib, config, say))
     if "startup" in config.sections:
         records.extend(_startup.startup(config, say))
     for rec in records:

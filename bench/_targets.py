@@ -149,8 +149,8 @@ def _user_targets(records: list[Record], add: Add) -> None:
         ratio = r["x_warm"].get(f"fresh, offset {r['offset']}", math.nan)
         peak = r.get("peak_MB")
         memory = f", peak {peak:.0f} MB (tracemalloc)" if peak is not None else ""
-        add(f"A far position costs what it uses ({r['backend']})",
-            "fresh RotaryEmbedding's first step at offset 1e6 ≤ 20× a warm step, < 100 MB extra",
+        add(f"A far position costs what it uses ({r['backend']}, offset {r['offset']})",
+            "fresh RotaryEmbedding's first step ≤ 20× a warm step, < 100 MB extra",
             f"{_fmt(ratio)}× a warm step at offset {r['offset']}{memory}", ratio <= 20 and (peak is None or peak < 100))
 
 

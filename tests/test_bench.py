@@ -23,7 +23,7 @@ NEW_TARGETS = (
     "float16 / bfloat16 prefill",
     "Start-up: import arrayrope",
     "pytest plugin, no test asking for its fixtures",
-    "A far position costs what it uses (numpy)",
+    "A far position costs what it uses (numpy, offset 10000)",
     "Decode RotaryEmbedding, q (1, 8, 1, 128), k (1, 2, 1, 128)",
     "With one busy process",
 )

@@ -68,7 +68,7 @@ def rotate(xp: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str
     """Rotary application on NumPy arrays with a fresh output and no full-size temporaries."""
     dt = x.dtype
     work: np.dtype[Any] = dt if dt == cos.dtype == sin.dtype else np.result_type(dt, cos.dtype, sin.dtype)
-    if work.kind != "f":
+    if work.kind != "f" or not x.size:  # empty arrays: no period of rows to reshape by
         out: np.ndarray = generic(xp, x, cos, sin, layout)
         return out
     small = x.nbytes <= (_SMALL_HALF if layout == "half" else _SMALL)
@@ -132,7 +132,7 @@ def prepare(cos: np.ndarray, sin: np.ndarray, layout: str) -> tuple[np.ndarray, 
 def rotate_prepared(x: np.ndarray, prepared: tuple[np.ndarray, ...], layout: str) -> np.ndarray | None:
     """Small arrays with prepared tables: three ufuncs (half-split) or one (interleaved); else None."""
     t = prepared[0]
-    if x.nbytes > _SMALL:
+    if x.nbytes > _SMALL or not x.size:
         return None
     if layout == "half":
         c3, s3 = prepared
