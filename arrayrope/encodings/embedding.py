@@ -294,7 +294,7 @@ axes='bhsd', rotary_features='trailing')
             if pos.ndim not in (1, 2) or pos.shape[-1] != seq or (pos.ndim == 2 and pos.shape[0] not in (1, batch)):
                 raise ValueError(_positions_mismatch(tuple(q.shape), tuple(pos.shape), self.axes))
             return _Where(device, seq, array=pos, length=self._length(pos, 0, seq_len))
-        if isinstance(offset, numbers.Integral) and not isinstance(offset, bool):
+        if type(offset) is int or (isinstance(offset, numbers.Integral) and not isinstance(offset, bool)):
             offset = int(offset)
             if offset < 0:
                 raise ValueError(f"offset must be >= 0, got {offset}")
@@ -393,7 +393,7 @@ def _positions_mismatch(q_shape: tuple[int, ...], pos_shape: tuple[int, ...], ax
     return msg
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)
 class _Where:
     """The checked positions of a call: ``start .. start + seq - 1``, or an array; and the call's length."""
 
