@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["cpu_threads", "period", "row_blocks", "run"]
+__all__ = ["period", "row_blocks", "run"]
 
 
 def period(lead: tuple[int, ...], table_lead: tuple[int, ...]) -> int | None:
@@ -64,29 +64,6 @@ def row_blocks(n: int, period: int, step: int) -> tuple[int, bool, Iterator[tupl
                 yield p0 + s0, min(step, span - s0), s0
 
     return step, short, blocks()
-
-
-#: Environment variables that set the threads of the NumPy kernel, the first one set wins.
-THREAD_VARS = ("ARRAYROPE_NUM_THREADS", "OMP_NUM_THREADS")
-
-
-def cpu_threads() -> int:
-    """Threads a kernel without a thread setting of its own may use (NumPy's).
-
-    ``ARRAYROPE_NUM_THREADS``, else ``OMP_NUM_THREADS`` (the setting BLAS, PyTorch
-    and numexpr follow), else the CPUs this process may run on. A value that is not
-    a positive integer is ignored.
-
-    >>> cpu_threads() >= 1
-    True
-    """
-    for name in THREAD_VARS:
-        value = os.environ.get(name, "").strip()
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1
 
 
 class _Claims:

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import blocks
 from .blocks import period as _period
 from .blocks import row_blocks
 
@@ -32,8 +31,6 @@ __all__ = ["arange_tables", "prepare", "probe", "rotate", "rotate_prepared", "to
 
 #: Bytes of x per block of the blocked kernel (three such blocks fit in a 1 MiB L2).
 BLOCK_BYTES = 1 << 18
-#: Bytes of x from which helper threads take blocks too (below, starting them costs more than they give).
-THREADS_MIN_BYTES = 1 << 22
 _SMALL = 1 << 20  # up to this many bytes of x, broadcasting ufuncs beat blocking (measured)
 _SMALL_HALF = 1 << 17  # the same for half-split pairs, whose swapped view costs a call per 64 elements
 
@@ -77,10 +74,7 @@ def rotate(xp: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str
     small = x.nbytes <= (_SMALL_HALF if layout == "half" else _SMALL)
     if small and layout == "half" and work == dt and x.shape[-1] == 2 * cos.shape[-1]:
         return _small_half(x, cos, sin)
-    # interleaved pairs: one complex multiplication over x, unless helper threads will take blocks of it
-    one_pass = layout == "interleaved" and work == dt and work in _COMPLEX and (
-        x.nbytes < THREADS_MIN_BYTES or blocks.cpu_threads() == 1
-    )
+    one_pass = layout == "interleaved" and work == dt and work in _COMPLEX
     if one_pass or small or x.strides[-1] != x.itemsize:
         return _whole(x, cos.astype(work, copy=False), sin.astype(work, copy=False), layout, work)
     rows = _rows_view(x)
@@ -225,52 +219,44 @@ def _blocks(
 
     Row ``i`` uses table row ``i % period``. Long periods are cut into blocks;
     short ones (e.g. one decode position for all heads) are broadcast over
-    blocks of whole periods, seen as ``(-1, period, features)``. From
-    :data:`THREADS_MIN_BYTES` of x, helper threads claim blocks too (NumPy's ufuncs
-    release the interpreter lock), up to :func:`.blocks.cpu_threads`.
+    blocks of whole periods, seen as ``(-1, period, features)``.
     """
     h = cos.shape[-1]
     r, d = 2 * h, xf.shape[1]
     n = xf.shape[0]
-    step, short, schedule = row_blocks(n, period, max(1, BLOCK_BYTES // (d * work.itemsize)))
-    spans = list(schedule)
+    step, short, blocks = row_blocks(n, period, max(1, BLOCK_BYTES // (d * work.itemsize)))
 
     def fold(a: np.ndarray) -> np.ndarray:
         return a.reshape(-1, period, a.shape[-1]) if short else a
 
     cast_in = xf.dtype != work
     cast_out = of.dtype != work
+    xbuf = np.empty((step, r), work)
+    obuf = np.empty((step, r), work)
     if layout == "half":
         cos_t = np.concatenate([cos, cos], axis=-1)
         sin_t = np.concatenate([-sin, sin], axis=-1)  # sign folded: y = x*cos_t + [x2, x1]*sin_t
+        tbuf = np.empty((step, r), work)
+        swap = tbuf.view(_void(h * work.itemsize))[:, ::-1]
+        vdt = swap.dtype
     else:
         cplx: np.dtype[Any] = _COMPLEX.get(work, np.dtype(np.complex64))
         if work not in _COMPLEX:  # float16 work (float16 x and tables): compute in float32
             work = np.dtype(np.float32)
             cast_in = cast_out = True
+            xbuf, obuf = np.empty((step, r), work), np.empty((step, r), work)
         tab = np.empty(cos.shape, cplx)
         tab.real, tab.imag = cos, sin
-
-    def buffer(scratch: dict[str, Any], name: str) -> np.ndarray:
-        buf = scratch.get(name)
-        if buf is None:
-            buf = scratch[name] = np.empty((step, r), work)
-        return buf
-
-    def block(i: int, scratch: dict[str, Any]) -> None:
-        a, m, s0 = spans[i]
+    for a, m, s0 in blocks:
         xb = xf[a : a + m, :r]
         ob = of[a : a + m, :r]
         if cast_in:
-            xbuf = buffer(scratch, "x")[:m]
-            np.copyto(xbuf, xb, casting="same_kind")
-            xb = xbuf
-        o = buffer(scratch, "o")[:m] if cast_out else ob
+            np.copyto(xbuf[:m], xb, casting="same_kind")
+            xb = xbuf[:m]
+        o = obuf[:m] if cast_out else ob
         if layout == "half":
             np.multiply(fold(xb), cos_t if short else cos_t[s0 : s0 + m], out=fold(o))
-            tbuf = buffer(scratch, "t")
-            swap = tbuf.view(_void(h * work.itemsize))[:, ::-1]
-            np.copyto(swap[:m], xb.view(swap.dtype))
+            np.copyto(swap[:m], xb.view(vdt))
             t = fold(tbuf[:m])
             np.multiply(t, sin_t if short else sin_t[s0 : s0 + m], out=t)
             np.add(o, tbuf[:m], out=o)
@@ -281,9 +267,6 @@ def _blocks(
             np.copyto(ob, o, casting="same_kind")
         if r < d:
             np.copyto(of[a : a + m, r:], xf[a : a + m, r:])
-
-    threads = blocks.cpu_threads() if xf.nbytes >= THREADS_MIN_BYTES else 1
-    blocks.run(len(spans), block, threads)
 
 
 def arange_tables(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import threading
-import warnings
 from collections.abc import Mapping
 from typing import Any, Literal, overload
 
@@ -19,6 +18,7 @@ from ..frequencies import RopeFrequencies, rope_frequencies
 from ..scaling import rope_type
 from ..tables import rope_tables
 from ._cache import MAX_CACHE, TableCache
+from ._resize import Resizer
 
 __all__ = ["RotaryEmbedding"]
 
@@ -117,7 +117,7 @@ class RotaryEmbedding:
         self._cache = TableCache(self.freqs)
         self._resize = None
         if scaling is not None and rope_type(scaling).length is not None:
-            self._resize = _Resizer(self.freqs, scaling, max_position_embeddings)
+            self._resize = Resizer(self.freqs, scaling, max_position_embeddings)
 
     @classmethod
     def from_config(cls, config: Any, *, layer_type: str | None = None, layout: Layout | None = None,
@@ -403,33 +403,3 @@ class _Where:
     array: Array | None = None
     length: Any = None
     traced: bool = False
-
-
-class _Resizer:
-    """The frequencies of a sequence-length-dependent rope type, as its registry entry's rule picks them."""
-
-    def __init__(self, start: RopeFrequencies, scaling: Mapping[str, Any], max_len: int | None) -> None:
-        entry = rope_type(scaling)
-        assert entry.length is not None
-        self.rule = entry.length
-        self.start = start
-        self.scaling = dict(scaling)
-        self.original = int(self.scaling.get("original_max_position_embeddings") or max_len or 0)
-        self.max_position_embeddings = max_len
-        self.max_len = max_len if max_len is not None else self.original
-        # the length the starting frequencies are for, and that of the current ones
-        self.start_length = self.current = self.rule(1, self.max_len, self.max_len, self.original)
-        self.last: tuple[int, RopeFrequencies] | None = None
-
-    def __call__(self, length: int) -> RopeFrequencies:
-        self.current = self.rule(length, self.current, self.max_len, self.original)
-        if self.current == self.start_length:
-            return self.start
-        if self.last is None or self.last[0] != self.current:
-            s = self.start
-            with warnings.catch_warnings():  # reported once, when the instance was made
-                warnings.simplefilter("ignore")
-                freqs = rope_frequencies(s.head_dim, base=s.base, rotary_dim=s.rotary_dim, scaling=self.scaling,
-                                         max_position_embeddings=self.max_position_embeddings, seq_len=self.current)
-            self.last = (self.current, freqs)
-        return self.last[1]

@@ -91,8 +91,6 @@ def thresholds(request, monkeypatch):
         monkeypatch.setattr(_np_kernels, "_SMALL", 0)
         monkeypatch.setattr(_np_kernels, "_SMALL_HALF", 0)
         monkeypatch.setattr(_np_kernels, "BLOCK_BYTES", 96)
-        monkeypatch.setattr(_np_kernels, "THREADS_MIN_BYTES", 0)
-        monkeypatch.setenv("ARRAYROPE_NUM_THREADS", "3")  # helper threads take blocks too
         try:
             from arrayrope.backends import torch as _torch_kernels
         except ImportError:  # no torch here: only the NumPy thresholds matter

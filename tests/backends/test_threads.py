@@ -129,46 +129,6 @@ def test_torch_blocks_in_inference_mode_and_strided_tables(monkeypatch):
     assert_close(out, expected, rtol=2e-6, atol=2e-6, check_namespace=False, check_dtype=False)
 
 
-@pytest.mark.parametrize("layout", ["half", "interleaved"])
-@pytest.mark.parametrize("dtype,rotary_dim", [("float32", 64), ("float32", 48), ("float16", 64), ("float64", 64)])
-def test_numpy_blocks_same_on_any_thread_count(monkeypatch, layout, dtype, rotary_dim):
-    """The NumPy kernel's helper threads: bit for bit the one-thread result, and the rotation matrix's values."""
-    from arrayrope.backends import numpy as kernels
-
-    monkeypatch.setattr(kernels, "THREADS_MIN_BYTES", 0)
-    monkeypatch.setattr(kernels, "BLOCK_BYTES", 4096)  # many blocks for the threads to claim
-    f = arrayrope.rope_frequencies(64, rotary_dim=rotary_dim)
-    positions = np.arange(7, 7 + 300)
-    cos, sin = arrayrope.rope_tables(f, positions, dtype=np.float64 if dtype == "float64" else np.float32)
-    x = RNG.standard_normal((2, 3, 300, 64)).astype(dtype)
-    before = x.copy()
-    results = []
-    for n in ("1", "2", "5"):
-        monkeypatch.setenv("ARRAYROPE_NUM_THREADS", n)
-        results.append(arrayrope.apply_rotary(x, cos, sin, layout=layout))
-    for out in results[1:]:
-        assert out.dtype == x.dtype and np.array_equal(out, results[0])
-    assert np.array_equal(x, before)
-    expected = rope_by_matrix(x.astype(np.float64), positions, f.inv_freq, layout)
-    tol = {"float64": 1e-12, "float32": 2e-6, "float16": 2e-3}[dtype]
-    assert_close(results[0], expected, rtol=tol, atol=tol, check_dtype=False)
-
-
-def test_cpu_threads_follow_the_settings(monkeypatch):
-    monkeypatch.delenv("ARRAYROPE_NUM_THREADS", raising=False)
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert blocks.cpu_threads() == 3
-    monkeypatch.setenv("ARRAYROPE_NUM_THREADS", "2")
-    assert blocks.cpu_threads() == 2  # arrayrope's own setting first
-    monkeypatch.setenv("ARRAYROPE_NUM_THREADS", "zero")
-    assert blocks.cpu_threads() == 3  # not a positive integer: ignored
-    monkeypatch.delenv("OMP_NUM_THREADS")
-    monkeypatch.setenv("ARRAYROPE_NUM_THREADS", "0")
-    import os
-
-    assert blocks.cpu_threads() == len(os.sched_getaffinity(0))
-
-
 @pytest.mark.parametrize("lib", ["numpy", "torch"])
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("shape,table_shape", [((1, 8, 1, 64), (1, 32)), ((2, 4, 3, 64), (3, 32)),
