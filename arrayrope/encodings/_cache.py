@@ -1,9 +1,10 @@
 """The tables a :class:`~arrayrope.RotaryEmbedding` keeps between calls.
 
 cos/sin of positions ``0 .. N-1`` (N a power of two, grown as calls need it) per
-namespace, device and dtype, and the rows of the last decode step together with the
-form the fast path of their library applies fastest (:func:`arrayrope.backends.prepare`):
-in a decode step q and k, and every layer sharing one instance, apply the same rows.
+namespace, device and dtype, and the rows of the last decode step. From the second
+call with those rows on (every layer of a model sharing one instance applies them to
+its q and k), they come with the form the fast path of their library applies fastest
+(:func:`arrayrope.backends.prepare`).
 Entries are replaced, never changed, so a reader needs no lock.
 """
 
@@ -28,6 +29,8 @@ MIN_CACHE = 256
 MAX_CACHE = 1 << 17
 
 Rows = tuple[Array, Array, Any]
+#: In place of the prepared form of rows used by one call so far (preparing costs more than one call saves).
+_LATER = object()
 
 
 class TableCache:
@@ -48,13 +51,16 @@ class TableCache:
         step = (id(xp), _hashable(device), _hashable(dtype), start, seq)
         last = self._last
         if last is not None and last[0] == step:
-            return last[1]
+            cos, sin, prepared = last[1]
+            if prepared is _LATER:  # these rows serve a second call (another layer): worth preparing now
+                prepared = backends.prepare(x, cos, sin, layout)
+                self._last = (step, (cos, sin, prepared))
+            return cos, sin, prepared
         cos, sin = self._arange(xp, device, dtype, start + seq)
         cos, sin = shape(cos[start : start + seq, :], sin[start : start + seq, :])
-        found = (cos, sin, backends.prepare(x, cos, sin, layout))
         if device is not None:  # a JAX tracer's device is None: never keep traced values
-            self._last = (step, found)
-        return found
+            self._last = (step, (cos, sin, _LATER))
+        return cos, sin, None
 
     def _arange(self, xp: Namespace, device: Any, dtype: Any, needed: int) -> tuple[Array, Array]:
         key = (id(xp), _hashable(device), _hashable(dtype))

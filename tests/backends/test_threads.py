@@ -157,8 +157,10 @@ def test_embedding_keeps_no_stale_step(backend, layout):
     q = RNG.standard_normal((1, 4, 3, 32))
     k = RNG.standard_normal((1, 2, 3, 32))
     dtypes = ["float32"] + (["float64"] if "float64" in backend.dtypes else [])
-    for offset, seq, dtype in [(7, 1, "float32"), (8, 1, "float32"), (7, 3, "float32"), (7, 1, dtypes[-1]),
-                               (7, 1, "float32"), (300, 2, "float32")]:
+    # each step twice in a row: the second call takes the prepared rows (every layer after the first)
+    for offset, seq, dtype in [(7, 1, "float32"), (7, 1, "float32"), (8, 1, "float32"), (8, 1, "float32"),
+                               (7, 3, "float32"), (7, 3, "float32"), (7, 1, dtypes[-1]), (7, 1, dtypes[-1]),
+                               (7, 1, "float32"), (300, 2, "float32"), (300, 2, "float32")]:
         qs, ks = q[:, :, :seq], k[:, :, :seq]
         qr, kr = rope(backend.asarray(qs, dtype), backend.asarray(ks, dtype), offset=offset)
         pos = np.arange(offset, offset + seq)
@@ -166,3 +168,21 @@ def test_embedding_keeps_no_stale_step(backend, layout):
         for got, x in ((qr, qs), (kr, ks)):
             expected = np.stack([rope_by_matrix(x[0], pos, f.inv_freq, layout)])
             assert_close(got, expected, rtol=tol, atol=tol, check_namespace=False, check_dtype=False)
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_rows_are_prepared_from_their_second_call(lib, layout):
+    """A new step rotates with the plain rows; from the next call with the same rows on, the prepared ones."""
+    from arrayrope.encodings import _cache
+
+    conv = _torch().from_numpy if lib == "torch" else np.asarray
+    rope = arrayrope.RotaryEmbedding(32, layout=layout)
+    q = conv(RNG.standard_normal((1, 4, 1, 32)).astype(np.float32))
+    expected = rope_by_matrix(np.asarray(q, dtype=np.float64)[0], np.array([9]), rope.freqs.inv_freq, layout)
+    first = rope(q, offset=9)
+    assert rope._cache._last[1][2] is _cache._LATER  # one call so far: nothing prepared
+    second = rope(q, offset=9)
+    assert rope._cache._last[1][2] is not _cache._LATER and rope._cache._last[1][2] is not None
+    for out in (first, second):
+        assert_close(out, expected[None], rtol=3e-6, atol=3e-6, check_namespace=False, check_dtype=False)
