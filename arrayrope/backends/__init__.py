@@ -19,6 +19,7 @@ backends are listed: importing arrayrope imports no optional library.
 
 from ._after_import import after_import
 from ._namespace import (
+    cache_key,
     check_device,
     default_namespace,
     device_of,
@@ -44,6 +45,7 @@ __all__ = [
     "Backend",
     "arange_tables",
     "available",
+    "cache_key",
     "check_device",
     "default_namespace",
     "device_of",

@@ -136,7 +136,7 @@ def check_device(xp: Any, device: Any, name: str = "device") -> None:
     """Raise ``ValueError`` unless ``device`` is None or a device of ``xp`` (an array can be made there)."""
     if device is None:
         return
-    key = (id(xp), _key(device), "device")
+    key = (id(xp), cache_key(device), "device")
     if key in _dtypes_here:
         return
     try:
@@ -173,7 +173,8 @@ def to_device(x: Any, device: Any) -> Any:
     return compat.to_device(x, device)
 
 
-def _key(obj: Any) -> Any:
+def cache_key(obj: Any) -> Any:
+    """``obj`` itself as part of a cache key where it hashes (devices, dtypes), else its repr."""
     try:
         hash(obj)
     except TypeError:
@@ -192,7 +193,7 @@ def has_int64(xp: Any, device: Any) -> bool:
 
 
 def _has_dtype(xp: Any, device: Any, name: str, kind: str) -> bool:
-    key = (id(xp), _key(device), name)
+    key = (id(xp), cache_key(device), name)
     ok = _dtypes_here.get(key)
     if ok is None:
         try:

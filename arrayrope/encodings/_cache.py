@@ -48,7 +48,7 @@ class TableCache:
     ) -> Rows:
         """cos/sin of positions ``start .. start + seq - 1`` (with ``start + seq <= MAX_CACHE``) put in
         ``shape``, and their prepared form for arrays like ``x`` (or None)."""
-        step = (id(xp), _hashable(device), _hashable(dtype), start, seq)
+        step = (id(xp), backends.cache_key(device), backends.cache_key(dtype), start, seq)
         last = self._last
         if last is not None and last[0] == step:
             cos, sin, prepared = last[1]
@@ -63,7 +63,7 @@ class TableCache:
         return cos, sin, None
 
     def _arange(self, xp: Namespace, device: Any, dtype: Any, needed: int) -> tuple[Array, Array]:
-        key = (id(xp), _hashable(device), _hashable(dtype))
+        key = (id(xp), backends.cache_key(device), backends.cache_key(dtype))
         entry = self._tables.get(key)
         if entry is not None and entry[0].shape[0] >= needed:
             return entry
@@ -77,12 +77,3 @@ class TableCache:
             if device is not None:
                 self._tables[key] = entry
             return entry
-
-
-def _hashable(obj: Any) -> Any:
-    """``obj`` itself as part of a key where it hashes (devices, dtypes), else its repr."""
-    try:
-        hash(obj)
-    except TypeError:
-        return repr(obj)
-    return obj
