@@ -1,7 +1,9 @@
 """PyTorch: the backend entries (CPU, CUDA), and the fast path behind ``apply_rotary``.
 
 * Small tensors (a decode step): a few whole-tensor ops on halves from ``chunk``
-  (half-split) or one complex multiplication (interleaved), joined by ``cat``.
+  (half-split) or one complex multiplication (interleaved), joined by ``cat``; also
+  mid-sized ones of the tables' dtype up to :data:`WHOLE_HALF` / :data:`WHOLE_INTERLEAVED`
+  elements, whose few short parallel regions cost less than blocks.
 * CPU: where PyTorch may use several threads, row blocks of at most :data:`GRAIN`
   elements per op, so that it runs each op on the calling thread and opens no
   parallel region: a region ends at a barrier, and when another process holds a
@@ -50,6 +52,11 @@ ONE_THREAD_BLOCK = 1 << 17
 #: Elements of x from which helper threads take blocks too, when x needs no conversion (below that, and for
 #: the six calls per block of a conversion, the calls' interpreter lock traffic costs more than a core gives).
 HELPERS_MIN = 1 << 23
+#: Elements up to which x of the tables' dtype takes the whole-tensor ops: interleaved pairs (one complex
+#: multiplication) on any thread count, half-split pairs where PyTorch may use several threads. Measured
+#: faster than the blocks there, quiet and beside a busy process: their few parallel regions are short.
+WHOLE_INTERLEAVED = 1 << 20
+WHOLE_HALF = 1 << 18
 
 Generic = Callable[[Any, Any, Any, Any, str], Any]
 _LOW = (torch.float16, torch.bfloat16)
@@ -86,7 +93,9 @@ def rotate(
         return ref
     dt = x.dtype
     work = dt if dt == cos.dtype == sin.dtype else torch.promote_types(torch.promote_types(dt, cos.dtype), sin.dtype)
-    if x.numel() <= GRAIN:
+    n = x.numel()
+    if n <= GRAIN or (work == dt and n <= (
+            WHOLE_INTERLEAVED if layout == "interleaved" else WHOLE_HALF if torch.get_num_threads() > 1 else 0)):
         return _small(x, cos, sin, layout, work)
     # float16 and bfloat16 arithmetic runs in float32, rounded once at the end
     compute = torch.float32 if work in _LOW else work

@@ -74,8 +74,8 @@ def _torch():
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
 @pytest.mark.parametrize("rotary_dim", [64, 48])
 def test_torch_blocks_same_on_any_thread_count(monkeypatch, layout, dtype, rotary_dim):
-    """Bitwise the same result on 1 and 3 threads (helper threads taking blocks) and in one-row blocks,
-    and close to rotation matrices."""
+    """Bitwise the same result from whole-tensor ops, on 1 and 3 threads (helper threads taking blocks) and
+    in one-row blocks, and close to rotation matrices."""
     torch = _torch()
     from arrayrope.backends import torch as kernels
 
@@ -90,8 +90,12 @@ def test_torch_blocks_same_on_any_thread_count(monkeypatch, layout, dtype, rotar
     before = x.clone()
     results = []
     threads = torch.get_num_threads()
-    monkeypatch.setattr(kernels, "HELPERS_MIN", 0)
     try:
+        torch.set_num_threads(3)
+        results.append(arrayrope.apply_rotary(x, cos, sin, layout=layout))  # whole-tensor ops where they win
+        monkeypatch.setattr(kernels, "HELPERS_MIN", 0)
+        monkeypatch.setattr(kernels, "WHOLE_HALF", 0)
+        monkeypatch.setattr(kernels, "WHOLE_INTERLEAVED", 0)
         for n in (1, 3):
             torch.set_num_threads(n)
             results.append(arrayrope.apply_rotary(x, cos, sin, layout=layout))
