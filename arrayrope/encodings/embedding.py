@@ -23,7 +23,6 @@ from ._resize import Resizer
 __all__ = ["RotaryEmbedding"]
 
 
-
 class RotaryEmbedding:
     """Rotary position embedding for queries and keys, with cached tables.
 

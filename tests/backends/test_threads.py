@@ -190,3 +190,17 @@ def test_rows_are_prepared_from_their_second_call(lib, layout):
     assert rope._cache._last[1][2] is not _cache._LATER and rope._cache._last[1][2] is not None
     for out in (first, second):
         assert_close(out, expected[None], rtol=3e-6, atol=3e-6, check_namespace=False, check_dtype=False)
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_prepared_rows_rotate_trailing_features(lib, layout):
+    """DeepSeek's layout (the last 16 of 48 features rotate) through the prepared rows of a repeated step."""
+    conv = _torch().from_numpy if lib == "torch" else np.asarray
+    rope = arrayrope.RotaryEmbedding(48, rotary_dim=16, layout=layout, rotary_features="trailing")
+    x = RNG.standard_normal((1, 3, 1, 48)).astype(np.float32)
+    rotated = rope_by_matrix(x[0, :, :, 32:].astype(np.float64), np.array([5]), rope.freqs.inv_freq, layout)
+    for _ in range(3):  # a new step, then its rows prepared, then prepared rows kept
+        out = np.asarray(rope(conv(x), offset=5))
+        np.testing.assert_array_equal(out[..., :32], x[..., :32])  # passed through unchanged
+        np.testing.assert_allclose(out[0, :, :, 32:], rotated, rtol=3e-6, atol=3e-6)
