@@ -7,7 +7,7 @@ Installed with arrayrope (entry point ``pytest11``), so any test suite can write
         ...
 
 and the test runs once per backend (NumPy, array_api_strict and its no-float64
-device, PyTorch CPU and CUDA, JAX, Dask, CuPy). A library that is not installed
+device, PyTorch CPU and CUDA, JAX CPU and CUDA, Dask, CuPy). A library that is not installed
 is a skipped parameter whose reason says why. ``ARRAYROPE_BACKENDS=numpy,torch``
 narrows the set (library names, or single devices such as ``torch-cuda``).
 
@@ -19,6 +19,7 @@ when a collected test asks for one of the fixtures.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -30,6 +31,9 @@ def backend_params() -> list[Any]:
     """``pytest.param`` per backend, skipped ones with their reason (computed once)."""
     global _params
     if _params is None:
+        # JAX takes 75% of a GPU's memory when it starts unless told not to; the other GPU
+        # libraries of the same run (and parallel test workers) would find none left
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         from arrayrope.backends import available
 
         found, missing = available(with_reasons=True)

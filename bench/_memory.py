@@ -79,7 +79,7 @@ def _numpy_layout(lib: Lib, x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
 
 def _torch(lib: Lib, shape: Shape, config: Config, say: Say) -> list[Record]:
     if lib.backend.device_label.startswith("cuda"):
-        return [_torch_cuda(lib, shape)]
+        return _torch_cuda(lib, shape)
     if not config.rss:
         return []
     out = []
@@ -93,27 +93,32 @@ def _torch(lib: Lib, shape: Shape, config: Config, say: Say) -> list[Record]:
     return out
 
 
-def _torch_cuda(lib: Lib, shape: Shape) -> Record:
+def _torch_cuda(lib: Lib, shape: Shape) -> list[Record]:
     torch = lib.backend.native
     x_np = _x(shape)
     cos, sin = _host_tables(shape)
     x, c, s = lib.array(x_np, "float32"), lib.array(cos, "float32"), lib.array(sin, "float32")
+    tables = (torch.cat([c, c], -1), torch.cat([s, s], -1), c, s)
     xp = lib.backend.xp
-    peaks = {}
+    out: list[Record] = []
     for layout in LAYOUTS:
-        for name in ("arrayrope", "reference path"):
+        fns: dict[str, Callable[[], object]] = {
+            "arrayrope": lambda: arrayrope.apply_rotary(x, c, s, layout=layout),
+            "reference path": lambda: _rotate_generic(xp, x, c, s, layout),
+            "naive": lambda: naive(lib.ops, layout, x, tables, shape[-1]),
+        }
+        peaks = {}
+        for name, fn in fns.items():
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
-            if name == "arrayrope":
-                y = arrayrope.apply_rotary(x, c, s, layout=layout)
-            else:
-                y = _rotate_generic(xp, x, c, s, layout)
+            y = fn()
             torch.cuda.synchronize()
-            peaks[f"{name} {layout}"] = (torch.cuda.max_memory_allocated() - base - y.nbytes) / x_np.nbytes
+            peaks[name] = (torch.cuda.max_memory_allocated() - base - y.nbytes) / x_np.nbytes  # type: ignore[attr-defined]
             del y
-    return {"section": "memory", "backend": lib.name, "method": "torch.cuda.max_memory_allocated",
-            "shape": list(shape), "layout": "both", "extra_over_x": peaks}
+        out.append({"section": "memory", "backend": lib.name, "method": "torch.cuda.max_memory_allocated",
+                    "shape": list(shape), "layout": layout, "extra_over_x": peaks})
+    return out
 
 
 _RSS_CODE = """

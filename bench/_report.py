@@ -227,8 +227,7 @@ def _memory_table(records: list[Record]) -> list[str]:
              "| backend | method | shape | layout | " + " | ".join(mem[0]["extra_over_x"]) + " |",
              "| --- " * (4 + len(mem[0]["extra_over_x"])) + "|"]
     lines += [f"| {r['backend']} | {r['method']} | {tuple(r['shape'])} | {r['layout']} | "
-              + " | ".join(f"{k}: {_fmt(v, 3)}" if r["backend"] == "torch-cuda" else _fmt(v, 3)
-                           for k, v in r["extra_over_x"].items()) + " |" for r in mem]
+              + " | ".join(_fmt(v, 3) for v in r["extra_over_x"].values()) + " |" for r in mem]
     return [*lines, ""]
 
 

@@ -1,7 +1,8 @@
-"""ONNX Runtime CPU timings of the exported rotary graphs, as ratios to an Identity model.
+"""ONNX Runtime timings of the exported rotary graphs, as ratios to an Identity model.
 
 Run ``python bench/bench_onnx.py`` (or call :func:`main` from a benchmark suite).
-It writes ``bench/results/onnx.md`` and ``bench/results/onnx.json``. Every model
+It writes ``onnx.md`` and ``onnx.json`` (``onnx-cuda.*`` with ``--provider cuda``,
+where inputs and outputs stay on the GPU through I/O binding). Every model
 runs in the same process, interleaved round by round, so that the ratios to the
 Identity model (a plain copy of x) and to hand-built fused ops share conditions.
 """
@@ -64,17 +65,36 @@ def models() -> dict[str, tuple[Any, str | None]]:
     return out
 
 
-def _session(model: Any, threads: int) -> Any:
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+
+
+def _session(model: Any, threads: int, provider: str) -> Any:
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=[PROVIDERS[provider]])
+    if sess.get_providers()[0] != PROVIDERS[provider]:
+        raise RuntimeError(f"onnxruntime ran on {sess.get_providers()}, not {PROVIDERS[provider]}")
+    return sess
 
 
-def measure(rounds: int = 15, threads: int = 1, target_seconds: float = 0.02) -> dict[str, Any]:
+def _runner(sess: Any, feed: dict[str, Any], provider: str) -> Any:
+    """A call that runs ``sess`` once; on CUDA, inputs and output stay on the device (I/O binding)."""
+    if provider == "cpu":
+        return lambda: sess.run(None, feed)
+    import onnxruntime as ort
+
+    binding = sess.io_binding()
+    for name, value in feed.items():
+        binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, "cuda", 0))
+    binding.bind_output(sess.get_outputs()[0].name, "cuda")
+    return lambda: sess.run_with_iobinding(binding)
+
+
+def measure(rounds: int = 15, threads: int = 1, target_seconds: float = 0.02, provider: str = "cpu") -> dict[str, Any]:
     """Seconds per run for every model and shape: the fastest round (rounds interleave the models,
     so the minimum is the least disturbed by other load on a shared machine) and the median."""
     rng = np.random.default_rng(0)
@@ -83,22 +103,22 @@ def measure(rounds: int = 15, threads: int = 1, target_seconds: float = 0.02) ->
     for shape_name, shape in SHAPES.items():
         x = rng.standard_normal(shape).astype(np.float32)
         pos = (np.arange(shape[2]) + (MAX_POSITIONS - shape[2] - 1))[None].astype(np.int64)
-        runs: dict[str, tuple[Any, dict[str, Any], int, list[float]]] = {}
+        runs: dict[str, tuple[Any, int, list[float]]] = {}
         for label, (model, pos_name) in built.items():
-            sess = _session(model, threads)
             feed = {"x": x} if pos_name is None else {"x": x, pos_name: pos}
-            sess.run(None, feed)
+            run = _runner(_session(model, threads, provider), feed, provider)
+            run()
             t0 = time.perf_counter()
-            sess.run(None, feed)
+            run()
             reps = max(1, int(target_seconds / max(time.perf_counter() - t0, 1e-7)))
-            runs[label] = (sess, feed, reps, [])
+            runs[label] = (run, reps, [])
         for _ in range(rounds):
-            for sess, feed, reps, times in runs.values():
+            for run, reps, times in runs.values():
                 t0 = time.perf_counter()
                 for _ in range(reps):
-                    sess.run(None, feed)
+                    run()
                 times.append((time.perf_counter() - t0) / reps)
-        base = min(runs["identity"][3])
+        base = min(runs["identity"][2])
         results[shape_name] = {
             label: {
                 "seconds": min(t),
@@ -107,13 +127,14 @@ def measure(rounds: int = 15, threads: int = 1, target_seconds: float = 0.02) ->
                 "nodes": len(built[label][0].graph.node),
                 "bytes": built[label][0].ByteSize(),
             }
-            for label, (_, _, _, t) in runs.items()
+            for label, (_, _, t) in runs.items()
         }
     return results
 
 
 def render(results: dict[str, Any], meta: dict[str, Any]) -> str:
-    lines = ["# Rotary embedding on ONNX Runtime CPU", "",
+    where = "CUDA, inputs and output bound on the GPU" if meta.get("provider") == "cuda" else "CPU"
+    lines = [f"# Rotary embedding on ONNX Runtime {where}", "",
              f"float32, {meta['threads']} intra-op thread(s), fastest of {meta['rounds']} interleaved rounds; "
              f"onnxruntime {meta['onnxruntime']}, onnx {meta['onnx']}, {meta['machine']}.",
              "Ratios are to an Identity model (a copy of x) in the same run; positions end at the table end.", ""]
@@ -138,14 +159,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--provider", choices=sorted(PROVIDERS), default="cpu",
+                        help="ONNX Runtime execution provider (default: cpu)")
     args = parser.parse_args(argv)
-    results = measure(rounds=args.rounds, threads=args.threads)
+    results = measure(rounds=args.rounds, threads=args.threads, provider=args.provider)
     meta = {"threads": args.threads, "rounds": args.rounds, "onnxruntime": ort.__version__, "onnx": onnx.__version__,
             "machine": f"{platform.machine()}, {os.cpu_count()} cores", "shapes": SHAPES,
-            "max_positions": MAX_POSITIONS}
+            "max_positions": MAX_POSITIONS, "provider": args.provider}
+    stem = "onnx" if args.provider == "cpu" else f"onnx-{args.provider}"
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "onnx.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
-    (args.out / "onnx.md").write_text(render(results, meta))
+    (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+    (args.out / f"{stem}.md").write_text(render(results, meta))
     print(render(results, meta))
     return results
 

@@ -19,12 +19,17 @@ _jitted: dict[tuple[str, int], Callable[..., Any]] = {}
 
 
 def probe() -> list[Backend]:
-    """JAX on the CPU (float64 only with x64 enabled)."""
+    """JAX on the CPU, and on CUDA when a GPU is present (float64 only with x64 enabled)."""
     from .registry import Backend
 
     x64 = bool(jax.config.read("jax_enable_x64"))  # type: ignore[no-untyped-call]
     dtypes = ("float16", "bfloat16", "float32") + (("float64",) if x64 else ())
-    return [Backend("jax", jnp, jax.devices("cpu")[0], dtypes, lazy=True, native=jnp)]
+    found = [Backend("jax", jnp, jax.devices("cpu")[0], dtypes, lazy=True, native=jnp)]
+    try:
+        gpu = jax.devices("cuda")[0]
+    except RuntimeError:  # no CUDA plugin, or no device
+        return found
+    return [*found, Backend("jax-cuda", jnp, gpu, dtypes, lazy=True, native=jnp)]
 
 
 def to_numpy(x: jax.Array) -> np.ndarray:

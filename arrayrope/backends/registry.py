@@ -28,6 +28,7 @@ LIBRARIES = ("numpy", "array_api_strict", "torch", "jax", "dask", "cupy")
 #: Single-device backends, and why they may be missing although their library is installed.
 VARIANTS = {
     "torch-cuda": "no CUDA device for PyTorch",
+    "jax-cuda": "no CUDA device for JAX",
     "array_api_strict-no_float64": "array_api_strict has no no_float64 device",
 }
 
@@ -43,7 +44,7 @@ class Backend:
     Attributes
     ----------
     name : str
-        ``"numpy"``, ``"torch"``, ``"torch-cuda"``, ``"jax"``, ``"dask"``, ``"cupy"``,
+        ``"numpy"``, ``"torch"``, ``"torch-cuda"``, ``"jax"``, ``"jax-cuda"``, ``"dask"``, ``"cupy"``,
         ``"array_api_strict"`` or ``"array_api_strict-no_float64"``.
     xp : namespace
         The Array API namespace (``array_api_compat`` wrapper where needed).

@@ -127,6 +127,10 @@ def register() -> bool:
     return True
 
 
+#: TorchScript value scalar types -> ONNX TensorProto element types (FLOAT, DOUBLE, FLOAT16, BFLOAT16).
+_SCRIPT_ELEM_TYPES = {"Float": 1, "Double": 11, "Half": 10, "BFloat16": 16}
+
+
 def _script_symbolic(g: Any, x: Any, position_ids: Any, *attrs: Any) -> Any:
     """The TorchScript exporter's translation: the same graph, written with ``g.op``."""
     from onnx import helper, numpy_helper
@@ -135,7 +139,7 @@ def _script_symbolic(g: Any, x: Any, position_ids: Any, *attrs: Any) -> Any:
     sym: Any = symbolic_helper  # the TorchScript exporter's helpers are untyped
     args = [sym._maybe_get_const(a, kind) for a, kind in zip(attrs, "sssis", strict=True)]
     sizes = sym._get_tensor_sizes(x) or []
-    elem_type = int(sym._type_utils.JitScalarType.from_value(x).onnx_type())
+    elem_type = _SCRIPT_ELEM_TYPES[x.type().scalarType()]
     graph = rotary_graph(sizes, elem_type, **_attributes(args), opset=g.opset)
     values = {"x": x, "position_ids": position_ids}
     for tensor in graph.initializers:

@@ -49,7 +49,7 @@ def test_default_is_the_environment_variable_then_every_library(monkeypatch):
 def test_unknown_names_list_the_known_ones():
     with pytest.raises(ValueError, match=r"^unknown backends \['nmupy', 'torch-mps'\]; known: \['numpy', "
                                          r"'array_api_strict', 'torch', 'jax', 'dask', 'cupy'\] or one device of "
-                                         r"them: \['torch-cuda', 'array_api_strict-no_float64'\]$"):
+                                         r"them: \['torch-cuda', 'jax-cuda', 'array_api_strict-no_float64'\]$"):
         available(["numpy", "nmupy", "torch-mps"])
     with pytest.raises(ValueError, match=r"unknown backends \[3\]"):
         available([3])

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import subprocess
 import sys
 import textwrap
@@ -45,6 +46,8 @@ def test_plugin_serves_a_downstream_suite_through_its_entry_point(tmp_path):
     """))
     pytest.importorskip("array_api_strict")
     env = {"ARRAYROPE_BACKENDS": "numpy,array_api_strict", "PATH": "/usr/bin:/bin"}
+    if "PYTHONPATH" in os.environ:  # where the libraries come from a path rather than site-packages
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", str(tmp_path)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
