@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tracemalloc
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -95,30 +96,30 @@ def _torch(lib: Lib, shape: Shape, config: Config, say: Say) -> list[Record]:
 
 def _torch_cuda(lib: Lib, shape: Shape) -> list[Record]:
     torch = lib.backend.native
-    x_np = _x(shape)
     cos, sin = _host_tables(shape)
-    x, c, s = lib.array(x_np, "float32"), lib.array(cos, "float32"), lib.array(sin, "float32")
+    x, c, s = lib.array(_x(shape), "float32"), lib.array(cos, "float32"), lib.array(sin, "float32")
     tables = (torch.cat([c, c], -1), torch.cat([s, s], -1), c, s)
-    xp = lib.backend.xp
-    out: list[Record] = []
-    for layout in LAYOUTS:
-        fns: dict[str, Callable[[], object]] = {
-            "arrayrope": lambda: arrayrope.apply_rotary(x, c, s, layout=layout),
-            "reference path": lambda: _rotate_generic(xp, x, c, s, layout),
-            "naive": lambda: naive(lib.ops, layout, x, tables, shape[-1]),
-        }
-        peaks = {}
-        for name, fn in fns.items():
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-            y = fn()
-            torch.cuda.synchronize()
-            peaks[name] = (torch.cuda.max_memory_allocated() - base - y.nbytes) / x_np.nbytes  # type: ignore[attr-defined]
-            del y
-        out.append({"section": "memory", "backend": lib.name, "method": "torch.cuda.max_memory_allocated",
-                    "shape": list(shape), "layout": layout, "extra_over_x": peaks})
-    return out
+    return [_torch_cuda_layout(lib, x, c, s, tables, layout) for layout in LAYOUTS]
+
+
+def _torch_cuda_layout(lib: Lib, x: Any, c: Any, s: Any, tables: tuple[Any, ...], layout: Layout) -> Record:
+    torch = lib.backend.native
+    fns: dict[str, Callable[[], Any]] = {
+        "arrayrope": lambda: arrayrope.apply_rotary(x, c, s, layout=layout),
+        "reference path": lambda: _rotate_generic(lib.backend.xp, x, c, s, layout),
+        "naive": lambda: naive(lib.ops, layout, x, tables, x.shape[-1]),
+    }
+    peaks = {}
+    for name, fn in fns.items():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        y = fn()
+        torch.cuda.synchronize()
+        peaks[name] = (torch.cuda.max_memory_allocated() - base - y.nbytes) / x.nbytes
+        del y
+    return {"section": "memory", "backend": lib.name, "method": "torch.cuda.max_memory_allocated",
+            "shape": list(x.shape), "layout": layout, "extra_over_x": peaks}
 
 
 _RSS_CODE = """
