@@ -51,7 +51,7 @@ def apply_rotary(
     -----
     Shapes, dtypes, namespaces and devices are checked on every backend, also
     while JAX traces; values are never inspected, so Dask builds the result
-    lazily and ``jax.jit`` traces it. NumPy, PyTorch, Dask and JAX arrays take a
+    lazily and ``jax.jit`` traces it. NumPy, PyTorch, CuPy, Dask and JAX arrays take a
     fast path of their library (:mod:`arrayrope.backends`) that computes the values
     of the reference below with fewer passes over memory.
 

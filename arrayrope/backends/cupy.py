@@ -1,7 +1,14 @@
-"""CuPy: the backend entry (CUDA); rotary application takes the reference (elementwise kernels on the GPU)."""
+"""CuPy: the backend entry (CUDA), and rotary application as one elementwise kernel per call.
+
+The reference path launches a kernel per operation (slices, products, sums,
+concatenation); here one kernel reads each pair of ``x`` and its cos/sin once and
+writes both rotated features, in float32 (float64 where an input is float64),
+rounding once to ``x``'s dtype.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import cupy
@@ -10,7 +17,32 @@ import numpy as np
 if TYPE_CHECKING:
     from .registry import Backend
 
-__all__ = ["probe", "to_numpy"]
+__all__ = ["probe", "rotate", "to_numpy"]
+
+Generic = Callable[[Any, Any, Any, Any, str], Any]
+
+# One thread per pair: i runs over x.shape[:-1] + (h,); row = i / h, pair j = i % h. Features a and b
+# of the pair are j and j + h (half-split) or 2j and 2j + 1 (interleaved) within a row of d features.
+_BODY = """
+const long long row = i / h, j = i - row * h;
+const long long a = row * d + (interleaved ? 2 * j : j), b = a + (interleaved ? 1 : h);
+const W xa = (W)x[a], xb = (W)x[b], c = (W)cos, s = (W)sin;
+y[a] = (T)(xa * c - xb * s);
+y[b] = (T)(xb * c + xa * s);
+"""
+_kernels: dict[str, Any] = {}
+_FLOATS = ("float16", "float32", "float64")
+
+
+def _kernel(wide: bool) -> Any:
+    name = "double" if wide else "float"
+    k = _kernels.get(name)
+    if k is None:
+        k = _kernels[name] = cupy.ElementwiseKernel(
+            "C cos, C sin, raw T x, int64 h, int64 d, bool interleaved", "raw T y",
+            _BODY, f"arrayrope_rotary_{name}", preamble=f"typedef {name} W;", no_return=True,
+        )
+    return k
 
 
 def probe() -> list[Backend]:
@@ -28,3 +60,19 @@ def probe() -> list[Backend]:
 def to_numpy(x: Any) -> np.ndarray:
     out: np.ndarray = x.get()
     return out
+
+
+def rotate(xp: Any, x: Any, cos: Any, sin: Any, layout: str, generic: Generic) -> Any:
+    """Rotated copy of ``x``: one kernel over the pairs (and a copy of the features past rotary_dim)."""
+    if (x.dtype.name not in _FLOATS or cos.dtype != sin.dtype or cos.dtype.name not in _FLOATS
+            or x.size == 0 or not x.flags.c_contiguous):
+        return generic(xp, x, cos, sin, layout)
+    h, d = cos.shape[-1], x.shape[-1]
+    pairs = (*x.shape[:-1], h)  # cos/sin broadcast to one value per pair
+    y = cupy.empty_like(x)
+    wide = "float64" in (x.dtype.name, cos.dtype.name)
+    _kernel(wide)(cupy.broadcast_to(cos, pairs), cupy.broadcast_to(sin, pairs), x, h, d,
+                  layout == "interleaved", y)
+    if 2 * h < d:
+        y[..., 2 * h:] = x[..., 2 * h:]
+    return y
