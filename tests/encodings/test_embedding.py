@@ -205,6 +205,51 @@ def test_dynamic_follows_transformers_rule(backend):
     np.testing.assert_array_max_ulp(rope.freqs.inv_freq, ntk(32, 1e4, 2.0, 1), maxulp=POW_ULPS)
 
 
+def _hf_rotary(cfg):
+    """transformers' Llama rotary module for ``cfg``: ``step(length)`` runs it on positions ``0 .. length - 1``
+    (its dynamic update) and returns the frequencies it then holds, float64."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from transformers.models.llama import modeling_llama
+
+    transformers.logging.set_verbosity_error()
+    module = modeling_llama.LlamaRotaryEmbedding(transformers.LlamaConfig(**cfg))
+    x = torch.zeros(1, 1, 1, cfg["head_dim"])
+
+    def step(length):
+        module(x, torch.arange(length)[None])
+        return module.inv_freq.double().numpy()
+
+    return step
+
+
+@pytest.mark.parametrize("call", ["offset", "positions"])
+def test_dynamic_at_max_position_embeddings_keeps_what_transformers_keeps(call):
+    """After the frequencies grew past ``max_position_embeddings``, a call of length exactly
+    ``max_position_embeddings`` keeps the grown ones (transformers resets only below it); one of length
+    ``max_position_embeddings - 1`` takes the original ones back, and one of ``max_position_embeddings + 1``
+    grows them again. Each call against transformers' module after the same calls."""
+    cfg = {"hidden_size": 64, "num_attention_heads": 2, "head_dim": 32, "max_position_embeddings": LMAX,
+           "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}
+    hf = _hf_rotary(cfg)
+    rope = ar.RotaryEmbedding.from_config(cfg)
+    q = np.random.default_rng(3).standard_normal((1, 2, 2, 32))
+    original = inv_freq_formula(32, 1e4)
+    for length, grown in ((LMAX, False), (2 * LMAX, True), (LMAX, True), (LMAX - 1, False), (LMAX, False),
+                          (LMAX + 1, True), (LMAX, True), (3, False)):
+        theirs = hf(length)
+        pos = np.arange(length - 2, length)
+        if call == "offset":
+            out, freqs = rope(q, offset=length - 2, return_freqs=True)
+        else:
+            out, freqs = rope(q, positions=pos, return_freqs=True)
+        # transformers computes its frequencies in float32: within 4 float32 ulps of the float64 ones
+        np.testing.assert_allclose(freqs.inv_freq, theirs, rtol=5e-7, atol=0)
+        assert bool(np.max(np.abs(freqs.inv_freq / original - 1)) > 1e-3) is grown, length  # which set it is
+        # and the call rotated by them (float64 q: float64 tables)
+        np.testing.assert_allclose(out, rope_by_matrix(q, pos, freqs.inv_freq, "half"), rtol=1e-12, atol=1e-12)
+
+
 def test_longrope_switch(backend):
     short = list(np.linspace(1.0, 1.3, 16))
     long = list(np.linspace(1.0, 20.0, 16))
