@@ -325,3 +325,42 @@ def test_against_transformers(rope_type):
                                           seq_len=seq_len)
         np.testing.assert_allclose(ours.inv_freq, theirs.double().numpy(), rtol=1e-6, atol=0)
         assert ours.attention_factor == pytest.approx(float(their_att), rel=1e-6)
+
+
+def _correction_range(d, base, l0, beta):
+    """The fractional pair index at which a wavelength makes ``beta`` turns over ``l0`` (YaRN's formula)."""
+    return d * math.log(l0 / (2 * math.pi * beta)) / (2 * math.log(base))
+
+
+@pytest.mark.parametrize(("d", "base", "l0", "betas", "truncate"), [
+    # long context, base 1e4: the slow end (69.1 -> 70) lies past the last pair (63), below the clamp at d - 1
+    (128, 1e4, 131072, (32, 1), True),
+    # small bases: the slow end passes d - 1 and is clamped there, while the fast end leaves pairs on the ramp
+    (128, 16.0, 2048, (32, 1), True),
+    (128, 10.0, 1024, (32, 1), False),
+    (32, 20.0, 2048, (32, 1), True),
+    # a short context: the fast end is negative and clamped to 0
+    (128, 1e4, 128, (32, 1), True),
+    # equal betas without truncation: an empty range, widened by 0.001
+    (64, 1e4, 4096, (8, 8), False),
+])
+def test_yarn_correction_range_at_its_clamps_against_transformers(d, base, l0, betas, truncate):
+    """YaRN's ramp runs from ``max(lo, 0)`` to ``min(hi, d - 1)`` (d the rotary dim, not the number of pairs):
+    each case puts one end at or past its clamp, against transformers' own function."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    transformers.logging.set_verbosity_error()
+    lo, hi = _correction_range(d, base, l0, betas[0]), _correction_range(d, base, l0, betas[1])
+    assert lo < d // 2 - 1 and (hi > d // 2 or lo < 0 or lo == hi)  # the case reaches what it is there for
+    sc = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": l0, "beta_fast": betas[0],
+          "beta_slow": betas[1], "truncate": truncate}
+    cfg = transformers.LlamaConfig(hidden_size=2 * d, num_attention_heads=2, head_dim=d, rope_theta=base,
+                                   max_position_embeddings=4 * l0, rope_scaling=dict(sc))
+    theirs, their_att = ROPE_INIT_FUNCTIONS["yarn"](cfg, "cpu")
+    ours = arrayrope.rope_frequencies(d, base=base, scaling=sc)
+    # transformers computes in float32: a few float32 ulps (1.2e-7 each) from the float64 values
+    np.testing.assert_allclose(ours.inv_freq, theirs.double().numpy(), rtol=1e-6, atol=0)
+    assert ours.attention_factor == pytest.approx(float(their_att), rel=1e-6)
+    check(ours, *yarn_ref(d, base, 4.0, l0, beta_fast=betas[0], beta_slow=betas[1], truncate=truncate))
