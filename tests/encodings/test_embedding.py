@@ -434,6 +434,30 @@ def test_offsets_never_wrap_in_their_own_dtype(backend, dtype):
     assert np.abs(to_numpy(out) - want).max() <= 2e-6
 
 
+@pytest.mark.parametrize("kind", ["int", "array"])
+def test_the_last_position_a_device_holds_and_one_past_it(backend, kind):
+    """A call whose last position is the largest integer of the device's index dtype (int64, or int32 where
+    there is none) is rotated exactly; one whose last position would be one more is refused."""
+    pytest.importorskip("mpmath")
+    if backend.lazy and kind == "array":
+        pytest.skip("lazy offset arrays are not inspected")
+    limit = 2**63 - 1 if arrayrope_has_int64(backend) else 2**31 - 1
+    rope = ar.RotaryEmbedding(8)
+    q, _ = _qk(b=2, hq=1, s=3, d=8)
+    xq = backend.asarray(q, dtype="float32")
+
+    def offset(last):
+        start = last - 2
+        return start if kind == "int" else backend.asarray(np.array([start, 5], dtype=np.int64))
+
+    out = rope(xq, offset=offset(limit))
+    starts = np.array([limit - 2, limit - 2 if kind == "int" else 5], dtype=object)
+    want = _exact_bhsd(q.astype(np.float32), starts[:, None] + np.arange(3), rope.freqs.inv_freq)
+    assert np.abs(to_numpy(out) - want).max() <= 2e-6
+    with pytest.raises(ValueError, match=rf"offset \+ seq - 1 must (be at most|fit in int\d\d \(at most) {limit}"):
+        rope(xq, offset=offset(limit + 1))
+
+
 def test_offsets_are_integers_and_not_negative():
     rope = ar.RotaryEmbedding(8)
     q = np.ones((2, 1, 3, 8), np.float32)
