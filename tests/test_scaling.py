@@ -281,11 +281,67 @@ def test_registry_lists_every_type():
          {}, ValueError, "attention_factor"),
         ("linear", {}, TypeError, "dict"),
         ({"rope_type": 3}, {}, TypeError, "rope_type"),
+        # one past the edge of each domain (the edges themselves: test_values_at_the_edges_of_their_domains)
+        ({"rope_type": "linear", "factor": 1 - 2**-52}, {}, ValueError, r"scaling\['factor'\].*>= 1"),
+        ({"rope_type": "yarn", "original_max_position_embeddings": 4097}, {"max_position_embeddings": 4096},
+         ValueError, "< 1"),
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 0}, {}, ValueError,
+         r"original_max_position_embeddings.*must be a positive int, got 0"),
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 0.0}, {},
+         ValueError, r"scaling\['beta_fast'\].*must be > 0, got 0"),
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "attention_factor": 0.0}, {},
+         ValueError, r"scaling\['attention_factor'\].*must be > 0, got 0"),
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 2.0,
+          "beta_slow": 2.0 + 2**-51}, {}, ValueError, "beta_fast"),
+        # 0.1 * mscale * ln(e) + 1 = 0 exactly
+        ({"rope_type": "yarn", "factor": math.e, "original_max_position_embeddings": 4096, "mscale": -10.0,
+          "mscale_all_dim": 1.0}, {}, ValueError, "magnitude corrections 0 and"),
+        ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 0.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8192}, {}, ValueError, r"low_freq_factor.*must be > 0, got 0"),
+        # Llama 4's step (low == high) with its cutoff at the wavelength of pair 0 (2 pi) exactly
+        ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 8192 / (2 * math.pi),
+          "high_freq_factor": 8192 / (2 * math.pi), "original_max_position_embeddings": 8192}, {}, ValueError,
+         "equals the cutoff"),
+        ({"rope_type": "longrope", "short_factor": [1.0] * 32, "long_factor": [1.0] * 32,
+          "original_max_position_embeddings": 1, "factor": 2.0}, {}, ValueError, "must be >= 2"),
+        ({"rope_type": "longrope", "short_factor": [1.0] * 31 + [0.0], "long_factor": [1.0] * 32,
+          "original_max_position_embeddings": 4096, "factor": 2.0}, {}, ValueError, r"short_factor.*numbers > 0"),
+        ({"rope_type": "dynamic", "factor": 2.0}, {"max_position_embeddings": 64, "seq_len": -1}, ValueError,
+         "seq_len"),
     ],
 )
 def test_bad_scaling(scaling, kwargs, exc, match):
     with pytest.raises(exc, match=match):
         arrayrope.rope_frequencies(64, scaling=scaling, **kwargs)
+
+
+@pytest.mark.parametrize(("rope_type", "scaling", "kwargs"), [
+    ("linear", {"factor": 1.0}, {}),
+    ("yarn", {"factor": None, "original_max_position_embeddings": 4096}, {"max_position_embeddings": 4096}),  # 1
+    ("yarn", {"factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 2.0, "beta_slow": 2.0}, {}),
+    ("llama3", {"factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192}, {}),
+    ("longrope", {"short_factor": [1.5] * 32, "long_factor": [3.0] * 32, "original_max_position_embeddings": 2},
+     {"max_position_embeddings": 16}),
+    ("longrope", {"short_factor": [1.5] * 32, "long_factor": [3.0] * 32, "original_max_position_embeddings": 2},
+     {"max_position_embeddings": 16, "seq_len": 3}),
+    ("dynamic", {"factor": 2.0}, {"max_position_embeddings": 64, "seq_len": 0}),
+])
+def test_values_at_the_edges_of_their_domains(rope_type, scaling, kwargs):
+    """Each value at the edge of what a rope type accepts (a factor of 1, equal betas or band factors, an original
+    context of 2, a sequence length of 0) gives what transformers' own function gives there."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    transformers.logging.set_verbosity_error()
+    sc = {"rope_type": rope_type, **scaling}
+    ours = arrayrope.rope_frequencies(64, scaling=sc, **kwargs)
+    cfg = transformers.LlamaConfig(hidden_size=128, num_attention_heads=2, head_dim=64, rope_scaling=dict(sc),
+                                   max_position_embeddings=kwargs.get("max_position_embeddings", 4096))
+    theirs, their_att = ROPE_INIT_FUNCTIONS[rope_type](cfg, "cpu", seq_len=kwargs.get("seq_len"))
+    np.testing.assert_allclose(ours.inv_freq, theirs.double().numpy(), rtol=1e-6, atol=0)
+    assert ours.attention_factor == pytest.approx(float(their_att), rel=1e-6)
 
 
 def test_unknown_keys_warn_once_and_stay_out_of_the_math():
