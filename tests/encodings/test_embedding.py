@@ -223,7 +223,7 @@ def _hf_rotary(cfg):
     return step
 
 
-@pytest.mark.parametrize("call", ["offset", "positions"])
+@pytest.mark.parametrize("call", ["offset", "offsets", "positions"])
 def test_dynamic_at_max_position_embeddings_keeps_what_transformers_keeps(call):
     """After the frequencies grew past ``max_position_embeddings``, a call of length exactly
     ``max_position_embeddings`` keeps the grown ones (transformers resets only below it); one of length
@@ -241,6 +241,8 @@ def test_dynamic_at_max_position_embeddings_keeps_what_transformers_keeps(call):
         pos = np.arange(length - 2, length)
         if call == "offset":
             out, freqs = rope(q, offset=length - 2, return_freqs=True)
+        elif call == "offsets":  # one per batch row: the length is the largest offset + seq
+            out, freqs = rope(q, offset=np.array([length - 2]), return_freqs=True)
         else:
             out, freqs = rope(q, positions=pos, return_freqs=True)
         # transformers computes its frequencies in float32: within 4 float32 ulps of the float64 ones
@@ -248,6 +250,26 @@ def test_dynamic_at_max_position_embeddings_keeps_what_transformers_keeps(call):
         assert bool(np.max(np.abs(freqs.inv_freq / original - 1)) > 1e-3) is grown, length  # which set it is
         # and the call rotated by them (float64 q: float64 tables)
         np.testing.assert_allclose(out, rope_by_matrix(q, pos, freqs.inv_freq, "half"), rtol=1e-12, atol=1e-12)
+
+
+def test_the_length_of_a_call_comes_from_an_int_offset_else_seq_len_else_the_positions():
+    """The documented precedence: ``offset + S`` for an int offset (seq_len= is not read), else ``seq_len=``,
+    else ``max(positions) + 1``; each checked by the NTK frequencies it selects."""
+    rope = ar.RotaryEmbedding(32, scaling={"rope_type": "dynamic", "factor": 2.0}, max_position_embeddings=LMAX)
+    q = np.zeros((1, 1, 2, 32))
+
+    def length_of(**kwargs):
+        _, freqs = rope(q, return_freqs=True, **kwargs)
+        found = [n for n in (LMAX, 3 * LMAX, 5 * LMAX) if np.allclose(freqs.inv_freq, ntk(32, 1e4, 2.0, n),
+                                                                       rtol=1e-12)]
+        rope(q)  # back to the original frequencies (a call below max_position_embeddings)
+        return found
+
+    assert length_of(offset=3 * LMAX - 2, seq_len=5 * LMAX) == [3 * LMAX]
+    assert length_of(positions=np.array([0, 3 * LMAX - 1]), seq_len=5 * LMAX) == [5 * LMAX]
+    assert length_of(offset=np.array([3 * LMAX - 2]), seq_len=5 * LMAX) == [5 * LMAX]
+    assert length_of(positions=np.array([3 * LMAX - 1, 0])) == [3 * LMAX]
+    assert length_of(offset=np.array([3 * LMAX - 2])) == [3 * LMAX]
 
 
 def test_longrope_switch(backend):
