@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import arrayrope
 from arrayrope.scaling import ROPE_TYPES, yarn_mscale
-from helpers import POW_ULPS, inv_freq_formula, llama3_inv_freq
+from helpers import POW_ULPS, around, inv_freq_formula, llama3_inv_freq
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
@@ -186,6 +186,10 @@ def test_llama31_band_counts():
 dims = st.sampled_from([(h, p) for h in HEAD_DIMS for p in (1.0, 0.5, 0.25, 0.4) if int(h * p) % 2 == 0])
 factors = st.floats(min_value=1.0, max_value=64.0, exclude_min=True)
 bases = st.sampled_from([10000.0, 500000.0, 1e6])
+# YaRN's original contexts and bases: 2 pi beta_fast (201.06 for 32, 100.5 for 16, 402.1 for 64) is where the
+# fast end of its ramp crosses 0; long contexts with small bases push the slow end past rotary_dim - 1
+yarn_lengths = st.sampled_from([64, 100, 101, 201, 202, 402, 403, 2048, 4096, 8192, 131072, 2**20])
+yarn_bases = st.sampled_from([10.0, 16.0, 100.0, 10000.0, 500000.0, 1e6])
 
 
 def _dim(head_dim, prf):
@@ -200,7 +204,7 @@ def test_linear_matches_formula(hd, base, s):
     check(f, *linear_ref(_dim(head_dim, prf), base, s))
 
 
-@given(dims, bases, factors, st.integers(1, 4 * 8192))
+@given(dims, bases, factors, around(8192, lo=0, hi=4 * 8192))
 def test_dynamic_matches_formula(hd, base, s, seq_len):
     head_dim, prf = hd
     f = arrayrope.rope_frequencies(head_dim, base=base, partial_rotary_factor=prf, max_position_embeddings=8192,
@@ -208,8 +212,7 @@ def test_dynamic_matches_formula(hd, base, s, seq_len):
     check(f, *dynamic_ref(_dim(head_dim, prf), base, s, 8192, seq_len))
 
 
-@given(dims, bases, factors, st.sampled_from([2048, 4096, 8192]), st.booleans(),
-       st.sampled_from([(32, 1), (16, 2), (64, 0.5)]))
+@given(dims, yarn_bases, factors, yarn_lengths, st.booleans(), st.sampled_from([(32, 1), (16, 2), (64, 0.5), (8, 8)]))
 def test_yarn_matches_formula(hd, base, s, l0, truncate, betas):
     head_dim, prf = hd
     sc = {"rope_type": "yarn", "factor": s, "original_max_position_embeddings": l0, "truncate": truncate,
@@ -218,7 +221,7 @@ def test_yarn_matches_formula(hd, base, s, l0, truncate, betas):
     check(f, *yarn_ref(_dim(head_dim, prf), base, s, l0, beta_fast=betas[0], beta_slow=betas[1], truncate=truncate))
 
 
-@given(dims, bases, factors, st.integers(1, 2 * 4096), st.randoms(use_true_random=False))
+@given(dims, bases, factors, around(4096, lo=0, hi=2 * 4096), st.randoms(use_true_random=False))
 def test_longrope_matches_formula(hd, base, s, seq_len, rnd):
     head_dim, prf = hd
     d = _dim(head_dim, prf)
@@ -231,7 +234,8 @@ def test_longrope_matches_formula(hd, base, s, seq_len, rnd):
     check(f, *longrope_ref(d, base, short, long, 4096, seq_len, int(4096 * s) / 4096))
 
 
-@given(dims, bases, factors, st.sampled_from([(1.0, 4.0), (0.5, 2.0), (2.0, 8.0)]), st.sampled_from([4096, 8192]))
+@given(dims, bases, factors, st.sampled_from([(1.0, 4.0), (0.5, 2.0), (2.0, 8.0), (4.0, 4.0)]),
+       st.sampled_from([1, 2048, 4096, 8192, 131072]))
 def test_llama3_matches_formula(hd, base, s, lh, l0):
     head_dim, prf = hd
     sc = {"rope_type": "llama3", "factor": s, "low_freq_factor": lh[0], "high_freq_factor": lh[1],

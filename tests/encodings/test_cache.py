@@ -14,11 +14,13 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import arrayrope as ar
 from arrayrope.encodings import _cache
 from arrayrope.testing import to_numpy
-from helpers import rope_by_matrix
+from helpers import around, rope_by_matrix
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
@@ -113,6 +115,23 @@ def test_a_first_call_builds_the_smallest_cache_that_holds_it(builds):
     fresh = ar.RotaryEmbedding(D)
     _check(fresh, fresh(x, offset=257), x, 257)
     assert _rows(fresh) == 512
+
+
+@given(calls=st.lists(st.tuples(around(0, 256, 512, 1024, lo=0, hi=1100, spread=3), st.integers(1, 4)),
+                      min_size=1, max_size=5))
+def test_calls_around_the_edges_in_any_order(calls):
+    """Calls starting at and around the cache's sizes, in any order: each rotated as rotation matrices say, and
+    the cache always the smallest power of two (at least 256) that holds every call so far."""
+    rope = ar.RotaryEmbedding(4)
+    x = RNG.standard_normal((1, 1, 4, 4)).astype(np.float32)
+    end = 0
+    for offset, seq in calls:
+        _check(rope, rope(x[:, :, :seq], offset=offset), x[:, :, :seq], offset)
+        end = max(end, offset + seq)
+        rows = 256
+        while rows < end:
+            rows *= 2
+        assert _rows(rope) == rows, (calls, _rows(rope), rows)
 
 
 def test_the_largest_cache_and_one_position_past_it(builds):
