@@ -101,7 +101,7 @@ def _transformers_rotary(cfg, seq_len, layer_type=None):
     model_type = cfg["model_type"]
     config = transformers.CONFIG_MAPPING[model_type].from_dict(copy.deepcopy(cfg))
     family, cls = {"llama": ("llama", "LlamaRotaryEmbedding"), "phi3": ("phi3", "Phi3RotaryEmbedding"),
-                   "gemma3_text": ("gemma3", "Gemma3RotaryEmbedding")}[model_type]
+                   "gemma3_text": ("gemma3", "Gemma3RotaryEmbedding"), "glm": ("glm", "GlmRotaryEmbedding")}[model_type]
     rotary = getattr(importlib.import_module(f"transformers.models.{family}.modeling_{family}"), cls)(config)
     x, positions = torch.zeros(1, 1, 1, 8), torch.arange(seq_len)[None]
     if layer_type is None:
@@ -139,6 +139,13 @@ PRECEDENCE = {
                       "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}},
     "null-scaling": {**LLAMA_SMALL, "rope_scaling": None,
                      "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}},
+    # the dict's rope_theta and partial_rotary_factor over the top level's; its rope_type over its type
+    "theta-in-the-dict": {**LLAMA_SMALL, "rope_theta": 500.0, "rope_parameters": {"rope_type": "default",
+                                                                                   "rope_theta": 1e6}},
+    "partial-in-the-dict": {**LLAMA_SMALL, "model_type": "glm", "partial_rotary_factor": 0.25,
+                            "rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                                "partial_rotary_factor": 0.5}},
+    "rope_type-over-type": {**LLAMA_SMALL, "rope_scaling": {"rope_type": "linear", "type": "dynamic", "factor": 2.0}},
     # rope_parameters per layer type: the top-level original_max_position_embeddings is not read there (the
     # dict's, else max_position_embeddings)
     "original-per-layer": {**LLAMA_SMALL, "model_type": "gemma3_text", "num_hidden_layers": 2, "sliding_window": 512,
