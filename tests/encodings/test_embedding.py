@@ -4,6 +4,7 @@ grouped-query heads, both axes orders, dtypes, its cache and threads, jax.jit, a
 
 from __future__ import annotations
 
+import copy
 import threading
 
 import numpy as np
@@ -213,7 +214,7 @@ def _hf_rotary(cfg):
     from transformers.models.llama import modeling_llama
 
     transformers.logging.set_verbosity_error()
-    module = modeling_llama.LlamaRotaryEmbedding(transformers.LlamaConfig(**cfg))
+    module = modeling_llama.LlamaRotaryEmbedding(transformers.LlamaConfig(**copy.deepcopy(cfg)))  # it fills in cfg
     x = torch.zeros(1, 1, 1, cfg["head_dim"])
 
     def step(length):
@@ -250,6 +251,24 @@ def test_dynamic_at_max_position_embeddings_keeps_what_transformers_keeps(call):
         assert bool(np.max(np.abs(freqs.inv_freq / original - 1)) > 1e-3) is grown, length  # which set it is
         # and the call rotated by them (float64 q: float64 tables)
         np.testing.assert_allclose(out, rope_by_matrix(q, pos, freqs.inv_freq, "half"), rtol=1e-12, atol=1e-12)
+
+
+def test_longrope_without_an_original_context_switches_at_max_position_embeddings():
+    """A longrope dict without ``original_max_position_embeddings`` takes ``max_position_embeddings`` for it (as
+    transformers does when it loads the config): short factors up to that length, long ones one past it."""
+    short, long = list(np.linspace(1.0, 1.3, 16)), list(np.linspace(1.0, 20.0, 16))
+    cfg = {"hidden_size": 64, "num_attention_heads": 2, "head_dim": 32, "max_position_embeddings": LMAX,
+           "rope_scaling": {"rope_type": "longrope", "short_factor": short, "long_factor": long}}
+    hf = _hf_rotary(cfg)
+    rope = ar.RotaryEmbedding.from_config(cfg)
+    theta = inv_freq_formula(32, 1e4)
+    q = np.zeros((1, 1, 2, 32))
+    for length, factors in ((LMAX, short), (LMAX + 1, long), (LMAX, short)):
+        theirs = hf(length)
+        _, freqs = rope(q, offset=length - 2, return_freqs=True)
+        np.testing.assert_allclose(freqs.inv_freq, theirs, rtol=5e-7, atol=0)
+        np.testing.assert_allclose(freqs.inv_freq, theta / np.array(factors), rtol=1e-13)
+        assert freqs.attention_factor == 1.0  # factor = max_position_embeddings / itself
 
 
 def test_the_length_of_a_call_comes_from_an_int_offset_else_seq_len_else_the_positions():
