@@ -392,6 +392,10 @@ def _correction_range(d, base, l0, beta):
     return d * math.log(l0 / (2 * math.pi * beta)) / (2 * math.log(base))
 
 
+#: beta with ``_correction_range(64, 1e4, 4096, beta) == 30.995``
+_EMPTY_RANGE_BETA = 4096 / (2 * math.pi * math.exp(2 * math.log(1e4) * 30.995 / 64))
+
+
 @pytest.mark.parametrize(("d", "base", "l0", "betas", "truncate"), [
     # long context, base 1e4: the slow end (69.1 -> 70) lies past the last pair (63), below the clamp at d - 1
     (128, 1e4, 131072, (32, 1), True),
@@ -403,6 +407,8 @@ def _correction_range(d, base, l0, beta):
     (128, 1e4, 128, (32, 1), True),
     # equal betas without truncation: an empty range, widened by 0.001
     (64, 1e4, 4096, (8, 8), False),
+    # ... where the last pair lies 0.005 past it: the width decides its ramp (5 -> clipped to 1)
+    (64, 1e4, 4096, (_EMPTY_RANGE_BETA, _EMPTY_RANGE_BETA), False),
 ])
 def test_yarn_correction_range_at_its_clamps_against_transformers(d, base, l0, betas, truncate):
     """YaRN's ramp runs from ``max(lo, 0)`` to ``min(hi, d - 1)`` (d the rotary dim, not the number of pairs):
@@ -424,3 +430,22 @@ def test_yarn_correction_range_at_its_clamps_against_transformers(d, base, l0, b
     np.testing.assert_allclose(ours.inv_freq, theirs.double().numpy(), rtol=1e-6, atol=0)
     assert ours.attention_factor == pytest.approx(float(their_att), rel=1e-6)
     check(ours, *yarn_ref(d, base, 4.0, l0, beta_fast=betas[0], beta_slow=betas[1], truncate=truncate))
+
+
+def test_dynamic_with_the_smallest_rotary_dims():
+    """Rotary dim 4, the smallest NTK rescales (exponent d / (d - 2) = 2), against transformers; rotary dim 2, whose
+    one frequency is base ** 0 = 1 for any base (transformers divides by d - 2 = 0 there), stays 1."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    transformers.logging.set_verbosity_error()
+    sc = {"rope_type": "dynamic", "factor": 2.0}
+    cfg = transformers.LlamaConfig(hidden_size=8, num_attention_heads=2, head_dim=4, max_position_embeddings=64,
+                                   rope_scaling=dict(sc))
+    theirs, _ = ROPE_INIT_FUNCTIONS["dynamic"](cfg, "cpu", seq_len=100)
+    ours = arrayrope.rope_frequencies(4, scaling=sc, max_position_embeddings=64, seq_len=100)
+    np.testing.assert_allclose(ours.inv_freq, theirs.double().numpy(), rtol=1e-6, atol=0)
+    check(ours, *dynamic_ref(4, 1e4, 2.0, 64, 100))
+    two = arrayrope.rope_frequencies(2, scaling=sc, max_position_embeddings=64, seq_len=100)
+    assert two.inv_freq.tolist() == [1.0]
