@@ -22,9 +22,6 @@ from arrayrope.encodings import _cache
 from arrayrope.testing import to_numpy
 from helpers import around, rope_by_matrix
 
-# float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
-pytestmark = pytest.mark.precision
-
 D = 8
 RNG = np.random.default_rng(26)
 
