@@ -4,7 +4,8 @@
 * Result checks: :func:`check_like` (namespace, array type, device, dtype, shape of a
   backend's result), :func:`xp_assert_close` (that, then values against a NumPy oracle),
   :func:`float_dtypes`.
-* Inputs: :func:`random_case`.
+* Inputs: :func:`random_case`; :func:`around`, a hypothesis strategy of integers that draws the edges
+  of a range (lengths, offsets, original contexts) and their neighbours as often as the rest.
 * Oracles from the published formulas, float64 NumPy: :func:`inv_freq_formula`,
   :func:`llama3_inv_freq`, :func:`rotation_matrix`, :func:`rope_by_matrix`,
   :func:`rope_by_complex`, :func:`rotate_half`, and :func:`exact_cos_sin`, the cos and
@@ -20,6 +21,7 @@ from fractions import Fraction
 
 import array_api_compat
 import numpy as np
+from hypothesis import strategies as st
 
 import arrayrope
 from arrayrope.testing import assert_close, to_numpy
@@ -94,6 +96,13 @@ def llama3_inv_freq(rotary_dim: int, base: float, factor: float, low: float, hig
             g = (original / wavelen - low) / (high - low)
             out.append((1 - g) * t / factor + g * t)
     return np.array(out)
+
+
+def around(*edges: int, lo: int, hi: int, spread: int = 1) -> st.SearchStrategy[int]:
+    """Integers in ``[lo, hi]``: half the draws from ``edge - spread .. edge + spread`` of each edge (the
+    values where a comparison decides), half from the whole range."""
+    near = sorted({e + k for e in edges for k in range(-spread, spread + 1) if lo <= e + k <= hi})
+    return st.one_of(st.sampled_from(near), st.integers(lo, hi))
 
 
 def random_case(shape, rotary_dim=None, base=10000.0, seed=0, start=0):

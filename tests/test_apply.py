@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import arrayrope as ar
 from arrayrope import apply_rotary
 from arrayrope.testing import assert_close, default_tolerance, to_numpy
-from helpers import check_like, random_case, rope_by_complex, rope_by_matrix, ulps, xp_assert_close
+from helpers import around, check_like, random_case, rope_by_complex, rope_by_matrix, ulps, xp_assert_close
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
@@ -125,7 +125,8 @@ def test_layouts_agree_through_the_permutation(backend):
     extra=st.sampled_from([0, 2, 6]),
     layout=st.sampled_from(LAYOUTS),
     dtype=st.sampled_from(["float16", "float32", "float64"]),
-    start=st.integers(-(2**20), 2**20),
+    # positions up to 2**20 in magnitude take float64 angles, beyond it exact turns; digits of 1024
+    start=around(-(2**20) - 4, -(2**20), -1024, -4, 1020, 1024, 2**20 - 4, 2**20, lo=-(2**21), hi=2**21, spread=2),
 )
 def test_shapes_layouts_dtypes_property(lead, seq, half, extra, layout, dtype, start):
     d = 2 * half + extra

@@ -89,6 +89,86 @@ def test_yarn_original_length_defaults_to_max_and_top_level_wins():
     assert h == k and h != f
 
 
+def _transformers_rotary(cfg, seq_len, layer_type=None):
+    """``(inv_freq, attention factor)`` of transformers' own rotary module for the config dict ``cfg``
+    (loaded as ``config.json`` is), after a call on positions ``0 .. seq_len - 1``."""
+    import copy
+    import importlib
+
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    transformers.logging.set_verbosity_error()
+    model_type = cfg["model_type"]
+    config = transformers.CONFIG_MAPPING[model_type].from_dict(copy.deepcopy(cfg))
+    family, cls = {"llama": ("llama", "LlamaRotaryEmbedding"), "phi3": ("phi3", "Phi3RotaryEmbedding"),
+                   "gemma3_text": ("gemma3", "Gemma3RotaryEmbedding"), "glm": ("glm", "GlmRotaryEmbedding")}[model_type]
+    rotary = getattr(importlib.import_module(f"transformers.models.{family}.modeling_{family}"), cls)(config)
+    x, positions = torch.zeros(1, 1, 1, 8), torch.arange(seq_len)[None]
+    if layer_type is None:
+        rotary(x, positions)
+        return rotary.inv_freq.double().numpy(), float(rotary.attention_scaling)
+    rotary(x, positions, layer_type)
+    return (getattr(rotary, f"{layer_type}_inv_freq").double().numpy(),
+            float(getattr(rotary, f"{layer_type}_attention_scaling")))
+
+
+LLAMA_SMALL = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 2, "head_dim": 128,
+               "max_position_embeddings": 32768}
+_F = [1.0 + i / 64 for i in range(48)]
+PRECEDENCE = {
+    # a top-level original_max_position_embeddings against a different one in the dict: the top level wins
+    "original-yarn": {**LLAMA_SMALL, "original_max_position_embeddings": 8192, "rope_scaling": {
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}},
+    "original-llama3": {**LLAMA_SMALL, "rope_theta": 500000.0, "original_max_position_embeddings": 8192,
+                        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                         "high_freq_factor": 4.0, "original_max_position_embeddings": 2048}},
+    # Phi-3 with the dict's 4096 and the top level's 2048, called at 3000: the long factors and the top
+    # level's attention factor (no factor: sqrt(1 + ln(8192 / L0) / ln L0)) are the top level's
+    "original-longrope": {"model_type": "phi3", "hidden_size": 192, "num_attention_heads": 2,
+                          "max_position_embeddings": 8192, "original_max_position_embeddings": 2048,
+                          "rope_scaling": {"type": "longrope", "short_factor": _F, "long_factor": [4 * f for f in _F],
+                                           "original_max_position_embeddings": 4096}},
+    # rope_scaling against a different rope_parameters: a non-empty rope_scaling wins, whole
+    "scaling-over-parameters": {**LLAMA_SMALL, "rope_scaling": {"rope_type": "linear", "factor": 4.0},
+                                "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}},
+    "scaling-over-parameters-theta": {**LLAMA_SMALL, "rope_theta": 700.0,
+                                      "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                       "original_max_position_embeddings": 8192},
+                                      "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}},
+    "empty-scaling": {**LLAMA_SMALL, "rope_scaling": {},
+                      "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}},
+    "null-scaling": {**LLAMA_SMALL, "rope_scaling": None,
+                     "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}},
+    # the dict's rope_theta and partial_rotary_factor over the top level's; its rope_type over its type
+    "theta-in-the-dict": {**LLAMA_SMALL, "rope_theta": 500.0, "rope_parameters": {"rope_type": "default",
+                                                                                   "rope_theta": 1e6}},
+    "partial-in-the-dict": {**LLAMA_SMALL, "model_type": "glm", "partial_rotary_factor": 0.25,
+                            "rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                                "partial_rotary_factor": 0.5}},
+    "rope_type-over-type": {**LLAMA_SMALL, "rope_scaling": {"rope_type": "linear", "type": "dynamic", "factor": 2.0}},
+    # rope_parameters per layer type: the top-level original_max_position_embeddings is not read there (the
+    # dict's, else max_position_embeddings)
+    "original-per-layer": {**LLAMA_SMALL, "model_type": "gemma3_text", "num_hidden_layers": 2, "sliding_window": 512,
+                           "layer_types": ["sliding_attention", "full_attention"],
+                           "original_max_position_embeddings": 8192, "rope_parameters": {
+                               "full_attention": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6},
+                               "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
+}
+
+
+@pytest.mark.parametrize("name", list(PRECEDENCE))
+def test_where_two_places_disagree_the_one_transformers_reads_wins(name):
+    """Configs holding one value in two places, the two different: arrayrope reads the one transformers' rotary
+    module computes with (after a call at 3000 positions, where Phi-3's two lengths pick different factors)."""
+    cfg = PRECEDENCE[name]
+    layer_type = "full_attention" if "layer_types" in cfg else None
+    theirs, their_att = _transformers_rotary(cfg, 3000, layer_type)
+    f = arrayrope.rope_frequencies_from_config(cfg, seq_len=3000, layer_type=layer_type)
+    # transformers computes in float32: a few float32 ulps (1.2e-7 each) from the float64 values
+    np.testing.assert_allclose(f.inv_freq, theirs, rtol=1e-6, atol=0)
+    assert f.attention_factor == pytest.approx(their_att, rel=1e-6)
+
+
 def test_per_layer_parameters_and_text_config():
     cfg = {"text_config": {"head_dim": 256, "max_position_embeddings": 131072, "rope_parameters": {
         "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
@@ -116,6 +196,9 @@ def test_longrope_attention_factor_from_lengths():
         ("[1, 2]", ValueError, "JSON object"),
         (json.dumps({"hidden_size": 4096}), ValueError, r"missing \['num_attention_heads'\]"),
         (json.dumps({"num_attention_heads": 32}), ValueError, r"missing \['hidden_size'\]"),
+        (json.dumps({"hidden_size": 4096, "num_attention_heads": 0}), ValueError,
+         "num_attention_heads must be a positive int, got 0"),
+        (json.dumps({"hidden_size": 0, "num_attention_heads": 32}), ValueError, "hidden_size must be a positive int"),
         (json.dumps({"head_dim": 64, "rope_scaling": {"rope_type": "ntk"}}), ValueError, "unknown rope_type 'ntk'"),
         (json.dumps({"head_dim": 64, "rope_theta": "big"}), ValueError, "rope_theta must be a real number"),
         (json.dumps({"head_dim": 64, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,

@@ -22,6 +22,9 @@ def test_partial_rotary_factor_follows_the_config_convention():
     # rotary_dim = int(head_dim * factor), as Hugging Face configs define it (Phi, GPT-NeoX)
     assert ar.rope_frequencies(80, partial_rotary_factor=0.4).rotary_dim == 32
     assert ar.rope_frequencies(128, partial_rotary_factor=1.0).rotary_dim == 128
+    # the smallest rotary part: one pair (int(8 * 0.25) = 2), rotating by base ** 0 = 1
+    f = ar.rope_frequencies(8, partial_rotary_factor=0.25)
+    assert f.rotary_dim == 2 and f.inv_freq.tolist() == [1.0]
 
 
 def test_frequencies_are_frozen_and_comparable():
@@ -49,6 +52,10 @@ def test_frequencies_are_frozen_and_comparable():
         (dict(head_dim=8, base=float("inf")), ValueError, "base must be"),
         (dict(head_dim=8, base="1e4"), TypeError, "base must be a real number"),
         (dict(head_dim=8, partial_rotary_factor=1.5), ValueError, "partial_rotary_factor must be in (0, 1]"),
+        (dict(head_dim=8, partial_rotary_factor=1 + 2**-52), ValueError, "partial_rotary_factor must be in (0, 1]"),
+        (dict(head_dim=8, partial_rotary_factor=0.0), ValueError, "partial_rotary_factor must be in (0, 1], got 0"),
+        (dict(head_dim=8, partial_rotary_factor=0.2), ValueError, "gives rotary_dim=1"),
+        (dict(head_dim=8, partial_rotary_factor=0.1), ValueError, "gives rotary_dim=0"),
         (dict(head_dim=8, partial_rotary_factor=0.5, rotary_dim=4), ValueError, "not both"),
         (dict(head_dim=10, partial_rotary_factor=0.5), ValueError, "rotary_dim=5"),
     ],

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import arrayrope
 from arrayrope.scaling import ROPE_TYPES, yarn_mscale
-from helpers import POW_ULPS, inv_freq_formula, llama3_inv_freq
+from helpers import POW_ULPS, around, inv_freq_formula, llama3_inv_freq
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
@@ -186,6 +186,10 @@ def test_llama31_band_counts():
 dims = st.sampled_from([(h, p) for h in HEAD_DIMS for p in (1.0, 0.5, 0.25, 0.4) if int(h * p) % 2 == 0])
 factors = st.floats(min_value=1.0, max_value=64.0, exclude_min=True)
 bases = st.sampled_from([10000.0, 500000.0, 1e6])
+# YaRN's original contexts and bases: 2 pi beta_fast (201.06 for 32, 100.5 for 16, 402.1 for 64) is where the
+# fast end of its ramp crosses 0; long contexts with small bases push the slow end past rotary_dim - 1
+yarn_lengths = st.sampled_from([64, 100, 101, 201, 202, 402, 403, 2048, 4096, 8192, 131072, 2**20])
+yarn_bases = st.sampled_from([10.0, 16.0, 100.0, 10000.0, 500000.0, 1e6])
 
 
 def _dim(head_dim, prf):
@@ -200,7 +204,7 @@ def test_linear_matches_formula(hd, base, s):
     check(f, *linear_ref(_dim(head_dim, prf), base, s))
 
 
-@given(dims, bases, factors, st.integers(1, 4 * 8192))
+@given(dims, bases, factors, around(8192, lo=0, hi=4 * 8192))
 def test_dynamic_matches_formula(hd, base, s, seq_len):
     head_dim, prf = hd
     f = arrayrope.rope_frequencies(head_dim, base=base, partial_rotary_factor=prf, max_position_embeddings=8192,
@@ -208,8 +212,7 @@ def test_dynamic_matches_formula(hd, base, s, seq_len):
     check(f, *dynamic_ref(_dim(head_dim, prf), base, s, 8192, seq_len))
 
 
-@given(dims, bases, factors, st.sampled_from([2048, 4096, 8192]), st.booleans(),
-       st.sampled_from([(32, 1), (16, 2), (64, 0.5)]))
+@given(dims, yarn_bases, factors, yarn_lengths, st.booleans(), st.sampled_from([(32, 1), (16, 2), (64, 0.5), (8, 8)]))
 def test_yarn_matches_formula(hd, base, s, l0, truncate, betas):
     head_dim, prf = hd
     sc = {"rope_type": "yarn", "factor": s, "original_max_position_embeddings": l0, "truncate": truncate,
@@ -218,7 +221,7 @@ def test_yarn_matches_formula(hd, base, s, l0, truncate, betas):
     check(f, *yarn_ref(_dim(head_dim, prf), base, s, l0, beta_fast=betas[0], beta_slow=betas[1], truncate=truncate))
 
 
-@given(dims, bases, factors, st.integers(1, 2 * 4096), st.randoms(use_true_random=False))
+@given(dims, bases, factors, around(4096, lo=0, hi=2 * 4096), st.randoms(use_true_random=False))
 def test_longrope_matches_formula(hd, base, s, seq_len, rnd):
     head_dim, prf = hd
     d = _dim(head_dim, prf)
@@ -231,7 +234,8 @@ def test_longrope_matches_formula(hd, base, s, seq_len, rnd):
     check(f, *longrope_ref(d, base, short, long, 4096, seq_len, int(4096 * s) / 4096))
 
 
-@given(dims, bases, factors, st.sampled_from([(1.0, 4.0), (0.5, 2.0), (2.0, 8.0)]), st.sampled_from([4096, 8192]))
+@given(dims, bases, factors, st.sampled_from([(1.0, 4.0), (0.5, 2.0), (2.0, 8.0), (4.0, 4.0)]),
+       st.sampled_from([1, 2048, 4096, 8192, 131072]))
 def test_llama3_matches_formula(hd, base, s, lh, l0):
     head_dim, prf = hd
     sc = {"rope_type": "llama3", "factor": s, "low_freq_factor": lh[0], "high_freq_factor": lh[1],
@@ -281,11 +285,67 @@ def test_registry_lists_every_type():
          {}, ValueError, "attention_factor"),
         ("linear", {}, TypeError, "dict"),
         ({"rope_type": 3}, {}, TypeError, "rope_type"),
+        # one past the edge of each domain (the edges themselves: test_values_at_the_edges_of_their_domains)
+        ({"rope_type": "linear", "factor": 1 - 2**-52}, {}, ValueError, r"scaling\['factor'\].*>= 1"),
+        ({"rope_type": "yarn", "original_max_position_embeddings": 4097}, {"max_position_embeddings": 4096},
+         ValueError, "< 1"),
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 0}, {}, ValueError,
+         r"original_max_position_embeddings.*must be a positive int, got 0"),
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 0.0}, {},
+         ValueError, r"scaling\['beta_fast'\].*must be > 0, got 0"),
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "attention_factor": 0.0}, {},
+         ValueError, r"scaling\['attention_factor'\].*must be > 0, got 0"),
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 2.0,
+          "beta_slow": 2.0 + 2**-51}, {}, ValueError, "beta_fast"),
+        # 0.1 * mscale * ln(e) + 1 = 0 exactly
+        ({"rope_type": "yarn", "factor": math.e, "original_max_position_embeddings": 4096, "mscale": -10.0,
+          "mscale_all_dim": 1.0}, {}, ValueError, "magnitude corrections 0 and"),
+        ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 0.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8192}, {}, ValueError, r"low_freq_factor.*must be > 0, got 0"),
+        # Llama 4's step (low == high) with its cutoff at the wavelength of pair 0 (2 pi) exactly
+        ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 8192 / (2 * math.pi),
+          "high_freq_factor": 8192 / (2 * math.pi), "original_max_position_embeddings": 8192}, {}, ValueError,
+         "equals the cutoff"),
+        ({"rope_type": "longrope", "short_factor": [1.0] * 32, "long_factor": [1.0] * 32,
+          "original_max_position_embeddings": 1, "factor": 2.0}, {}, ValueError, "must be >= 2"),
+        ({"rope_type": "longrope", "short_factor": [1.0] * 31 + [0.0], "long_factor": [1.0] * 32,
+          "original_max_position_embeddings": 4096, "factor": 2.0}, {}, ValueError, r"short_factor.*numbers > 0"),
+        ({"rope_type": "dynamic", "factor": 2.0}, {"max_position_embeddings": 64, "seq_len": -1}, ValueError,
+         "seq_len"),
     ],
 )
 def test_bad_scaling(scaling, kwargs, exc, match):
     with pytest.raises(exc, match=match):
         arrayrope.rope_frequencies(64, scaling=scaling, **kwargs)
+
+
+@pytest.mark.parametrize(("rope_type", "scaling", "kwargs"), [
+    ("linear", {"factor": 1.0}, {}),
+    ("yarn", {"factor": None, "original_max_position_embeddings": 4096}, {"max_position_embeddings": 4096}),  # 1
+    ("yarn", {"factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 2.0, "beta_slow": 2.0}, {}),
+    ("llama3", {"factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192}, {}),
+    ("longrope", {"short_factor": [1.5] * 32, "long_factor": [3.0] * 32, "original_max_position_embeddings": 2},
+     {"max_position_embeddings": 16}),
+    ("longrope", {"short_factor": [1.5] * 32, "long_factor": [3.0] * 32, "original_max_position_embeddings": 2},
+     {"max_position_embeddings": 16, "seq_len": 3}),
+    ("dynamic", {"factor": 2.0}, {"max_position_embeddings": 64, "seq_len": 0}),
+])
+def test_values_at_the_edges_of_their_domains(rope_type, scaling, kwargs):
+    """Each value at the edge of what a rope type accepts (a factor of 1, equal betas or band factors, an original
+    context of 2, a sequence length of 0) gives what transformers' own function gives there."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    transformers.logging.set_verbosity_error()
+    sc = {"rope_type": rope_type, **scaling}
+    ours = arrayrope.rope_frequencies(64, scaling=sc, **kwargs)
+    cfg = transformers.LlamaConfig(hidden_size=128, num_attention_heads=2, head_dim=64, rope_scaling=dict(sc),
+                                   max_position_embeddings=kwargs.get("max_position_embeddings", 4096))
+    theirs, their_att = ROPE_INIT_FUNCTIONS[rope_type](cfg, "cpu", seq_len=kwargs.get("seq_len"))
+    np.testing.assert_allclose(ours.inv_freq, theirs.double().numpy(), rtol=1e-6, atol=0)
+    assert ours.attention_factor == pytest.approx(float(their_att), rel=1e-6)
 
 
 def test_unknown_keys_warn_once_and_stay_out_of_the_math():
@@ -325,3 +385,67 @@ def test_against_transformers(rope_type):
                                           seq_len=seq_len)
         np.testing.assert_allclose(ours.inv_freq, theirs.double().numpy(), rtol=1e-6, atol=0)
         assert ours.attention_factor == pytest.approx(float(their_att), rel=1e-6)
+
+
+def _correction_range(d, base, l0, beta):
+    """The fractional pair index at which a wavelength makes ``beta`` turns over ``l0`` (YaRN's formula)."""
+    return d * math.log(l0 / (2 * math.pi * beta)) / (2 * math.log(base))
+
+
+#: beta with ``_correction_range(64, 1e4, 4096, beta) == 30.995``
+_EMPTY_RANGE_BETA = 4096 / (2 * math.pi * math.exp(2 * math.log(1e4) * 30.995 / 64))
+
+
+@pytest.mark.parametrize(("d", "base", "l0", "betas", "truncate"), [
+    # long context, base 1e4: the slow end (69.1 -> 70) lies past the last pair (63), below the clamp at d - 1
+    (128, 1e4, 131072, (32, 1), True),
+    # small bases: the slow end passes d - 1 and is clamped there, while the fast end leaves pairs on the ramp
+    (128, 16.0, 2048, (32, 1), True),
+    (128, 10.0, 1024, (32, 1), False),
+    (32, 20.0, 2048, (32, 1), True),
+    # a short context: the fast end is negative and clamped to 0
+    (128, 1e4, 128, (32, 1), True),
+    # equal betas without truncation: an empty range, widened by 0.001
+    (64, 1e4, 4096, (8, 8), False),
+    # ... where the last pair lies 0.005 past it: the width decides its ramp (5 -> clipped to 1)
+    (64, 1e4, 4096, (_EMPTY_RANGE_BETA, _EMPTY_RANGE_BETA), False),
+])
+def test_yarn_correction_range_at_its_clamps_against_transformers(d, base, l0, betas, truncate):
+    """YaRN's ramp runs from ``max(lo, 0)`` to ``min(hi, d - 1)`` (d the rotary dim, not the number of pairs):
+    each case puts one end at or past its clamp, against transformers' own function."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    transformers.logging.set_verbosity_error()
+    lo, hi = _correction_range(d, base, l0, betas[0]), _correction_range(d, base, l0, betas[1])
+    assert lo < d // 2 - 1 and (hi > d // 2 or lo < 0 or lo == hi)  # the case reaches what it is there for
+    sc = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": l0, "beta_fast": betas[0],
+          "beta_slow": betas[1], "truncate": truncate}
+    cfg = transformers.LlamaConfig(hidden_size=2 * d, num_attention_heads=2, head_dim=d, rope_theta=base,
+                                   max_position_embeddings=4 * l0, rope_scaling=dict(sc))
+    theirs, their_att = ROPE_INIT_FUNCTIONS["yarn"](cfg, "cpu")
+    ours = arrayrope.rope_frequencies(d, base=base, scaling=sc)
+    # transformers computes in float32: a few float32 ulps (1.2e-7 each) from the float64 values
+    np.testing.assert_allclose(ours.inv_freq, theirs.double().numpy(), rtol=1e-6, atol=0)
+    assert ours.attention_factor == pytest.approx(float(their_att), rel=1e-6)
+    check(ours, *yarn_ref(d, base, 4.0, l0, beta_fast=betas[0], beta_slow=betas[1], truncate=truncate))
+
+
+def test_dynamic_with_the_smallest_rotary_dims():
+    """Rotary dim 4, the smallest NTK rescales (exponent d / (d - 2) = 2), against transformers; rotary dim 2, whose
+    one frequency is base ** 0 = 1 for any base (transformers divides by d - 2 = 0 there), stays 1."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    transformers.logging.set_verbosity_error()
+    sc = {"rope_type": "dynamic", "factor": 2.0}
+    cfg = transformers.LlamaConfig(hidden_size=8, num_attention_heads=2, head_dim=4, max_position_embeddings=64,
+                                   rope_scaling=dict(sc))
+    theirs, _ = ROPE_INIT_FUNCTIONS["dynamic"](cfg, "cpu", seq_len=100)
+    ours = arrayrope.rope_frequencies(4, scaling=sc, max_position_embeddings=64, seq_len=100)
+    np.testing.assert_allclose(ours.inv_freq, theirs.double().numpy(), rtol=1e-6, atol=0)
+    check(ours, *dynamic_ref(4, 1e4, 2.0, 64, 100))
+    two = arrayrope.rope_frequencies(2, scaling=sc, max_position_embeddings=64, seq_len=100)
+    assert two.inv_freq.tolist() == [1.0]

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import arrayrope as ar
 from arrayrope import backends, rope_tables
 from arrayrope.testing import assert_close, to_numpy
-from helpers import check_like, inv_freq_formula, xp_assert_close
+from helpers import check_like, exact_cos_sin, inv_freq_formula, xp_assert_close
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
@@ -241,6 +241,21 @@ def test_devices_without_float64_at_the_int32_and_float32_extremes():
     assert max(np.abs(to_numpy(got[0])[:-1] - c).max(), np.abs(to_numpy(got[1])[:-1] - s).max()) <= bound
     half = np.cos(12345.5 * F128.inv_freq)
     assert np.abs(to_numpy(got[0])[-1] - half).max() <= 2e-7
+
+
+@pytest.mark.parametrize("count", [2**20, 2**20 + 1])
+def test_a_count_at_the_edge_of_float64_angles_and_one_past_it(count):
+    """Up to 2**20 positions a count takes float64 angles (NumPy's fast path), beyond it the exact turns: the
+    rows at the digit boundaries and the last ones, float32 and float64, within the README's figures."""
+    bound32, _, bound64 = next((a, b, c) for bits, a, b, c in stated_precision() if bits > 20)
+    f = ar.rope_frequencies(4)
+    rows = np.array([0, 1023, 1024, 2**20 - 1, count - 1])
+    c, s = exact_cos_sin(rows, f.inv_freq)
+    for dtype, bound in ((np.float32, bound32), (np.float64, bound64)):
+        cos, sin = ar.rope_tables(f, count, dtype=dtype)
+        assert cos.shape == (count, 2) and cos.dtype == dtype
+        err = max(np.abs(cos[rows] - c).max(), np.abs(sin[rows] - s).max())
+        assert err <= bound, (dtype, err)
 
 
 def test_positions_outside_the_int64_range_are_refused():

@@ -346,8 +346,9 @@ axes='bhsd', rotary_features='trailing')
         elif not where.traced and freqs is self._start_freqs and where.length <= MAX_CACHE:
             return self._cache.rows(xp, x, where.device, dtype, where.start, where.seq, self.layout, self._to_axes)
         else:  # other frequencies, or positions beyond the cache: the tables of these positions only
-            steps = xp.arange(where.start, where.start + where.seq, dtype=index_dtype(xp, where.device),
-                              device=where.device)
+            # start + arange(seq): the stop of arange(start, start + seq) is one past the last position, which
+            # overflows (PyTorch raises) when the last position is the largest integer of the index dtype
+            steps = xp.arange(where.seq, dtype=index_dtype(xp, where.device), device=where.device) + where.start
             cos, sin = rope_tables(freqs, steps, dtype=dtype)
         return (*self._to_axes(cos, sin), None)
 

@@ -4,6 +4,7 @@ grouped-query heads, both axes orders, dtypes, its cache and threads, jax.jit, a
 
 from __future__ import annotations
 
+import copy
 import threading
 
 import numpy as np
@@ -205,6 +206,91 @@ def test_dynamic_follows_transformers_rule(backend):
     np.testing.assert_array_max_ulp(rope.freqs.inv_freq, ntk(32, 1e4, 2.0, 1), maxulp=POW_ULPS)
 
 
+def _hf_rotary(cfg):
+    """transformers' Llama rotary module for ``cfg``: ``step(length)`` runs it on positions ``0 .. length - 1``
+    (its dynamic update) and returns the frequencies it then holds, float64."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from transformers.models.llama import modeling_llama
+
+    transformers.logging.set_verbosity_error()
+    module = modeling_llama.LlamaRotaryEmbedding(transformers.LlamaConfig(**copy.deepcopy(cfg)))  # it fills in cfg
+    x = torch.zeros(1, 1, 1, cfg["head_dim"])
+
+    def step(length):
+        module(x, torch.arange(length)[None])
+        return module.inv_freq.double().numpy()
+
+    return step
+
+
+@pytest.mark.parametrize("call", ["offset", "offsets", "positions"])
+def test_dynamic_at_max_position_embeddings_keeps_what_transformers_keeps(call):
+    """After the frequencies grew past ``max_position_embeddings``, a call of length exactly
+    ``max_position_embeddings`` keeps the grown ones (transformers resets only below it); one of length
+    ``max_position_embeddings - 1`` takes the original ones back, and one of ``max_position_embeddings + 1``
+    grows them again. Each call against transformers' module after the same calls."""
+    cfg = {"hidden_size": 64, "num_attention_heads": 2, "head_dim": 32, "max_position_embeddings": LMAX,
+           "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}
+    hf = _hf_rotary(cfg)
+    rope = ar.RotaryEmbedding.from_config(cfg)
+    q = np.random.default_rng(3).standard_normal((1, 2, 2, 32))
+    original = inv_freq_formula(32, 1e4)
+    for length, grown in ((LMAX, False), (2 * LMAX, True), (LMAX, True), (LMAX - 1, False), (LMAX, False),
+                          (LMAX + 1, True), (LMAX, True), (3, False)):
+        theirs = hf(length)
+        pos = np.arange(length - 2, length)
+        if call == "offset":
+            out, freqs = rope(q, offset=length - 2, return_freqs=True)
+        elif call == "offsets":  # one per batch row: the length is the largest offset + seq
+            out, freqs = rope(q, offset=np.array([length - 2]), return_freqs=True)
+        else:
+            out, freqs = rope(q, positions=pos, return_freqs=True)
+        # transformers computes its frequencies in float32: within 4 float32 ulps of the float64 ones
+        np.testing.assert_allclose(freqs.inv_freq, theirs, rtol=5e-7, atol=0)
+        assert bool(np.max(np.abs(freqs.inv_freq / original - 1)) > 1e-3) is grown, length  # which set it is
+        # and the call rotated by them (float64 q: float64 tables)
+        np.testing.assert_allclose(out, rope_by_matrix(q, pos, freqs.inv_freq, "half"), rtol=1e-12, atol=1e-12)
+
+
+def test_longrope_without_an_original_context_switches_at_max_position_embeddings():
+    """A longrope dict without ``original_max_position_embeddings`` takes ``max_position_embeddings`` for it (as
+    transformers does when it loads the config): short factors up to that length, long ones one past it."""
+    short, long = list(np.linspace(1.0, 1.3, 16)), list(np.linspace(1.0, 20.0, 16))
+    cfg = {"hidden_size": 64, "num_attention_heads": 2, "head_dim": 32, "max_position_embeddings": LMAX,
+           "rope_scaling": {"rope_type": "longrope", "short_factor": short, "long_factor": long}}
+    hf = _hf_rotary(cfg)
+    rope = ar.RotaryEmbedding.from_config(cfg)
+    theta = inv_freq_formula(32, 1e4)
+    q = np.zeros((1, 1, 2, 32))
+    for length, factors in ((LMAX, short), (LMAX + 1, long), (LMAX, short)):
+        theirs = hf(length)
+        _, freqs = rope(q, offset=length - 2, return_freqs=True)
+        np.testing.assert_allclose(freqs.inv_freq, theirs, rtol=5e-7, atol=0)
+        np.testing.assert_allclose(freqs.inv_freq, theta / np.array(factors), rtol=1e-13)
+        assert freqs.attention_factor == 1.0  # factor = max_position_embeddings / itself
+
+
+def test_the_length_of_a_call_comes_from_an_int_offset_else_seq_len_else_the_positions():
+    """The documented precedence: ``offset + S`` for an int offset (seq_len= is not read), else ``seq_len=``,
+    else ``max(positions) + 1``; each checked by the NTK frequencies it selects."""
+    rope = ar.RotaryEmbedding(32, scaling={"rope_type": "dynamic", "factor": 2.0}, max_position_embeddings=LMAX)
+    q = np.zeros((1, 1, 2, 32))
+
+    def length_of(**kwargs):
+        _, freqs = rope(q, return_freqs=True, **kwargs)
+        found = [n for n in (LMAX, 3 * LMAX, 5 * LMAX) if np.allclose(freqs.inv_freq, ntk(32, 1e4, 2.0, n),
+                                                                       rtol=1e-12)]
+        rope(q)  # back to the original frequencies (a call below max_position_embeddings)
+        return found
+
+    assert length_of(offset=3 * LMAX - 2, seq_len=5 * LMAX) == [3 * LMAX]
+    assert length_of(positions=np.array([0, 3 * LMAX - 1]), seq_len=5 * LMAX) == [5 * LMAX]
+    assert length_of(offset=np.array([3 * LMAX - 2]), seq_len=5 * LMAX) == [5 * LMAX]
+    assert length_of(positions=np.array([3 * LMAX - 1, 0])) == [3 * LMAX]
+    assert length_of(offset=np.array([3 * LMAX - 2])) == [3 * LMAX]
+
+
 def test_longrope_switch(backend):
     short = list(np.linspace(1.0, 1.3, 16))
     long = list(np.linspace(1.0, 20.0, 16))
@@ -387,6 +473,30 @@ def test_offsets_never_wrap_in_their_own_dtype(backend, dtype):
     out = rope(backend.asarray(q, dtype="float32"), offset=backend.asarray(off))
     want = _exact_bhsd(q.astype(np.float32), off.astype(object)[:, None] + np.arange(3), rope.freqs.inv_freq)
     assert np.abs(to_numpy(out) - want).max() <= 2e-6
+
+
+@pytest.mark.parametrize("kind", ["int", "array"])
+def test_the_last_position_a_device_holds_and_one_past_it(backend, kind):
+    """A call whose last position is the largest integer of the device's index dtype (int64, or int32 where
+    there is none) is rotated exactly; one whose last position would be one more is refused."""
+    pytest.importorskip("mpmath")
+    if backend.lazy and kind == "array":
+        pytest.skip("lazy offset arrays are not inspected")
+    limit = 2**63 - 1 if arrayrope_has_int64(backend) else 2**31 - 1
+    rope = ar.RotaryEmbedding(8)
+    q, _ = _qk(b=2, hq=1, s=3, d=8)
+    xq = backend.asarray(q, dtype="float32")
+
+    def offset(last):
+        start = last - 2
+        return start if kind == "int" else backend.asarray(np.array([start, 5], dtype=np.int64))
+
+    out = rope(xq, offset=offset(limit))
+    starts = np.array([limit - 2, limit - 2 if kind == "int" else 5], dtype=object)
+    want = _exact_bhsd(q.astype(np.float32), starts[:, None] + np.arange(3), rope.freqs.inv_freq)
+    assert np.abs(to_numpy(out) - want).max() <= 2e-6
+    with pytest.raises(ValueError, match=rf"offset \+ seq - 1 must (be at most|fit in int\d\d \(at most) {limit}"):
+        rope(xq, offset=offset(limit + 1))
 
 
 def test_offsets_are_integers_and_not_negative():
