@@ -89,8 +89,12 @@ def test_cli_export_then_check(tmp_path, capsys):
     assert cli.main(["check", str(path), "--provider", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "verdict: valid" in out and "CPU (optimisation all)" in out
-    expected = 0 if "CUDAExecutionProvider" in ort.get_available_providers() else 2
-    assert cli.main(["check", str(path), "--provider", "cuda"]) == expected
+    has_cuda = "CUDAExecutionProvider" in ort.get_available_providers()
+    assert cli.main(["check", str(path), "--provider", "cuda"]) == (0 if has_cuda else 3)
+    out = capsys.readouterr().out.splitlines()[-1]
+    if not has_cuda:  # the reference evaluator ran, the provider asked for did not: not verified, and it says so
+        assert out.startswith("verdict: NOT VERIFIED: --provider cuda could not run here"), out
+        assert "what ran: 1 numeric check agrees (onnx reference evaluator)" in out, out
 
 
 def test_cli_export_from_config(tmp_path, capsys):
@@ -118,7 +122,7 @@ def test_cli_errors_and_help_without_onnx(tmp_path, capsys):
     assert err.startswith("arrayrope check: error: model=") and "does not load" in err and err.count("\n") == 1
     out = str(tmp_path / "x")
     assert cli.main(["export", "--head-dim", "8", "--target", "onnx23", "--opset", "17", "-o", out]) == 2
-    assert "opset=17 is too old" in capsys.readouterr().err
+    assert "--opset 17 is too old" in capsys.readouterr().err
     code = "import sys; from arrayrope import cli; cli.build_parser(); print('onnx' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
@@ -185,3 +189,22 @@ def test_validate_requires_nan_for_ids_outside_the_tables(target):
             t.CopyFrom(numpy_helper.from_array(table, t.name))
     report = validate(model, providers="cpu", raise_on_failure=False)
     assert not report.ok and all(not r.ok for r in report.rows if r.backend != "onnx"), report
+
+
+def test_a_model_nothing_could_run_is_not_verified(tmp_path, capsys):
+    """bfloat16 for ONNX Runtime's contrib op: no CPU kernel, and the reference evaluator has no contrib ops."""
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("CUDA runs bfloat16 contrib ops: the model is verified here")
+    path = tmp_path / "rope.onnx"
+    assert cli.main(["export", "--head-dim", "16", "--target", "ort", "--dtype", "bfloat16", "--max-positions", "64",
+                     "-o", str(path)]) == 0
+    report = validate(str(path), raise_on_failure=False)
+    assert report.status == "not verified" and not report.ok and not report.failures
+    assert [r.case for r in report.rows] == ["onnx.checker (full)"] and not report.rows[0].numeric
+    with pytest.raises(ValidationError, match=r"^not verified: no numeric check could run here"):
+        validate(str(path))
+    capsys.readouterr()
+    assert cli.main(["check", str(path)]) == 3
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("verdict: NOT VERIFIED: no numeric check could run here (1 structural check passed); "
+                           "not run here: shape inference (strict), onnxruntime CPU (optimisation off)"), last
