@@ -130,6 +130,12 @@ def fuse_rotary(
     graph = Graph(work)
     sites = find_sites(graph)
     feed = sample_inputs(graph) if inputs is None else {k: np.asarray(v) for k, v in inputs.items()}
+    longest = max((v.shape[-1] for v in feed.values() if v.ndim and v.dtype.kind in "iu"), default=0)
+    if tables == "exact" and sites and rows < longest:  # before anything runs: ONNX Runtime would fail obscurely
+        made = "the given inputs" if inputs is not None else "sample inputs"
+        raise ValueError(f"max_positions={rows} is below the {longest} positions of the {made} the fusion is "
+                         f"checked with (the exact caches must hold a row for every position a model runs at); "
+                         f"use max_positions >= {longest}")
     wanted = [n for s in sites for n in (s.x, s.cos, s.positions) if n and n not in feed]
     try:
         seen = {**feed, **run(work, feed, wanted)} if sites else dict(feed)
@@ -377,9 +383,15 @@ def _validation(source: onnx.ModelProto, fused: onnx.ModelProto, feed: Mapping[s
             continue
         try:
             want = run(source, feed, providers=[provider])
-            got = run(fused, feed, providers=[provider])
-        except Exception as exc:  # no such provider here, or no kernel for an op on it
+        except Exception as exc:  # no kernel for an op of the original on this provider: nothing to compare with
             skipped.append((f"onnxruntime {device}", str(exc).splitlines()[0][:160]))
+            continue
+        try:
+            got = run(fused, feed, providers=[provider])
+        except Exception as exc:  # the original runs and the fused model does not: a failure, not a skip
+            nan = math.nan
+            rows.append(Row("onnxruntime", device, "-", nan, nan, nan, False,
+                            f"the fused model fails where the original runs: {str(exc).splitlines()[0][:160]}"))
             continue
         for name, ref in want.items():
             ref64, out64 = ref.astype(np.float64), got[name].astype(np.float64)
