@@ -83,7 +83,7 @@ def outside_ids(spec: Spec) -> npt.NDArray[np.int64]:
     if spec.options.tables == "computed":
         limit = spec.position_limit  # (-limit, limit) rotates, negative ids backwards
         return np.array([[-(limit - 1), -7, limit, -limit, 2**40, -(2**62), 0, limit - 1]], dtype=np.int64)
-    n = spec.options.max_positions
+    n = spec.options.rows
     return np.array([[-1, n, n + 5, -(2**40), 2**62, 0, n - 1, -n]], dtype=np.int64)
 
 
@@ -110,7 +110,7 @@ def _cases(spec: Spec, rng: np.random.Generator) -> list[Case]:
                 pos = limit - 1 - rng.integers(0, min(limit, 4), (batch, seq))
             pos = pos.astype(np.int64)
         else:
-            seq = min(seq, o.max_positions)
+            seq = min(seq, spec.position_limit)
             pos = np.broadcast_to(np.arange(seq, dtype=np.int64), (batch, seq))
         names = [("q", heads), ("k", kv)] if o.qk else [("x", heads)]
         xs = {}
@@ -136,7 +136,7 @@ def reference(
     if spec.options.tables == "computed":
         outside = np.abs(positions) >= spec.position_limit
     else:
-        outside = (positions < 0) | (positions >= spec.options.max_positions)
+        outside = (positions < 0) | (positions >= spec.options.rows)
     cos[outside], sin[outside] = np.nan, np.nan
     x64 = np.asarray(x, dtype=np.float64)
     layout = spec.options.layout

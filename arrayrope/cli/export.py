@@ -37,7 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", choices=("auto", "onnx23", "ort", "portable"), default="auto",
                         help="the nodes: onnx23 (standard RotaryEmbedding), ort (ONNX Runtime's contrib op), portable "
                              "(standard ops); auto: the fastest the other options allow")
-    parser.add_argument("--max-positions", type=int, default=4096, help="table rows: position ids must be below it")
+    parser.add_argument("--max-positions", type=int, default=None,
+                        help="a bound on the positions: store cos/sin tables of this many rows, and position ids must "
+                             "be below it (default: no bound; cos/sin computed in the graph from the position ids, "
+                             "right at every position below 2**30)")
     parser.add_argument("--base", type=float, default=10000.0, action=_Given, help="rope_theta (or from --config)")
     parser.add_argument("--rotary-dim", type=int, default=None, action=_Given,
                         help="leading features that rotate (default: all, or from --config)")
@@ -47,8 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "it)")
     parser.add_argument("--dtype", choices=("float32", "float16", "bfloat16", "float64"), default="float32",
                         help="element type of the rotated tensors and the tables")
-    parser.add_argument("--tables", choices=("constant", "computed"), default="constant",
-                        help="computed: cos/sin built in the graph (portable only)")
+    parser.add_argument("--tables", choices=("constant", "computed"), default=None,
+                        help="constant: stored tables of --max-positions rows; computed: cos/sin built in the graph "
+                             "from the position ids (default: constant with --max-positions, else computed)")
     parser.add_argument("--opset", type=int, default=None,
                         help="default-domain opset (default: 23 for onnx23, 17 otherwise)")
     parser.add_argument("--no-position-ids", action="store_true", help="positions 0..seq-1 instead of an input")

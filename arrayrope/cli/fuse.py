@@ -27,7 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="exact: arrayrope's float64-computed caches (no Cos/Sin, exact at long positions); "
                              "model: the model's own cos/sin computation")
     parser.add_argument("--max-positions", type=int, default=None,
-                        help="rows of the exact caches: position ids must stay below it (default: 4096)")
+                        help="a bound on the positions: exact caches of this many rows are stored, and position ids "
+                             "must stay below it (default: no bound; cos/sin computed in the graph from the position "
+                             "ids, right at every position below 2**30)")
     parser.add_argument("--inputs", default=None,
                         help="an .npz of the model's inputs, for models that sample inputs cannot run "
                              "(past key/value caches); default: inputs made from the model's input types")

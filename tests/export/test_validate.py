@@ -23,10 +23,12 @@ from arrayrope.testing import tolerance_at  # noqa: E402
                                                   ("portable", "float16", "constant"),
                                                   ("portable", "float32", "computed"),
                                                   ("portable", "bfloat16", "constant"),
-                                                  ("portable", "float64", "computed")])
+                                                  ("portable", "float64", "computed"),
+                                                  ("onnx23", "float16", "computed"),
+                                                  ("ort", "float32", "computed")])
 def test_validate_passes_good_models(target, dtype, tables):
-    model = rotary_model(32, target=target, dtype=dtype, tables=tables, num_heads=2, max_positions=128,
-                         layout="interleaved")
+    model = rotary_model(32, target=target, dtype=dtype, tables=tables, num_heads=2,
+                         max_positions=128 if tables == "constant" else None, layout="interleaved")
     report = validate(model, providers="cpu")
     assert report.ok
     assert any(r.case == "onnx.checker (full)" and r.ok for r in report.rows)
@@ -104,7 +106,8 @@ def test_cli_export_from_config(tmp_path, capsys):
     cfg.write_text(json.dumps({"hidden_size": 256, "num_attention_heads": 4, "rope_theta": 500000.0,
                                "partial_rotary_factor": 0.5, "max_position_embeddings": 256}))
     path = tmp_path / "rope.onnx"
-    assert cli.main(["export", "--config", str(cfg), "--rank", "3", "--target", "onnx23", "-o", str(path)]) == 0
+    assert cli.main(["export", "--config", str(cfg), "--rank", "3", "--target", "onnx23", "--max-positions", "256",
+                     "-o", str(path)]) == 0
     model = onnx.load(path)
     node = model.graph.node[-1]
     attrs = {a.name: a.i for a in node.attribute}
@@ -140,7 +143,8 @@ def test_demo_export_row():
 def test_portable_runs_from_opset_13(opset):
     for kw in ({}, {"rotary_dim": 8, "layout": "interleaved"}, {"position_ids": False, "rank": 3, "num_heads": 2},
                {"tables": "computed"}):
-        model = rotary_model(16, target="portable", opset=opset, max_positions=64, **kw)
+        bound = {} if kw.get("tables") == "computed" else {"max_positions": 64}
+        model = rotary_model(16, target="portable", opset=opset, **bound, **kw)
         assert model.opset_import[0].version == opset
         report = validate(model, providers="cpu")
         assert report.ok and not report.skipped
@@ -208,3 +212,14 @@ def test_a_model_nothing_could_run_is_not_verified(tmp_path, capsys):
     last = capsys.readouterr().out.splitlines()[-1]
     assert last.startswith("verdict: NOT VERIFIED: no numeric check could run here (1 structural check passed); "
                            "not run here: shape inference (strict), onnxruntime CPU (optimisation off)"), last
+
+
+@pytest.mark.parametrize("target", ["onnx23", "ort", "portable"])
+@pytest.mark.parametrize("kw", [{}, {"rank": 3, "num_heads": 2, "rotary_dim": 16, "layout": "interleaved"},
+                                {"position_ids": False, "qk": True, "num_heads": 4, "num_kv_heads": 2}])
+def test_computed_tables_on_every_target(target, kw):
+    """No bound: every target computes cos/sin from the ids and validates (ids to 2**30, NaN beyond)."""
+    model = rotary_model(32, target=target, **kw)
+    assert not any(n.op_type in ("Cos", "Sin") for n in model.graph.node)
+    report = validate(model, providers="cpu")
+    assert report.ok and "positions<1073741824" in report.title, report
