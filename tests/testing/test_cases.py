@@ -37,8 +37,7 @@ def test_axial_case_row(backend):
 
 def test_exact_angles_against_mpmath():
     """The oracles' angles: exact reduction of p * theta (theta's float64 value) before one rounding."""
-    import mpmath
-
+    mpmath = pytest.importorskip("mpmath")
     from arrayrope.testing import exact_angles
 
     theta = 500000.0 ** (-np.arange(0, 128, 2) / 128)
