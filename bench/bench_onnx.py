@@ -158,7 +158,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output folder (default: a new bench/runs/<time>-onnx; the committed results are "
+                             "bench/results)")
     parser.add_argument("--provider", choices=sorted(PROVIDERS), default="cpu",
                         help="ONNX Runtime execution provider (default: cpu)")
     args = parser.parse_args(argv)
@@ -167,6 +169,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "machine": f"{platform.machine()}, {os.cpu_count()} cores", "shapes": SHAPES,
             "max_positions": MAX_POSITIONS, "provider": args.provider}
     stem = "onnx" if args.provider == "cpu" else f"onnx-{args.provider}"
+    if args.out is None:
+        args.out = RESULTS.parent / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
     (args.out / f"{stem}.md").write_text(render(results, meta))

@@ -1,7 +1,8 @@
 """Rotary fusion in exported transformers models: arrayrope's ``fuse_rotary`` against the tools users have.
 
-Run from the repository root: ``python -m bench.fusion`` (a few minutes; it exports
-12 models). It writes ``bench/results/fusion.md``. For each model family (small
+Run from the repository root: ``python -m bench.fusion [--out FOLDER]`` (a few minutes;
+it exports 12 models). It writes ``fusion.md`` into a new ``bench/runs/<time>-fusion``, or
+into ``--out`` (``--out bench/results`` rewrites the committed table). For each model family (small
 random models, tests/hf_models.py) and exporter (dynamo at opset 18 and 23,
 TorchScript at opset 17) it counts the rotary applications (q and k of each layer)
 and the ``RotaryEmbedding`` nodes each tool leaves in the graph:
@@ -181,16 +182,25 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import time
+
+    parser = argparse.ArgumentParser(prog="python -m bench.fusion", description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output folder (default: a new bench/runs/<time>-fusion; the committed table is in "
+                             "bench/results)")
+    args = parser.parse_args(argv)
+    out = args.out or RESULTS.parent / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-fusion"
     rows = []
     for family in hf_models.FAMILIES:
         for exporter in hf_models.EXPORTERS:
             r = row(family, exporter)
             print(r, flush=True)
             rows.append(r)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "fusion.md").write_text(markdown(rows))
-    print(f"wrote {RESULTS / 'fusion.md'}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fusion.md").write_text(markdown(rows))
+    print(f"wrote {out / 'fusion.md'}")
     return 0
 
 

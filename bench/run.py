@@ -2,9 +2,14 @@
 
 Run from the repository root::
 
-    python -m bench            # full run (about 20 minutes on 2 cores), writes bench/results/
+    python -m bench            # full run (about 7 minutes on 2 cores)
     python -m bench --quick    # smaller shapes and fewer rounds (a minute or two): the smoke run
+    python -m bench --tiny     # the bench's own check in seconds: every section, figures meaningless
     python -m bench --load 1   # the same with one other busy process on the machine
+
+Each run writes to a folder of its own, ``bench/runs/<time>-<mode>`` (not committed),
+unless ``--out`` names one: the committed results are rewritten only when asked,
+with ``--out bench/results`` (``--out bench/results/load1`` for ``--load 1``).
 
 Every figure is a median over rounds inside one process, and is also given as a
 ratio to references timed in the same rounds: a copy of x (what any function
@@ -25,6 +30,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +47,11 @@ from ._config import (
 )
 
 RESULTS = Path(__file__).parent / "results"
+#: Where a run writes when ``--out`` is not given: a new folder per run.
+RUNS = Path(__file__).parent / "runs"
+#: ``--tiny`` checks the bench, not speed: one thread setting and the libraries that start fast (no JAX
+#: compilations, no second process) unless the command line asks for others.
+TINY_THREADS, TINY_BACKENDS = ("default",), ("numpy", "torch", "dask")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -48,29 +59,39 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="small shapes, few rounds (a smoke run)")
     size.add_argument("--tiny", action="store_true", help="every section in seconds; checks the bench, not speed")
-    parser.add_argument("--threads", default=",".join(DEFAULT_THREADS),
-                        help="comma-separated thread settings, each a count or 'default' (default: 1,default)")
+    parser.add_argument("--threads", default=None,
+                        help="comma-separated thread settings, each a count or 'default' (default: 1,default; "
+                             "with --tiny: default)")
     parser.add_argument("--load", type=int, default=0, metavar="N",
                         help="keep N other busy processes during the measurements (default 0)")
-    parser.add_argument("--backends", default=",".join(DEFAULT_BACKENDS),
-                        help="comma-separated libraries or backends of arrayrope.backends.available()")
-    parser.add_argument("--out", default=str(RESULTS), help="output folder")
-    parser.add_argument("--report", action="store_true", help="rewrite results.md from results.json (no measuring)")
-    return parser.parse_args(argv)
+    parser.add_argument("--backends", default=None,
+                        help="comma-separated libraries or backends of arrayrope.backends.available() (default: "
+                             f"{','.join(DEFAULT_BACKENDS)}; with --tiny: {','.join(TINY_BACKENDS)})")
+    parser.add_argument("--out", default=None,
+                        help="output folder (default: a new bench/runs/<time>-<mode>; the committed results are "
+                             "bench/results)")
+    parser.add_argument("--report", action="store_true",
+                        help="rewrite results.md from the results.json of --out (no measuring)")
+    args = parser.parse_args(argv)
+    if args.report and args.out is None:
+        parser.error("--report rewrites the report of a folder: pass --out FOLDER")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    out = Path(args.out)
+    mode = "quick" if args.quick else "tiny" if args.tiny else "full"
+    out = Path(args.out) if args.out is not None else RUNS / f"{time.strftime('%Y%m%d-%H%M%S')}-{mode}"
     if args.report:
         data = json.loads((out / "results.json").read_text())
         _report.write(out, data["machine"], data["records"], _targets.targets(data["records"], data["machine"]))
         return 0
-    settings = [s.strip() for s in args.threads.split(",") if s.strip()]
+    threads = args.threads or ",".join(TINY_THREADS if args.tiny else DEFAULT_THREADS)
+    settings = [s.strip() for s in threads.split(",") if s.strip()]
     for s in settings:
         thread_count(s)  # a count >= 1 or "default"
-    mode = "quick" if args.quick else "tiny" if args.tiny else "full"
-    base = dataclasses.replace(MODES[mode], backends=tuple(n.strip() for n in args.backends.split(",") if n.strip()))
+    backends = args.backends or ",".join(TINY_BACKENDS if args.tiny else DEFAULT_BACKENDS)
+    base = dataclasses.replace(MODES[mode], backends=tuple(n.strip() for n in backends.split(",") if n.strip()))
     meta = _machine.host()
     meta.update(mode=mode, settings=settings, prefill=[list(p) for p in base.prefill],
                 decode=[list(p) for p in base.decode])

@@ -5,8 +5,10 @@ While ``torch.onnx.export`` traces, :class:`arrayrope.RotaryEmbedding` records o
 instead of computing tables. The exporter translates each op here, with the emitters
 of :func:`~arrayrope.export.rotary_model`: the nodes of the target that the
 exporter's opset allows, reading cos/sin caches that the core computes in float64
-and stores in the dtype of ``x``. Nothing here imports torch: the graph is written
-as ``onnx_ir`` nodes, the exporter's own representation.
+and stores in the dtype of ``x`` when the positions are bounded, else computing
+cos/sin from the position ids in the graph (the exact float32 method, right at every
+position below ``2**30``). Nothing here imports torch: the graph is written as
+``onnx_ir`` nodes, the exporter's own representation.
 
 :func:`torch_options` chooses, for the exports it encloses, the target and the
 rows of the caches.
@@ -56,9 +58,10 @@ class TorchOptions:
     target: Target = "auto"
     max_positions: int | None = None
 
-    def cache_rows(self, model_rows: int | None) -> int:
-        """Rows of the caches: ``max_positions``, else the module's ``max_position_embeddings``, else 4096."""
-        return self.max_positions or model_rows or ExportOptions().max_positions
+    def cache_rows(self, model_rows: int | None) -> int | None:
+        """Rows of the caches: ``max_positions``, else the module's ``max_position_embeddings``; None (no bound:
+        cos/sin computed in the graph from the position ids) when neither is given."""
+        return self.max_positions or model_rows
 
 
 _DEFAULTS = TorchOptions()
@@ -81,7 +84,10 @@ def torch_options(
     standard-op graph below (the ``"portable"`` target: two Gathers from the caches,
     shared by q and k, and five to seven elementwise and view ops per tensor). Both
     read float32 (or the model's dtype) cos/sin caches computed by the core in
-    float64: no graph carries a float64 tensor, cast or op, and none computes Cos or
+    float64 when the module has ``max_position_embeddings`` (or ``max_positions`` is
+    given here); without a bound they compute cos/sin from the position ids with the
+    exact float32 method, so that the graph is right at every position a model can
+    reach. No graph carries a float64 tensor, cast or op, and none computes Cos or
     Sin.
 
     Parameters
@@ -92,8 +98,10 @@ def torch_options(
         ``"onnx23"`` fails the export below opset 23; ``"portable"`` is standard ops at
         any opset.
     max_positions : int, optional
-        Rows of the caches: position ids must be below it. Default: the module's
-        ``max_position_embeddings``, else 4096.
+        A bound on the positions: caches of this many rows are stored, and position
+        ids must be below it. Default: the module's ``max_position_embeddings``; a
+        module without one gets cos/sin computed in the graph from the position ids
+        with the exact float32 method, right at every position below ``2**30``.
 
     Returns
     -------
@@ -152,7 +160,8 @@ def rotary_graph(
     ``shape`` and ``elem_type`` (an ONNX element type) describe ``x``, laid out as
     ``axes`` (``"bhsd"`` or ``"bshd"``); heads and features must be static.
     ``opset`` is the one the exporter writes: ``target="auto"`` becomes ``"onnx23"``
-    from opset 23 on and ``"portable"`` below. ``(B, S, N, D)`` input is rotated as
+    from opset 23 on and ``"portable"`` below. ``max_positions`` 0 means no bound:
+    cos/sin computed in the graph from the position ids. ``(B, S, N, D)`` input is rotated as
     its 3-D view ``(B, S, N * D)`` (two Reshapes, no copy).
     """
     heads = shape[1 if axes == "bhsd" else 2] if len(shape) == 4 else None
@@ -167,7 +176,7 @@ def rotary_graph(
         fused = opset >= MIN_OPSET["onnx23"] and dtype in TARGET_DTYPES["onnx23"]
         target = "onnx23" if fused else "portable"
     spec = heads_spec(freqs, layout=layout, target=target, axes=axes, heads=heads,  # type: ignore[arg-type]
-                      max_positions=max_positions, dtype=dtype, opset=opset,
+                      max_positions=max_positions or None, dtype=dtype, opset=opset,
                       opset_argument="the opset_version of torch.onnx.export")
     b = Builder("arrayrope/")
     rotate_heads(spec, b, emitter(spec, b), "x", "position_ids", "y")

@@ -22,9 +22,8 @@ from ._emit import emitter, heads_spec, rotate_heads
 from ._fuse_match import Graph, Site, find_sites
 from ._fuse_probe import Shapes, SiteRunner, compare, cut, identify, reference, run, sample_inputs, shapes
 from ._fuse_report import Fused, FusionReport, Rotation
-from ._options import ExportOptions
 from ._proto import ModelSource, ir_version_for, load_model
-from ._spec import DTYPE_NAMES, MIN_OPSET, MS_DOMAIN, np_dtype
+from ._spec import COMPUTED_LIMIT, DTYPE_NAMES, MIN_OPSET, MS_DOMAIN, np_dtype
 from ._splice import _reads, _topological
 from ._validate import _providers
 
@@ -70,12 +69,17 @@ def fuse_rotary(
         opset 23 first if it is older). ``"ort"``: ``com.microsoft.RotaryEmbedding``,
         at the model's opset (ONNX Runtime only).
     tables : {"exact", "model"}
-        ``"exact"``: cos/sin caches computed by the core in float64 and stored in the
-        model's dtype, read by position ids; this also fixes the precision the common
+        ``"exact"``: cos/sin from the core: caches computed in float64 and stored in
+        the model's dtype, read by position ids, with ``max_positions``; without it,
+        computed in the graph from the position ids by the exact float32 method. This
+        also fixes the precision the common
         float32 recipe loses at long positions, and removes its Cos and Sin. ``"model"``:
         the model's own cos/sin, computed as before (``"onnx23"`` only).
     max_positions : int, optional
-        Rows of exact caches: position ids must stay below it (default 4096).
+        A bound on the positions: exact caches of this many rows are stored, and
+        position ids must stay below it. Default: no bound; the fused nodes read
+        cos/sin computed in the graph from the position ids with the exact float32
+        method, right at every position below ``2**30``.
     inputs : mapping, optional
         Inputs for the runs that measure shapes and validate (default: made from the
         input types; pass them for models whose inputs need consistent sizes, such
@@ -120,8 +124,7 @@ def fuse_rotary(
     source = load_model(model)
     target = checks.choice(target, "target", ("onnx23", "ort"))
     tables = checks.choice(tables, "tables", ("exact", "model"))
-    rows = ExportOptions().max_positions if max_positions is None else checks.positive_int(max_positions,
-                                                                                           "max_positions")
+    rows = None if max_positions is None else checks.positive_int(max_positions, "max_positions")
     validate = checks.boolean(validate, "validate")
     opset_before = _opset(source)
     work = source
@@ -130,6 +133,12 @@ def fuse_rotary(
     graph = Graph(work)
     sites = find_sites(graph)
     feed = sample_inputs(graph) if inputs is None else {k: np.asarray(v) for k, v in inputs.items()}
+    longest = max((v.shape[-1] for v in feed.values() if v.ndim and v.dtype.kind in "iu"), default=0)
+    if tables == "exact" and sites and rows is not None and rows < longest:  # before anything runs (ORT's error)
+        made = "the given inputs" if inputs is not None else "sample inputs"
+        raise ValueError(f"max_positions={rows} is below the {longest} positions of the {made} the fusion is "
+                         f"checked with (the exact caches must hold a row for every position a model runs at); "
+                         f"use max_positions >= {longest}")
     wanted = [n for s in sites for n in (s.x, s.cos, s.positions) if n and n not in feed]
     try:
         seen = {**feed, **run(work, feed, wanted)} if sites else dict(feed)
@@ -165,7 +174,7 @@ def _converted(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
 class _Job:
     """The choices of one fuse_rotary call, applied to each rotation."""
 
-    def __init__(self, graph: Graph, target: str, tables: str, rows: int, opset: int) -> None:
+    def __init__(self, graph: Graph, target: str, tables: str, rows: int | None, opset: int) -> None:
         self.graph, self.target, self.tables, self.rows, self.opset = graph, target, tables, rows, opset
 
     def fuse(self, i: int, site: Site, seen: Mapping[str, npt.NDArray[Any]]) -> tuple[Rotation, Builder | None]:
@@ -198,7 +207,8 @@ class _Job:
         tables = "the model's"
         if self.tables == "exact":
             freqs = found.frequencies() if found.matched else _stored(found, dtype, shape.head_dim)
-            tables = f"exact, {self.rows} rows" + ("" if found.matched else f", the model's {dtype} frequencies")
+            tables = ("exact, computed from the position ids" if self.rows is None else f"exact, {self.rows} rows") + (
+                "" if found.matched else f", the model's {dtype} frequencies")
             if freqs is None:
                 raise ValueError(f"its frequencies follow no known rule ({found.reason}); tables='model' keeps them")
             spec = heads_spec(freqs, layout=found.layout, target=self.target, axes=shape.axes,  # type: ignore[arg-type]
@@ -210,11 +220,12 @@ class _Job:
             batched = seen[site.cos].shape[0] == seen[site.x].shape[0]
             _model_tables(b, site, shape, found.layout, found.rotary_dim, batched)
         fused = SiteRunner(piece, _rewritten(piece.model, b.nodes, b.initializers, {site.output}, self.target == "ort"))
-        err = compare(original, fused, shape.head_dim, min(self.rows, 256))
+        limit = COMPUTED_LIMIT if self.rows is None else self.rows
+        err = compare(original, fused, shape.head_dim, min(limit, 256))
         if not err <= SAME.get(dtype, 1e-4):
             raise ValueError(f"the fused node differs from it by {err:.2g} (relative), so it was kept as it is")
         if freqs is not None:
-            far = compare(fused, reference(piece, freqs, found.layout), shape.head_dim, self.rows)
+            far = compare(fused, reference(piece, freqs, found.layout), shape.head_dim, limit)
             if not far <= EXACT.get(dtype, 2e-6):
                 raise ValueError(f"the exact caches differ from the core's rotation by {far:.2g} at far positions")
         node = "RotaryEmbedding" if self.target == "onnx23" else f"{MS_DOMAIN}.RotaryEmbedding"
@@ -377,9 +388,15 @@ def _validation(source: onnx.ModelProto, fused: onnx.ModelProto, feed: Mapping[s
             continue
         try:
             want = run(source, feed, providers=[provider])
-            got = run(fused, feed, providers=[provider])
-        except Exception as exc:  # no such provider here, or no kernel for an op on it
+        except Exception as exc:  # no kernel for an op of the original on this provider: nothing to compare with
             skipped.append((f"onnxruntime {device}", str(exc).splitlines()[0][:160]))
+            continue
+        try:
+            got = run(fused, feed, providers=[provider])
+        except Exception as exc:  # the original runs and the fused model does not: a failure, not a skip
+            nan = math.nan
+            rows.append(Row("onnxruntime", device, "-", nan, nan, nan, False,
+                            f"the fused model fails where the original runs: {str(exc).splitlines()[0][:160]}"))
             continue
         for name, ref in want.items():
             ref64, out64 = ref.astype(np.float64), got[name].astype(np.float64)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal, TypeAlias, TypedDict, get_args, get_origin, get_type_hints
+from types import UnionType
+from typing import Annotated, Any, Literal, TypeAlias, TypedDict, Union, get_args, get_origin, get_type_hints
 
 import numpy as np
 
@@ -109,15 +110,21 @@ class ExportOptions:
         Heads of ``x``/``q``; required for ``rank=3``, fixes the head axis for ``rank=4``.
     num_kv_heads : int, optional
         Heads of ``k`` with ``qk=True`` (grouped-query attention); default ``num_heads``.
-    max_positions : int
-        Rows of the cos/sin tables: position ids in ``[0, max_positions)`` are rotated,
-        others give NaN. Tables must fit in an ONNX model (protobuf's 2 GiB), checked
-        when a graph is built.
+    max_positions : int, optional
+        A bound on the positions: cos/sin tables of ``max_positions`` rows are stored,
+        position ids in ``[0, max_positions)`` are rotated and others give NaN. Tables
+        must fit in an ONNX model (protobuf's 2 GiB), checked when a graph is built.
+        Default: no bound; cos/sin are computed in the graph from the position ids
+        (``tables="computed"``), right at every position in ``(-2**30, 2**30)``.
     position_ids : bool
         True: an int64 input ``position_ids`` of shape ``(batch, seq)``. False: positions ``0..seq-1``.
-    tables : {"constant", "computed"}
-        ``"computed"`` (portable only) builds cos/sin in the graph from the position ids,
-        so positions are bounded by ``2**30`` instead of a table size.
+    tables : {"constant", "computed"}, optional
+        ``"constant"``: the stored tables of ``max_positions`` rows (which it needs).
+        ``"computed"``: cos/sin built in the graph from the position ids with the
+        exact float32 method (base-1024 digits of each position, digit rotations from
+        the core), on every target, so positions are bounded by ``2**30`` instead of a
+        table size. Default: ``"constant"`` when ``max_positions`` is given, else
+        ``"computed"``.
     dtype : {"float32", "float16", "bfloat16", "float64"}
         Element type of the rotated tensors and the tables (float64: portable only).
     opset : int, optional
@@ -145,8 +152,8 @@ class ExportOptions:
     Traceback (most recent call last):
     ...
     ValueError: layout must be one of ('half', 'interleaved'), got 'halves'
-    >>> ExportOptions.choices("tables"), ExportOptions.default("max_positions")
-    (('constant', 'computed'), 4096)
+    >>> ExportOptions.choices("tables"), ExportOptions().tables, ExportOptions(max_positions=4096).tables
+    (('constant', 'computed'), 'computed', 'constant')
     """
 
     layout: Layout = "half"
@@ -154,9 +161,9 @@ class ExportOptions:
     rank: Rank = 4
     num_heads: Annotated[int | None, _optional(checks.positive_int)] = None
     num_kv_heads: Annotated[int | None, _optional(checks.positive_int)] = None
-    max_positions: Annotated[int, checks.positive_int] = 4096
+    max_positions: Annotated[int | None, _optional(checks.positive_int)] = None
     position_ids: Annotated[bool, _flag("True (an input) or False (positions 0..seq-1)")] = True
-    tables: Tables = "constant"
+    tables: Tables | None = None
     dtype: Annotated[DTypeName, _dtype_name] = "float32"
     opset: Annotated[int | None, _optional(checks.positive_int)] = None  # and against the target when built
     qk: Annotated[bool, _flag("a bool")] = False
@@ -170,13 +177,28 @@ class ExportOptions:
             value = getattr(self, name)
             if check is not None:
                 value = check(value, name)
-            if choices:
+            if choices and not (value is None and _DEFAULTS[name] is None):
                 value = checks.choice(value, name, choices)
             object.__setattr__(self, name, value)
         if self.num_kv_heads is not None and not self.qk:
             raise ValueError("num_kv_heads applies to k and needs qk=True")
         if self.rank == 3 and self.num_heads is None:
             raise ValueError("rank=3 input (batch, seq, num_heads * head_dim) needs num_heads")
+        if self.tables is None:
+            object.__setattr__(self, "tables", "computed" if self.max_positions is None else "constant")
+        elif self.tables == "constant" and self.max_positions is None:
+            raise ValueError("tables='constant' stores max_positions rows: pass max_positions (the bound of the "
+                             "position ids), or leave tables to its default to compute cos/sin in the graph")
+        if self.tables == "computed" and self.max_positions is not None:
+            raise ValueError(f"max_positions={self.max_positions} bounds stored tables, and tables='computed' stores "
+                             "none (it rotates every position below 2**30): pass one of them")
+
+    @property
+    def rows(self) -> int:
+        """``max_positions`` of stored tables (an error for computed tables, which have no rows)."""
+        if self.max_positions is None:
+            raise AssertionError("computed tables have no rows")
+        return self.max_positions
 
     @classmethod
     def choices(cls, name: str) -> tuple[object, ...]:
@@ -200,6 +222,8 @@ def _field_checks() -> dict[str, tuple[Check | None, tuple[object, ...]]]:
         check = None
         if get_origin(hint) is Annotated:
             hint, check = get_args(hint)[:2]
+        if get_origin(hint) in (Union, UnionType):  # an optional choice: Literal[...] | None
+            hint = next((a for a in get_args(hint) if get_origin(a) is Literal), hint)
         choices = get_args(hint) if get_origin(hint) is Literal else ()
         out[name] = (check, choices)
     return out
@@ -216,8 +240,8 @@ class SpliceKeywords(TypedDict, total=False):
     target: Target
     num_heads: int | None
     num_kv_heads: int | None
-    max_positions: int
-    tables: Tables
+    max_positions: int | None
+    tables: Tables | None
     runtime: Runtime
     base: float
     rotary_dim: int | None

@@ -106,7 +106,7 @@ class Spec:
     @property
     def position_limit(self) -> int:
         """Positions must be below this (the table size, or the digit range when computed)."""
-        return COMPUTED_LIMIT if self.options.tables == "computed" else self.options.max_positions
+        return COMPUTED_LIMIT if self.options.tables == "computed" else self.options.rows
 
     def flat_heads(self, heads: int | None) -> int:
         """``heads`` of a rank-3 tensor (``num_heads`` or ``num_kv_heads``, which rank-3 specs have)."""
@@ -145,7 +145,10 @@ class Spec:
             float(d["base"]),
             str(d["rope_type"]),
         )
-        return cls(freqs, ExportOptions(**{name: d[name] for name in STORED if name in d}))
+        stored = {name: d[name] for name in STORED if name in d}
+        if stored.get("tables") == "computed":  # models of earlier versions stored the unused default bound too
+            stored["max_positions"] = None
+        return cls(freqs, ExportOptions(**stored))
 
 
 def make_freqs(freqs: object, options: ExportOptions) -> RopeFrequencies:
@@ -171,7 +174,7 @@ def resolve_target(options: ExportOptions) -> Emitted:
     """The target ``options`` ask for, with ``"auto"`` replaced by the fastest one they allow."""
     if options.target != "auto":
         return options.target
-    if options.tables == "computed" or options.dtype not in TARGET_DTYPES["onnx23"]:
+    if options.dtype not in TARGET_DTYPES["onnx23"]:
         return "portable"
     if options.opset is None or options.opset >= MIN_OPSET["onnx23"]:
         return "onnx23"
@@ -201,11 +204,6 @@ def make_spec(freqs: object, options: ExportOptions, *, opset_argument: str = "o
     """Check what ``options`` ask of these frequencies and ONNX, and make every choice."""
     rope = make_freqs(freqs, options)
     target = resolve_target(options)
-    if options.tables == "computed" and target != "portable":
-        raise ValueError(
-            f"tables='computed' (cos/sin computed in the graph) needs target='portable', got target={target!r}; "
-            "the fused targets read constant tables"
-        )
     if options.dtype not in TARGET_DTYPES[target]:
         raise ValueError(
             f"dtype={options.dtype!r} cannot be carried by target={target!r} (it takes {TARGET_DTYPES[target]}); "

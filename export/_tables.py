@@ -31,7 +31,7 @@ from arrayrope._lib.digits import DIGIT_BITS, digit_rotations
 
 from ._builder import Builder
 from ._proto import PROTOBUF_LIMIT
-from ._spec import COMPUTED_LIMIT, DIGIT_LEVELS, Spec, np_dtype
+from ._spec import COMPUTED_LIMIT, DIGIT_LEVELS, Spec, np_dtype, onnx_dtype
 
 F64 = npt.NDArray[np.float64]
 #: Rows of the float64 tables computed at a time (bounds the host memory of large tables).
@@ -43,7 +43,7 @@ _MODEL_BYTES = 1 << 20
 def host_tables(spec: Spec, dtype: npt.DTypeLike) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """cos, sin of shape (max_positions + 1, rotary_dim/2) in ``dtype``: the core's float64 tables
     rounded once, in blocks of rows, and a last row of NaN for positions outside the table."""
-    n, h = spec.options.max_positions, spec.rotary_dim // 2
+    n, h = spec.options.rows, spec.rotary_dim // 2
     cos, sin = np.empty((n + 1, h), dtype), np.empty((n + 1, h), dtype)
     for start in range(0, n, _BLOCK):
         pos = np.arange(start, min(n, start + _BLOCK))
@@ -59,8 +59,8 @@ def table_bytes(spec: Spec) -> int:
     if o.tables == "computed":  # digit tables, C and S per level, (1024 + 1) x rotary_dim each
         return DIGIT_LEVELS * 2 * ((1 << DIGIT_BITS) + 1) * spec.rotary_dim * np.dtype(spec.compute_dtype).itemsize
     if spec.target == "portable":  # C and S, (max_positions + 1) x rotary_dim in the compute dtype
-        return 2 * (o.max_positions + 1) * spec.rotary_dim * np.dtype(spec.compute_dtype).itemsize
-    return 2 * (o.max_positions + 1) * (spec.rotary_dim // 2) * np_dtype(o.dtype).itemsize
+        return 2 * (o.rows + 1) * spec.rotary_dim * np.dtype(spec.compute_dtype).itemsize
+    return 2 * (o.rows + 1) * (spec.rotary_dim // 2) * np_dtype(o.dtype).itemsize
 
 
 def check_size(spec: Spec, model_bytes: int = 0) -> None:
@@ -70,21 +70,21 @@ def check_size(spec: Spec, model_bytes: int = 0) -> None:
     if need <= room:
         return
     o = spec.options
-    per_row = need // (o.max_positions + 1)
+    per_row = need // (o.rows + 1)
     largest = max(0, room // per_row - 1)
     raise ValueError(
         f"max_positions={o.max_positions} needs {need / 1e9:.2f} GB of cos/sin tables ({per_row} bytes per position "
         f"for target={spec.target!r}, rotary_dim={spec.rotary_dim}, dtype={o.dtype})"
         + (f" on top of the model's {model_bytes / 1e9:.2f} GB" if model_bytes else "")
         + f", but an ONNX model is at most {PROTOBUF_LIMIT / 1e9:.2f} GB (protobuf's 2 GiB limit); "
-        f"use max_positions <= {largest}, or tables='computed' (target='portable'), whose tables take "
+        f"use max_positions <= {largest}, or no max_positions (cos/sin computed in the graph), whose tables take "
         f"{DIGIT_LEVELS * 2 * ((1 << DIGIT_BITS) + 1) * spec.rotary_dim * 4 / 1e6:.2f} MB for positions up to 2**30"
     )
 
 
 def guard(b: Builder, spec: Spec, index: str) -> str:
     """Position ids with every id outside ``[0, max_positions)`` replaced by ``max_positions`` (the NaN row)."""
-    n = spec.options.max_positions
+    n = spec.options.rows
     clipped = b.op("Clip", [index, b.scalar(-1, "below"), b.scalar(n, "beyond")])  # -1 .. n
     return b.op("Mod", [clipped, b.scalar(n + 1, "rows")])  # -1 -> n (the sign of the divisor)
 
@@ -121,7 +121,7 @@ def constant_rows(spec: Spec, b: Builder, index: str) -> tuple[str, str]:
     c = _table(spec, b, cos, cos, "cos_table")
     np.negative(sin, out=sin)
     n = _table(spec, b, sin, -sin, "sin_table")
-    index = b.op("Clip", [index, b.scalar(-1, "below"), b.scalar(spec.options.max_positions, "beyond")])
+    index = b.op("Clip", [index, b.scalar(-1, "below"), b.scalar(spec.options.rows, "beyond")])
     return b.op("Gather", [c, index], axis=0), b.op("Gather", [n, index], axis=0)
 
 
@@ -135,17 +135,10 @@ def _digit(b: Builder, index: str, level: int) -> str:
     return digit
 
 
-def computed_rows(spec: Spec, b: Builder, index: str) -> tuple[str, str]:
-    """C and S from base-1024 digits of the positions, composed with the angle-addition formula.
-
-    Each digit's rotation comes from the core's float64 digit tables (exact), stored in
-    the compute dtype (float32, or float64 for a float64 graph); composing them keeps
-    the error near float32 rounding at any position in ``(-2**30, 2**30)``. Digits are
-    those of ``|p|`` and a negative position turns the other way (sin negated). The
-    attention factor scales the lowest digit's rotation, so it enters the product once.
-    """
+def _composed(spec: Spec, b: Builder, clipped: str, table: Any) -> tuple[str, str]:
+    """cos and sin of ``|p|`` from base-1024 digits of the (clipped) positions, composed with the angle-addition
+    formula; ``table(values, hint)`` stores one digit table (rows: digit values) in the graph's form."""
     factor = spec.freqs.attention_factor
-    clipped = b.op("Clip", [index, b.scalar(-COMPUTED_LIMIT, "lowest"), b.scalar(COMPUTED_LIMIT, "highest")])
     magnitude = b.op("Abs", [clipped])
     rows: tuple[str, str] | None = None
     for level in range(DIGIT_LEVELS):
@@ -155,8 +148,8 @@ def computed_rows(spec: Spec, b: Builder, index: str) -> tuple[str, str]:
         if level == DIGIT_LEVELS - 1:  # |p| = 2**30 and beyond: the NaN row
             nan = np.full((1, dc.shape[1]), np.nan)
             dc, ds = np.concatenate([dc, nan]), np.concatenate([ds, nan])
-        ct = _table(spec, b, dc, dc, f"digit{level}_cos")
-        st = _table(spec, b, ds, ds, f"digit{level}_sin")
+        ct = table(dc, f"digit{level}_cos")
+        st = table(ds, f"digit{level}_sin")
         digit = _digit(b, magnitude, level)
         dcos, dsin = b.op("Gather", [ct, digit], axis=0), b.op("Gather", [st, digit], axis=0)
         if rows is None:
@@ -169,9 +162,42 @@ def computed_rows(spec: Spec, b: Builder, index: str) -> tuple[str, str]:
             )
     if rows is None:
         raise AssertionError("DIGIT_LEVELS >= 1")
+    return rows
+
+
+def _clipped(b: Builder, index: str) -> str:
+    """Position ids clipped to ``[-2**30, 2**30]``: the ends are the NaN rows of the top digit."""
+    return b.op("Clip", [index, b.scalar(-COMPUTED_LIMIT, "lowest"), b.scalar(COMPUTED_LIMIT, "highest")])
+
+
+def computed_rows(spec: Spec, b: Builder, index: str) -> tuple[str, str]:
+    """C and S (the portable form) from base-1024 digits of the positions, composed with the angle-addition formula.
+
+    Each digit's rotation comes from the core's float64 digit tables (exact), stored in
+    the compute dtype (float32, or float64 for a float64 graph); composing them keeps
+    the error near float32 rounding at any position in ``(-2**30, 2**30)``. Digits are
+    those of ``|p|`` and a negative position turns the other way (sin negated). The
+    attention factor scales the lowest digit's rotation, so it enters the product once.
+    """
+    clipped = _clipped(b, index)
+    rows = _composed(spec, b, clipped, lambda values, hint: _table(spec, b, values, values, hint))
     # the layout's sign of sin, and the direction of the position: rows for sign(p) + 1 = 0, 1, 2
     ones = np.ones((1, spec.rotary_dim // 2))
     sign = _rows_shape(spec, _in_layout(spec, -ones, ones))[0]
     signs = np.stack([-sign, sign, sign]).astype(spec.compute_dtype)
     direction = b.op("Add", [b.op("Sign", [clipped]), b.scalar(1, "one")])
     return rows[0], b.op("Mul", [rows[1], b.op("Gather", [b.const(signs, "signs"), direction], axis=0)])
+
+
+def computed_cos_sin(spec: Spec, b: Builder, index: str) -> tuple[str, str]:
+    """cos and sin ``(..., rotary_dim / 2)`` at the position ids ``index``, computed as :func:`computed_rows`
+    computes them (negative ids backwards, ``|id| >= 2**30`` NaN), in float32 and then in the dtype of ``x``:
+    the per-token caches of the fused ops."""
+    clipped = _clipped(b, index)
+    cos, sin = _composed(spec, b, clipped, lambda values, hint: b.const(values.astype(np.float32), hint))
+    sign = b.op("Cast", [b.op("Sign", [clipped])], to=onnx_dtype("float32"))  # sin(0) = 0 whatever its sign
+    sin = b.op("Mul", [sin, b.op("Unsqueeze", [sign, b.ints([-1], "last_axis")])])
+    dtype = spec.options.dtype
+    if dtype != "float32":
+        cos, sin = (b.op("Cast", [t], to=onnx_dtype(dtype)) for t in (cos, sin))
+    return cos, sin

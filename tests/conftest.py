@@ -16,7 +16,7 @@ uninstalled. Oracles shared by the test modules live in ``helpers.py``.
 
 from __future__ import annotations
 
-import contextlib
+import inspect
 import os
 
 import pytest
@@ -36,12 +36,21 @@ def pytest_configure(config):
         config.pluginmanager.import_plugin("_arrayrope_pytest")
 
 
+# array-api-extra up to 0.7 patches through a required monkeypatch and returns None; later releases return a
+# context manager and deprecate the monkeypatch argument (a DeprecationWarning in every test taking xp)
+_MONKEYPATCH_REQUIRED = (
+    inspect.signature(patch_lazy_xp_functions).parameters["monkeypatch"].default is inspect.Parameter.empty
+)
+
+
 @pytest.fixture
 def xp(backend, request, monkeypatch):
     """The namespace of ``backend``, with the test module's ``lazy_xp_function`` tags in force."""
-    # array-api-extra up to 0.7 patches through monkeypatch and returns None; later releases return a context
-    patched = patch_lazy_xp_functions(request, monkeypatch, xp=backend.xp)
-    with patched if patched is not None else contextlib.nullcontext():
+    if _MONKEYPATCH_REQUIRED:
+        patch_lazy_xp_functions(request, monkeypatch, xp=backend.xp)
+        yield backend.xp
+        return
+    with patch_lazy_xp_functions(request, xp=backend.xp):
         yield backend.xp
 
 

@@ -160,3 +160,21 @@ def test_busy_processes_stop_after_the_block(bench):
     assert info["stayed busy"] is True
     if Path("/proc").exists():
         assert not Path(f"/proc/{pid}").exists()
+
+
+def test_a_run_writes_to_a_folder_of_its_own_and_leaves_the_committed_results(bench, tmp_path, monkeypatch):
+    """Without --out a run writes a new folder under bench/runs (here redirected to tmp_path); it rewrote the
+    committed results that the README cites. --tiny runs one thread setting on the fast-starting libraries."""
+    from bench import run
+
+    committed = {p: p.read_bytes() for p in (ROOT / "bench" / "results").rglob("*") if p.is_file()}
+    monkeypatch.setattr(run, "RUNS", tmp_path / "runs")
+    seen = []
+    monkeypatch.setattr(run, "measure_in_process", lambda config: seen.append(config) or None)
+    assert run.main(["--tiny"]) == 1  # no records: every setting "failed", which the run reports
+    assert [(c.threads, c.backends) for c in seen] == [("default", run.TINY_BACKENDS)]
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert folder.name.endswith("-tiny") and (folder / "results.md").exists()
+    assert {p: p.read_bytes() for p in (ROOT / "bench" / "results").rglob("*") if p.is_file()} == committed
+    with pytest.raises(SystemExit):
+        run.parse(["--report"])  # rewriting a report needs the folder named

@@ -1,5 +1,7 @@
 import doctest
 import importlib
+import os
+import pathlib
 import pkgutil
 import subprocess
 import sys
@@ -47,13 +49,20 @@ def test_pytest_plugin_imports_neither_arrayrope_nor_numpy():
     assert out.strip() == "[]", out
 
 
-def test_export_is_a_subpackage_only():
+def test_export_is_a_subpackage_only(tmp_path):
+    """The installed distribution provides ``arrayrope.export``, never a top-level ``export``. Judged in a fresh
+    interpreter outside the checkout (whose own ``export/`` folder is importable from its root whatever the folder
+    is named) by where ``export`` would come from, not by the text of a path."""
     pytest.importorskip("onnx")
     import arrayrope.export
 
     assert arrayrope.export.__name__ == "arrayrope.export"
-    bare = importlib.util.find_spec("export")
-    assert bare is None or "arrayrope" not in str(bare.origin)
+    folder = pathlib.Path(arrayrope.export.__file__).resolve().parent
+    code = "import importlib.util as u; s = u.find_spec('export'); print(s.origin if s and s.origin else '')"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    origin = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    assert not origin or pathlib.Path(origin).resolve().parent != folder, origin
 
 
 def _modules():

@@ -7,7 +7,9 @@ the op by the opset it writes, with the graphs of ``arrayrope.export._from_torch
 the standard ``RotaryEmbedding`` node from opset 23 on, a compact standard-op graph
 below, or ONNX Runtime's contrib op where ``arrayrope.export.torch_options`` asks
 for it. Every form reads cos/sin caches computed by the core in float64 and
-stored in the dtype of ``x``: no graph computes Cos/Sin or carries float64.
+stored in the dtype of ``x`` when the positions are bounded (``max_position_embeddings``
+or ``torch_options(max_positions=...)``), and otherwise computes cos/sin from the
+position ids with the exact float32 method: no graph computes Cos/Sin or carries float64.
 
 * ``dynamo=True``: the exporter picks a translation by opset from a registry it
   builds when an export starts. :func:`register` adds arrayrope's two entries (from
@@ -191,6 +193,6 @@ def rotary_embedding(
     if pos is None:
         return None
     chosen = current_options()
-    attrs = (frequencies_json(freqs), layout, axes, chosen.cache_rows(max_positions), chosen.target)
+    attrs = (frequencies_json(freqs), layout, axes, chosen.cache_rows(max_positions) or 0, chosen.target)  # 0: none
     q_rot = _rotary(q, pos, *attrs)
     return q_rot if k is None else (q_rot, _rotary(k, pos, *attrs))

@@ -1,22 +1,29 @@
 """Command line: ``arrayrope <command>``; each command lives in its own module.
 
 A command module defines ``HELP`` (one line), ``add_arguments(parser)`` and
-``run(args) -> int``. Modules are imported only when their command is parsed, so
-``arrayrope --help`` stays fast and imports no backend.
+``run(args) -> int``, and ``VERDICT = True`` when it gives a verdict. Modules are
+imported only when their command is parsed, so ``arrayrope --help`` stays fast and
+imports no backend.
 
-Exit status: 0 success, 1 a verdict that failed (``check`` found the model
-invalid, ``parity``/``demo`` rows disagree), 2 an error. Every error, from the
-arguments or while a command runs, is one line on stderr, ``arrayrope <command>:
-error: ...``, never a traceback; a missing optional library names the extra that
-installs it.
+Exit status of the commands that give a verdict (``check``, ``demo``, ``parity``,
+``export fuse``; :mod:`arrayrope.cli._verdict`): 0 verified and agreed, 1 a numeric
+check disagreed, 2 a usage or input error, 3 not verified (nothing numeric could
+run, or something named on the command line could not run). Other commands exit 0
+or 2. Every error, from the arguments or while a command runs, is one line on
+stderr, ``arrayrope <command>: error: ...``, naming the option as it is typed
+(``--max-positions``, not ``max_positions``), never a traceback; a missing optional
+library names the extra that installs it.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
+
+from ._verdict import USAGE, epilog
 
 # command name -> module implementing it
 COMMANDS: dict[str, str] = {
@@ -32,21 +39,49 @@ EXTRAS = {"onnx": "onnx", "onnxruntime": "onnx", "ml_dtypes": "onnx", "matplotli
           "jax": "jax", "dask": "dask", "cupy": "cupy"}
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Each option's help ends with its default, unless the help already says it; the epilog as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.help is argparse.SUPPRESS or "default" in text or not action.option_strings:
+            return action.help
+        if action.nargs == 0:  # a flag
+            return f"{text} (default: off)" if isinstance(action.default, bool) else action.help
+        if action.default is None:  # "None" says nothing: such help says in words what happens without the option
+            return action.help
+        return f"{text} (default: %(default)s)"
+
+
 class _Parser(argparse.ArgumentParser):
     """Argument errors as one line (no usage block), exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def add_command(sub: Any, name: str, module: Any, prog: str) -> argparse.ArgumentParser:
+    """The parser of one command (``module`` defines it), with the exit statuses in its help when it gives a verdict."""
+    verdict = getattr(module, "VERDICT", False)
+    cmd: argparse.ArgumentParser = sub.add_parser(
+        name, help=module.HELP, description=module.HELP, formatter_class=HelpFormatter,
+        epilog=getattr(module, "EPILOG", None) or (epilog(prog.removeprefix("arrayrope ")) if verdict else
+                                                    "exit status: 0 done, 2 usage or input error"),
+    )
+    module.add_arguments(cmd)
+    cmd.set_defaults(_run=module.run, _prog=prog, _parser=cmd, _names=getattr(module, "PYTHON_NAMES", {}))
+    return cmd
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="arrayrope", description="Positional encodings for attention models.")
+    from arrayrope import __version__
+
+    parser = _Parser(prog="arrayrope", description="Positional encodings for attention models.",
+                     formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"arrayrope {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="command")
     for name, module_name in COMMANDS.items():
-        module = importlib.import_module(module_name)
-        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(cmd)
-        cmd.set_defaults(_run=module.run)
+        add_command(sub, name, importlib.import_module(module_name), f"arrayrope {name}")
     return parser
 
 
@@ -66,20 +101,56 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
+def as_typed(message: str, parser: argparse.ArgumentParser | None, names: dict[str, str] | None = None) -> str:
+    """``message`` with the Python names of the command's options replaced by the options as typed:
+    ``max_positions=2`` becomes ``--max-positions 2`` and ``base must`` becomes ``--base must``.
+    ``names`` adds names the options go by in messages (``{"providers": "--provider"}``)."""
+    if parser is None:
+        return message
+    names = dict(names or {})
+    flags = set()
+    for action in parser._actions:  # argparse offers no public list of a parser's options
+        longest = max(action.option_strings, key=len, default=None)
+        if longest is not None and longest.startswith("--"):
+            names.setdefault(action.dest, longest)
+            if action.nargs == 0:
+                flags.add(longest)
+
+    def typed(option: str, value: str) -> str:
+        return option if option in flags and value == "True" else f"{option} {value}"
+
+    for name, option in sorted(names.items(), key=lambda kv: -len(kv[0])):
+        word = re.escape(name)
+
+        def assigned(m: re.Match[str], option: str = option) -> str:
+            return typed(option, m.group(1) if m.group(1) is not None else m.group(2))
+
+        message = re.sub(rf"(?<![\w-]){word}=(?:'([^']*)'|([^\s,;)]+))", assigned, message)
+        message = re.sub(rf"(?<![\w-]){word}(?=:| (?:must|is|needs|applies|<=|>=|<|>) )", option, message)
+    return message
+
+
+def fail(args: argparse.Namespace, message: str) -> int:
+    """Print ``arrayrope <command>: error: message`` (one line, the options as typed); the usage status."""
+    prog = getattr(args, "_prog", f"arrayrope {args.command}")
+    text = as_typed(" ".join(message.split()), getattr(args, "_parser", None), getattr(args, "_names", None))
+    print(f"{prog}: error: {text}", file=sys.stderr)
+    return USAGE
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    except SystemExit as exc:  # --help (0) or an argument error, already printed (2)
-        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    except SystemExit as exc:  # --help or --version (0) or an argument error, already printed (2)
+        return int(exc.code or 0) if not isinstance(exc.code, str) else USAGE
     if args.command is None:
         parser.print_help()
-        return 2
+        return USAGE
     try:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
-        print(f"arrayrope {args.command}: interrupted", file=sys.stderr)
+        print(f"{getattr(args, '_prog', 'arrayrope')}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        print(f"arrayrope {args.command}: error: {describe(exc)}", file=sys.stderr)
-        return 2
+        return fail(args, describe(exc))

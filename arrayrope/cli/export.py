@@ -10,6 +10,7 @@ from . import fuse as fuse_command
 
 HELP = ("write an ONNX model that applies rotary embeddings (tables from arrayrope's float64 core); "
         "'arrayrope export fuse' fuses those of an existing model")
+PYTHON_NAMES = {"freqs (an int head_dim)": "--head-dim"}
 
 
 class _Given(argparse.Action):
@@ -24,31 +25,43 @@ class _Given(argparse.Action):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head-dim", type=int, default=None, action=_Given,
-                        help="features per head (or from --config)")
-    parser.add_argument("--num-heads", type=int, default=None, help="heads (required for --rank 3; or from --config)")
-    parser.add_argument("--num-kv-heads", type=int, default=None, help="heads of k with --qk (grouped-query attention)")
+                        help="features per head (required unless --config gives it)")
+    parser.add_argument("--num-heads", type=int, default=None,
+                        help="heads of x or q (required for --rank 3; default: from --config, else not fixed)")
+    parser.add_argument("--num-kv-heads", type=int, default=None,
+                        help="heads of k with --qk (grouped-query attention; default: --num-heads)")
     parser.add_argument("--rank", type=int, choices=(3, 4), default=4,
                         help="4: (batch, heads, seq, head_dim); 3: (batch, seq, heads*head_dim)")
-    parser.add_argument("--layout", choices=("half", "interleaved"), default="half")
-    parser.add_argument("--target", choices=("auto", "onnx23", "ort", "portable"), default="auto")
-    parser.add_argument("--max-positions", type=int, default=4096, help="table rows: position ids must be below it")
+    parser.add_argument("--layout", choices=("half", "interleaved"), default="half",
+                        help="which features pair up: half-split (Llama's rotate_half) or interleaved (GPT-J)")
+    parser.add_argument("--target", choices=("auto", "onnx23", "ort", "portable"), default="auto",
+                        help="the nodes: onnx23 (standard RotaryEmbedding), ort (ONNX Runtime's contrib op), portable "
+                             "(standard ops); auto: the fastest the other options allow")
+    parser.add_argument("--max-positions", type=int, default=None,
+                        help="a bound on the positions: store cos/sin tables of this many rows, and position ids must "
+                             "be below it (default: no bound; cos/sin computed in the graph from the position ids, "
+                             "right at every position below 2**30)")
     parser.add_argument("--base", type=float, default=10000.0, action=_Given, help="rope_theta (or from --config)")
     parser.add_argument("--rotary-dim", type=int, default=None, action=_Given,
-                        help="leading features that rotate (default all; or from --config)")
+                        help="leading features that rotate (default: all, or from --config)")
     parser.add_argument("--config", default=None,
                         help="a Hugging Face config.json or its folder (head_dim, rope_theta, rotary dim, scaling, "
-                             "heads); not combined with --head-dim, --base, --rotary-dim")
-    parser.add_argument("--dtype", choices=("float32", "float16", "bfloat16", "float64"), default="float32")
-    parser.add_argument("--tables", choices=("constant", "computed"), default="constant",
-                        help="computed: cos/sin built in the graph (portable only)")
-    parser.add_argument("--opset", type=int, default=None)
+                             "heads); not combined with --head-dim, --base, --rotary-dim (default: none, the flags say "
+                             "it)")
+    parser.add_argument("--dtype", choices=("float32", "float16", "bfloat16", "float64"), default="float32",
+                        help="element type of the rotated tensors and the tables")
+    parser.add_argument("--tables", choices=("constant", "computed"), default=None,
+                        help="constant: stored tables of --max-positions rows; computed: cos/sin built in the graph "
+                             "from the position ids (default: constant with --max-positions, else computed)")
+    parser.add_argument("--opset", type=int, default=None,
+                        help="default-domain opset (default: 23 for onnx23, 17 otherwise)")
     parser.add_argument("--no-position-ids", action="store_true", help="positions 0..seq-1 instead of an input")
     parser.add_argument("--qk", action="store_true", help="inputs q and k, outputs q_rot and k_rot")
     parser.add_argument("-o", "--output", default=None, help="where to write the .onnx file (required)")
+    from . import add_command
+
     actions = parser.add_subparsers(dest="action", metavar="fuse", title="on an existing model")
-    fuse = actions.add_parser("fuse", help=fuse_command.HELP, description=fuse_command.HELP)
-    fuse_command.add_arguments(fuse)
-    fuse.set_defaults(_run=fuse_command.run)
+    add_command(actions, "fuse", fuse_command, "arrayrope export fuse")
 
 
 def _freqs_from_config(path: str, args: argparse.Namespace) -> Any:

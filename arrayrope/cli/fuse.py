@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import os
 
 HELP = "replace each rotary embedding of an ONNX model with one fused node, checked on ONNX Runtime"
+VERDICT = True
+PYTHON_NAMES = {"providers": "--provider", "validate": "--no-validate"}
+EPILOG = """\
+exit status:
+  0  verified: the fused model was compared with the original on ONNX Runtime, agreed, and was written
+  1  failed: the fused model differs from the original; nothing was written
+  2  usage or input error (one line on stderr: 'arrayrope export fuse: error: ...'); nothing was written
+  3  not verified: the fused model was written, each fused rotation checked on its own, but the whole
+     model was not compared with the original (--no-validate, or no provider asked for could run it)"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="the .onnx file to read (it is not changed)")
-    parser.add_argument("-o", "--output", required=True, help="where to write the fused model")
+    parser.add_argument("-o", "--output", required=True, help="where to write the fused model (required)")
     parser.add_argument("--target", choices=("onnx23", "ort"), default="onnx23",
                         help="onnx23: the standard RotaryEmbedding (the model is converted to opset 23 if older); "
                              "ort: ONNX Runtime's com.microsoft.RotaryEmbedding at the model's opset")
@@ -18,36 +27,71 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="exact: arrayrope's float64-computed caches (no Cos/Sin, exact at long positions); "
                              "model: the model's own cos/sin computation")
     parser.add_argument("--max-positions", type=int, default=None,
-                        help="rows of the exact caches: position ids must stay below it (default 4096)")
+                        help="a bound on the positions: exact caches of this many rows are stored, and position ids "
+                             "must stay below it (default: no bound; cos/sin computed in the graph from the position "
+                             "ids, right at every position below 2**30)")
     parser.add_argument("--inputs", default=None,
                         help="an .npz of the model's inputs, for models that sample inputs cannot run "
-                             "(past key/value caches)")
-    parser.add_argument("--no-validate", action="store_true", help="do not compare the two models on ONNX Runtime")
+                             "(past key/value caches); default: inputs made from the model's input types")
+    parser.add_argument("--no-validate", action="store_true",
+                        help="do not compare the two models on ONNX Runtime (the verdict is then 'not verified')")
     parser.add_argument("--provider", action="append", default=None, choices=("cuda", "cpu"),
-                        help="ONNX Runtime provider for the validation (repeatable; default: CUDA when available, "
-                             "then CPU)")
+                        help="ONNX Runtime provider for the validation; repeatable (default: CUDA when available, "
+                             "then CPU); a provider named here that cannot run makes the verdict 'not verified'")
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Every argument that can be checked without reading the model, before any work."""
+    if args.max_positions is not None and args.max_positions < 1:
+        raise ValueError(f"--max-positions must be a positive int, got {args.max_positions}")
+    folder = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(folder):
+        raise ValueError(f"-o {args.output}: the folder {folder!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"-o {args.output}: the folder {folder!r} is not writable")
+    if os.path.isdir(args.output):
+        raise ValueError(f"-o {args.output}: is a folder; name the .onnx file to write")
+    for option, path in (("model", args.model), ("--inputs", args.inputs)):
+        if path is not None and not os.path.isfile(path):
+            what = "is not a regular file" if os.path.exists(path) else "does not exist"
+            raise ValueError(f"{option} {path}: {what}")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit 0 when the model was written, 1 when the fused model failed validation (nothing written), 2 on errors."""
+    """Exit 0 written and verified, 1 the fused model differs (nothing written), 3 written but not verified."""
+    _check_arguments(args)
     import numpy as np
     import onnx
 
     from arrayrope.export import fuse_rotary
 
+    from ._verdict import NOT_VERIFIED, conclude
+
     try:
         feed = None if args.inputs is None else dict(np.load(args.inputs))
-        fused, report = fuse_rotary(args.model, target=args.target, tables=args.tables,
-                                    max_positions=args.max_positions, inputs=feed, validate=not args.no_validate,
-                                    providers=args.provider)
-    except (TypeError, ValueError, OSError) as exc:
-        print(f"arrayrope export fuse: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 2
+    except Exception as exc:
+        raise ValueError(f"--inputs {args.inputs}: not an .npz of arrays ({exc})") from None
+    fused, report = fuse_rotary(args.model, target=args.target, tables=args.tables,
+                                max_positions=args.max_positions, inputs=feed, validate=not args.no_validate,
+                                providers=args.provider)
     print(report)
-    if not report.ok:
-        print(f"verdict: the fused model differs from the original; {args.output} not written")
-        return 1
-    large = fused.ByteSize() >= 2**31 - 1  # protobuf's limit: keep the tensors in a file of their own
-    onnx.save(fused, args.output, save_as_external_data=large)
+    validation = report.validation
+    if validation is None:
+        onnx.save(fused, args.output, save_as_external_data=fused.ByteSize() >= 2**31 - 1)
+        print("verdict: NOT VERIFIED: the fused model was not compared with the original (--no-validate); "
+              f"each fused rotation was checked on its own\nwrote {args.output}: {report.fused} of "
+              f"{len(report.rotations)} rotary applications fused")
+        return NOT_VERIFIED
+    missing = []
+    for name in dict.fromkeys(args.provider or ()):
+        device = "CUDA" if name == "cuda" else "CPU"
+        if not any(r.device == device for r in validation.rows):
+            missing.append((f"--provider {name}", next((why for what, why in validation.skipped if device in what),
+                                                       "it did not run")))
+    status = conclude(validation, words=("valid", "INVALID", "NOT VERIFIED"), missing=missing)
+    if validation.status == "failed":
+        print(f"{args.output} not written: the fused model differs from the original")
+        return status
+    onnx.save(fused, args.output, save_as_external_data=fused.ByteSize() >= 2**31 - 1)  # protobuf's 2 GiB limit
     print(f"wrote {args.output}: {report.fused} of {len(report.rotations)} rotary applications fused")
-    return 0
+    return status

@@ -10,13 +10,15 @@ from collections.abc import Iterable
 from typing import Any, TextIO
 
 HELP = "run the built-in encodings on every installed backend and dtype against float64 NumPy formulas"
+VERDICT = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backends",
         default=None,
-        help="comma-separated backends, e.g. numpy,torch,torch-cuda (default: ARRAYROPE_BACKENDS or all installed)",
+        help="comma-separated backends, e.g. numpy,torch,torch-cuda (default: ARRAYROPE_BACKENDS or all installed); "
+             "a backend named here that cannot run makes the verdict 'not verified'",
     )
     parser.add_argument(
         "--dtypes", default=None, help="comma-separated dtypes among float32,float64,float16,bfloat16 (default: all)"
@@ -61,21 +63,33 @@ def print_skipped(report: Any, out: TextIO | None = None) -> None:
         print(f"not run here: {what}: {reason.split(': ', 1)[-1]}", file=out)
 
 
-def run(args: argparse.Namespace) -> int:
+def requested(value: str | None, option: str = "--backends") -> tuple[list[str] | None, list[tuple[str, str]]]:
+    """The backend names of ``--backends`` (None: the default selection), and those of them that cannot run here.
+
+    An unknown name is an error that names the option.
+    """
     from arrayrope.backends import available
+
+    names = split(value)
+    if names is None:
+        return None, []
+    try:
+        _, missing = available(names, with_reasons=True)
+    except ValueError as exc:
+        raise ValueError(f"{option}: {exc}") from None
+    return names, [(f"{option} {name}", reason) for name, reason in missing.items()]
+
+
+def run(args: argparse.Namespace) -> int:
     from arrayrope.testing._cases import builtin_cases
     from arrayrope.testing._parity import _dtypes
 
-    names, dtypes = split(args.backends), split(args.dtypes)
-    if names is not None:
-        available(names)  # unknown names: the error (reported by main) lists the known ones
+    from ._verdict import conclude
+
+    names, missing = requested(args.backends)
+    dtypes = split(args.dtypes)
     if dtypes is not None:
-        _dtypes(dtypes)
+        _dtypes(dtypes)  # a bad name: the error names --dtypes (main)
     report = run_cases(builtin_cases(), backends=names, dtypes=dtypes)
     print_skipped(report)
-    failed = report.failures
-    if not report.rows:
-        print("no row ran: none of the requested backends and dtypes is available here")
-        return 1
-    print(f"{len(report.rows) - len(failed)} of {len(report.rows)} rows agree with the float64 references")
-    return 1 if failed else 0
+    return conclude(report, missing=missing)

@@ -208,7 +208,8 @@ def t5_relative_buckets(
     r = ns.clip(ns.astype(rel, wide), -bound, bound)  # widened first: nothing wraps, |r| fits
     zero = ns.zeros((), dtype=wide, device=device)
     n = ns.abs(r) if bidirectional else -ns.minimum(r, zero)
-    starts = ns.asarray(_bucket_starts(per_side, max_distance), device=device)  # [E, t_1, ..., t_{K-1}]
+    # [E, t_1, ..., t_{K-1}]; a copy of the cached read-only starts (PyTorch warns on read-only memory)
+    starts = ns.asarray(_bucket_starts(per_side, max_distance).copy(), device=device)
     counted = ns.astype(ns.searchsorted(starts, ns.reshape(n, (-1,)), side="right"), wide)
     large = ns.reshape(counted, tuple(n.shape)) + (exact - 1)
     buckets = ns.where(n < exact, n, large)

@@ -38,8 +38,10 @@ class RotaryEmbedding:
         Hugging Face scaling dict, as for :func:`rope_frequencies`.
     max_position_embeddings : int, optional
         The model's context length, which some rope types need (see Notes); also
-        the rows of the cos/sin caches when ``torch.onnx.export`` traces the call
-        (default 4096; see ``arrayrope.export.torch_options``).
+        the rows of the cos/sin caches when ``torch.onnx.export`` traces the call;
+        without it (and without ``arrayrope.export.torch_options(max_positions=...)``)
+        the exported graph computes cos/sin from the position ids, right at every
+        position below ``2**30``.
     layout : {"half", "interleaved"}
         Pair layout (see :func:`apply_rotary`).
     axes : {"bhsd", "bshd"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..backends import Backend, to_numpy
 from ..backends import available as backends
+from ._cases import exact_angles
 from ._compare import assert_close, default_tolerance, tolerance_at
 from ._identify import RopeConvention, identify_rope
 from ._parity import ParityCase, check_parity
@@ -29,6 +30,7 @@ __all__ = [
     "backends",
     "check_parity",
     "default_tolerance",
+    "exact_angles",
     "identify_rope",
     "to_numpy",
     "tolerance_at",

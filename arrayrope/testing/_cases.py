@@ -3,17 +3,71 @@
 The oracles are written from the published formulas (rotate_half, the complex form,
 the Transformer's sinusoids), not with arrayrope's code, so ``arrayrope parity``
 checks the library against the definitions and not only against itself.
+
+An oracle must be more precise than what it judges. The float64 angle ``p * theta``
+rounds by up to half an ulp of the angle, ``|p * theta| * 2**-53``: about 6e-11 at
+position ``2**20``, beyond the float64 tolerance (``2**-40``), and ``cos``/``sin`` pass
+it on. So the oracles here reduce each angle exactly: ``p * theta`` with ``theta``'s
+float64 value is an exact rational, reduced modulo ``2 pi`` (known to 360 bits) in
+integer arithmetic, and only the reduced angle in ``[0, 2 pi)`` is rounded to
+float64, whose cos and sin are then good to an ulp or two at any position.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 
 from ._parity import ParityCase
 
-__all__ = ["builtin_cases"]
+__all__ = ["builtin_cases", "exact_angles"]
+
+#: pi to 110 significant digits (about 365 bits).
+_PI_DIGITS = (
+    "31415926535897932384626433832795028841971693993751058209749445923078164062862089986280348253421170679821480865"
+)
+_BITS = 300  # angles are reduced as multiples of 2**-300
+_TWO_PI = (2 * int(_PI_DIGITS) << _BITS) // 10 ** (len(_PI_DIGITS) - 1)  # 2 pi * 2**300, to 2**-60 relative
+
+
+@functools.lru_cache(maxsize=64)
+def _reduced(positions: tuple[int, ...], inv_freq: tuple[float, ...]) -> np.ndarray:
+    """``(p * theta) mod 2 pi`` for every pair, exact before one final rounding to float64."""
+    out = np.empty((len(positions), len(inv_freq)))
+    for j, theta in enumerate(inv_freq):
+        num, den = theta.as_integer_ratio()  # den is a power of two, at most 2**1074; here far below 2**300
+        shift = _BITS - (den.bit_length() - 1)
+        if shift < 0:
+            raise ValueError(f"frequency {theta!r} is too small for the exact oracle")
+        for i, p in enumerate(positions):
+            out[i, j] = ((p * num << shift) % _TWO_PI) / (1 << _BITS)  # int / int rounds correctly
+    return out
+
+
+def exact_angles(positions: Any, inv_freq: Any) -> np.ndarray:
+    """The angles ``positions[..., None] * inv_freq`` reduced exactly into ``[0, 2 pi)``, in float64.
+
+    ``positions`` are integers; the result has their shape plus one axis of
+    ``len(inv_freq)``. Use it (or any exact reduction, or mpmath) for float64
+    references at far positions: ``np.cos(p * theta)`` computed in float64 is off by
+    up to ``|p * theta| * 2**-53`` before the cosine is taken.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from arrayrope.testing import exact_angles
+    >>> p = np.array([2**40])
+    >>> float(np.cos(exact_angles(p, np.array([1.0])))[0, 0])  # cos(2**40), to the last digit
+    -0.9140040719915569
+    """
+    pos = np.asarray(positions)
+    if pos.dtype.kind not in "iu":
+        raise TypeError(f"positions must be integers, got dtype {pos.dtype}")
+    flat = tuple(int(p) for p in pos.reshape(-1))
+    freqs = tuple(float(f) for f in np.asarray(inv_freq, dtype=np.float64).reshape(-1))
+    return _reduced(flat, freqs).reshape((*pos.shape, len(freqs)))
 
 
 def _inv_freq(rotary_dim: int, base: float = 10000.0) -> np.ndarray:
@@ -23,7 +77,7 @@ def _inv_freq(rotary_dim: int, base: float = 10000.0) -> np.ndarray:
 def _rope_half(x: np.ndarray, positions: np.ndarray, base: float = 10000.0) -> np.ndarray:
     """``x * cos + rotate_half(x) * sin`` (GPT-NeoX / Llama), positions broadcast over ``x[..., :, :]``."""
     d = x.shape[-1]
-    ang = np.asarray(positions, dtype=np.float64)[..., None] * _inv_freq(d, base)
+    ang = exact_angles(positions, _inv_freq(d, base))
     cos = np.concatenate([np.cos(ang)] * 2, axis=-1)
     sin = np.concatenate([np.sin(ang)] * 2, axis=-1)
     rotated = np.concatenate([-x[..., d // 2 :], x[..., : d // 2]], axis=-1)
@@ -34,7 +88,7 @@ def _rope_half(x: np.ndarray, positions: np.ndarray, base: float = 10000.0) -> n
 def _rope_complex(x: np.ndarray, positions: np.ndarray, rotary_dim: int, base: float = 10000.0) -> np.ndarray:
     """Interleaved pairs as complex numbers times ``exp(i * position * theta)`` (RoFormer, Meta's freqs_cis)."""
     z = x[..., :rotary_dim:2] + 1j * x[..., 1:rotary_dim:2]
-    z = z * np.exp(1j * np.asarray(positions, dtype=np.float64)[:, None] * _inv_freq(rotary_dim, base))
+    z = z * np.exp(1j * exact_angles(positions, _inv_freq(rotary_dim, base)))
     out = x.copy()
     out[..., :rotary_dim:2], out[..., 1:rotary_dim:2] = z.real, z.imag
     return out
@@ -42,7 +96,7 @@ def _rope_complex(x: np.ndarray, positions: np.ndarray, rotary_dim: int, base: f
 
 def _sinusoid(positions: np.ndarray, dim: int) -> np.ndarray:
     """Vaswani et al.: ``PE[p, 2i] = sin(p / 10000^(2i/dim))``, ``PE[p, 2i+1] = cos(...)``."""
-    ang = np.asarray(positions, dtype=np.float64)[:, None] * _inv_freq(dim)
+    ang = exact_angles(positions, _inv_freq(dim))
     pe = np.empty((len(positions), dim))
     pe[:, 0::2], pe[:, 1::2] = np.sin(ang), np.cos(ang)
     return pe

@@ -48,8 +48,15 @@ def default_tolerance(dtype: Any) -> tuple[float, float]:
       cover frequencies a few ulps apart at angles up to about a thousand radians
       (positions up to about 1000 on the fastest pair, 4096 with frequencies one ulp
       apart); a defect (a wrong layout, a position off by one, a base off by 1e-6, any
-      step done in float32) is larger by orders of magnitude. Compare at larger angles
-      with an explicit ``rtol``.
+      step done in float32) is larger by orders of magnitude.
+
+    Far positions. A float64 reference that computes ``cos(p * theta)`` as written is
+    itself off by up to half an ulp of the angle, ``|p * theta| * 2**-53`` (6e-11 at
+    ``p = 2**20``, ``theta = 1``), which exceeds the float64 tolerance while a library
+    that reduces angles exactly, as arrayrope does, is right. Either reduce the
+    reference's angles exactly (:func:`exact_angles`, or mpmath), or add the
+    reference's own error to the tolerance: ``atol=default_tolerance("float64")[1] +
+    2**-52 * max|p * theta| * max|x|``.
 
     ``rtol`` applies to the magnitude of the expected values and ``atol`` equals it, so
     values near zero are held to the same absolute error as the largest ones.

@@ -109,6 +109,13 @@ def check_parity(
     returns an array of another library, device, dtype or shape than expected, or NaN
     where the reference has none. The reference run itself must succeed: its
     exception propagates. Lazy results (Dask, JAX) are computed for the comparison.
+    A report whose every backend was skipped is ``"not verified"`` and not ``ok``.
+
+    An oracle's own error belongs in the tolerance. A float64 oracle that computes
+    ``cos(p * theta)`` as written rounds the angle by up to ``|p * theta| * 2**-53``
+    (6e-11 at position ``2**20``), more than the float64 tolerance: at far positions
+    give it exact angles (:func:`exact_angles`, mpmath) or widen ``atol`` by that bound
+    (see :func:`default_tolerance`).
 
     Examples
     --------

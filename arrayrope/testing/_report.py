@@ -2,7 +2,7 @@
 
 One type serves :func:`~arrayrope.testing.check_parity` and
 :func:`arrayrope.export.validate`, so a parity check on array libraries and a
-validation on ONNX runtimes read, print and combine the same way.
+validation on ONNX runtimes read, print, combine and conclude the same way.
 """
 
 from __future__ import annotations
@@ -10,8 +10,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from typing import Literal, TypeAlias
 
-__all__ = ["Report", "Row"]
+__all__ = ["EXIT_STATUS", "Report", "Row", "Status"]
+
+Status: TypeAlias = Literal["verified", "failed", "not verified"]
+"""What a report concludes: every numeric check agreed, one disagreed, or nothing numeric ran."""
+
+#: The exit status of a command whose verdict is each status (2 is kept for usage and input errors).
+EXIT_STATUS: dict[Status, int] = {"verified": 0, "failed": 1, "not verified": 3}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +29,8 @@ class Row:
     reference value (elementwise relative errors are meaningless where the reference
     crosses zero); ``ok`` means ``max_abs_error <= tolerance`` and that the output had
     the expected namespace, device, dtype and shape. ``note`` says why a row failed.
+    ``numeric`` is False for a check that compares no values (``onnx.checker``, shape
+    inference): such a row can fail a report but never verifies one.
     """
 
     backend: str
@@ -33,15 +42,30 @@ class Row:
     ok: bool
     note: str = ""
     case: str = ""
+    numeric: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
 class Report:
     """Rows of a parity check or of an export validation; prints as a table.
 
-    ``ok`` is true when every row passed. ``skipped`` lists ``(what, reason)`` for
-    backends, dtypes or runtimes that could not run here; a skip is not a failure.
-    ``title`` says what was checked. Reports combine with ``+``.
+    ``skipped`` lists ``(what, reason)`` for backends, dtypes or runtimes that could
+    not run here; a skip is not a failure, and it verifies nothing. ``title`` says
+    what was checked. Reports combine with ``+``.
+
+    ``status`` concludes: ``"failed"`` when a row failed, ``"not verified"`` when no
+    numeric row ran (everything was skipped, or only structural checks ran),
+    ``"verified"`` otherwise. ``ok`` is ``status == "verified"``: a report in which
+    nothing was compared is never ok. ``verdict()`` says it in one line, with what
+    ran and what did not (the reasons are in ``skipped`` and in the printed report).
+
+    Examples
+    --------
+    >>> from arrayrope.testing import Report, Row
+    >>> Report(skipped=(("cupy", "No module named 'cupy'"),)).status
+    'not verified'
+    >>> Report((Row("numpy", "cpu", "float32", 1e-7, 1e-7, 5e-7, True),)).verdict()
+    'verified: 1 numeric check agrees (numpy cpu)'
     """
 
     rows: tuple[Row, ...] = ()
@@ -49,8 +73,39 @@ class Report:
     title: str = ""
 
     @property
+    def status(self) -> Status:
+        """``"failed"``, ``"not verified"`` (no numeric row) or ``"verified"``."""
+        if any(not r.ok for r in self.rows):
+            return "failed"
+        return "verified" if any(r.numeric for r in self.rows) else "not verified"
+
+    @property
     def ok(self) -> bool:
-        return all(r.ok for r in self.rows)
+        """Whether numeric checks ran and every row passed (``status == "verified"``)."""
+        return self.status == "verified"
+
+    @property
+    def exit_status(self) -> int:
+        """0 verified, 1 failed, 3 not verified: the exit status of a command with this verdict."""
+        return EXIT_STATUS[self.status]
+
+    def verdict(self) -> str:
+        """One line: the status, how many numeric checks agreed or failed and where, and what did not run."""
+        numeric = [r for r in self.rows if r.numeric]
+        where = sorted({_where(dataclasses.replace(r, case="", dtype="")) for r in numeric if r.ok})
+        failed = self.failures
+        if failed:
+            worst = "; ".join(_where(r) + (f": {r.note}" if r.note else "") for r in failed[:3])
+            text = f"failed: {len(failed)} of {len(self.rows)} checks disagree ({worst})"
+        elif numeric:
+            agree = "agrees" if len(numeric) == 1 else "agree"
+            text = f"verified: {_count(len(numeric), 'numeric check')} {agree} ({', '.join(where)})"
+        else:
+            ran = f" ({_count(len(self.rows), 'structural check')} passed)" if self.rows else ""
+            text = f"not verified: no numeric check could run here{ran}"
+        if self.skipped:
+            text += "; not run here: " + ", ".join(what for what, _ in self.skipped) + " (reasons listed above)"
+        return text
 
     @property
     def failures(self) -> tuple[Row, ...]:
@@ -104,6 +159,16 @@ class Report:
 
     def __str__(self) -> str:
         return self.format()
+
+
+def _where(r: Row) -> str:
+    """``case on backend device dtype``, the parts a row has."""
+    at = " ".join(p for p in (r.backend, r.device, r.dtype) if p and p != "-")
+    return " on ".join(p for p in (r.case, at) if p)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def _num(v: float) -> str:

@@ -138,7 +138,8 @@ def _has(name: str) -> bool:
 
 
 def _check_dispatch(backend, data, strategy=None) -> None:
-    lead, head_dim, rotary_dim, pattern, layout, dtype = data.draw(strategy or cases(backend.dtypes))
+    strategy = cases(backend.dtypes) if strategy is None else strategy  # a strategy's truth value is no choice
+    lead, head_dim, rotary_dim, pattern, layout, dtype = data.draw(strategy)
     (x, cos, sin), _ = _case(backend, lead, head_dim, rotary_dim, pattern, dtype)
     before = to_numpy(x).copy()
     out = arrayrope.apply_rotary(x, cos, sin, layout=layout)

@@ -79,7 +79,8 @@ def run(model, feed):
     opts.log_severity_level = 3
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     names = [i.name for i in sess.get_inputs()]
-    return sess.run(None, {n: v for n, v in zip(("q", "k", "position_ids"), feed, strict=False) if n in names})
+    inputs = ("x", "position_ids") if names[0] == "x" else ("q", "k", "position_ids")
+    return sess.run(None, {n: v for n, v in zip(inputs, feed, strict=False) if n in names})
 
 
 def oracle(x, positions, inv_freq, layout, axes):
@@ -284,3 +285,41 @@ def test_after_import_runs_once_after_the_module_and_never_breaks_it(tmp_path, m
 
 def test_registration_happened_before_the_first_export():
     assert torch_onnx.registered() == (True, "")
+
+
+class Unbounded(Attention):
+    """A module whose RotaryEmbedding has no max_position_embeddings: no bound on the positions."""
+
+    def __init__(self, **rope):
+        torch.nn.Module.__init__(self)
+        self.rope = arrayrope.RotaryEmbedding(HEAD_DIM, **rope)
+
+
+#: Far beyond the 4096 rows a default cache had (whose ids from 4096 on gave NaN), up to 2**29.
+FAR = np.array([[0, 1, 4095, 4096, 4097, 70_000, 1 << 20, (1 << 20) + 5, 123_456_789, 1 << 29],
+                [7, 5000, 65_536, 999_999, (1 << 21) + 3, 1 << 24, 3 << 25, 1 << 28, 5, 2**30 - 1]])
+
+
+@pytest.mark.parametrize("opset,target,dynamo", [(23, "auto", True), (18, "auto", True), (17, "ort", True),
+                                                 (17, "auto", False)])
+def test_without_a_bound_the_graph_computes_cos_sin_right_at_every_position(opset, target, dynamo):
+    """Nothing bounds the positions, so nothing may be stored in rows: cos/sin come from the position ids in the
+    graph with the exact float32 method. Oracle: rotation matrices on float64 angles, whose own error at 2**30 is
+    below 2**30 * 2**-53 = 1.2e-7, a tenth of the tolerance."""
+    module = Unbounded(layout="interleaved", rotary_dim=12)
+    with torch_options(target=target):
+        model = export(module, opset=opset, dynamo=dynamo)
+    found = ops(model)
+    assert not {"Cos", "Sin"} & set(found) and double_uses(model) == []
+    assert not [t for t in model.graph.initializer if t.dims and t.dims[0] in (4096, 4097)]  # no cache of rows
+    assert found["RotaryEmbedding"] == (0 if opset < 23 and target == "auto" else 2)
+    check_runs(model, module, "bhsd", "interleaved", 12, FAR, tol=2e-6)
+
+
+def test_rope_model_default_is_unbounded_too():
+    from arrayrope.export import rotary_model
+
+    model = rotary_model(HEAD_DIM, num_heads=HQ)
+    (y,) = run(model, (np.ones((2, HQ, FAR.shape[1], HEAD_DIM), np.float32), FAR))
+    want = oracle(np.ones((2, HQ, FAR.shape[1], HEAD_DIM)), FAR, inv_freq_formula(HEAD_DIM, 10000.0), "half", "bhsd")
+    assert np.max(np.abs(y - want)) <= 2e-6

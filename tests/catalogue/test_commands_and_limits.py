@@ -24,17 +24,18 @@ def _commands():
     if HAS["matplotlib"]:
         yield ["plot", "--types", "bogus"], "'bogus' is not one of"
         yield ["plot", "--types", "linear", "--factor", "-1"], "--factor must be a number >= 1, got -1"
-        yield ["plot", "--head-dim", "7", "--types", "default"], "head_dim must be even"
+        yield ["plot", "--head-dim", "7", "--types", "default"], "--head-dim must be even"
         yield ["plot", "/no/such/config.json"], "does not exist"
     if HAS["onnx"] and HAS["onnxruntime"]:
         for flags, message in [
-            (["--head-dim", "8", "--max-positions", "0"], "max_positions must be positive"),
-            (["--head-dim", "8", "--num-heads", "-2"], "num_heads must be positive"),
-            (["--head-dim", "8", "--rotary-dim", "10"], "rotary_dim must be <= head_dim=8"),
-            (["--head-dim", "8", "--tables", "computed", "--target", "onnx23"], "needs target='portable'"),
-            (["--head-dim", "8", "--dtype", "float64", "--target", "ort"], "cannot be carried by target='ort'"),
-            (["--head-dim", "8", "--rank", "3"], "rank=3 input"),
-            (["--head-dim", "8", "--num-kv-heads", "2"], "num_kv_heads applies to k and needs qk=True"),
+            (["--head-dim", "8", "--max-positions", "0"], "--max-positions must be positive"),
+            (["--head-dim", "8", "--num-heads", "-2"], "--num-heads must be positive"),
+            (["--head-dim", "8", "--rotary-dim", "10"], "--rotary-dim must be <= --head-dim 8"),
+            (["--head-dim", "8", "--tables", "computed", "--max-positions", "64"],
+             "--max-positions 64 bounds stored tables, and --tables computed stores none"),
+            (["--head-dim", "8", "--dtype", "float64", "--target", "ort"], "cannot be carried by --target ort"),
+            (["--head-dim", "8", "--rank", "3"], "--rank 3 input"),
+            (["--head-dim", "8", "--num-kv-heads", "2"], "--num-kv-heads applies to k and needs --qk"),
             (["--head-dim", "8", "--opset", "100"], "newer than the installed onnx knows"),
             (["--config", "/no/such/config.json"], "does not exist"),
             (["--head-dim", "8", "--base", "inf"], "base must be a finite number > 0"),

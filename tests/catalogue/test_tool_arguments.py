@@ -70,20 +70,20 @@ def export_specs() -> Specs:
         "rotary_model": (ex.rotary_model, dict(freqs=8), dict(
             freqs=[np.ones(4), None, "8", 7, 0, 8.0], layout=choice("half"), target=[*choice("auto"), "tensorrt"],
             rank=[2, 5, "4", 4.0, None], num_heads=POS_INT[:-1], num_kv_heads=POS_INT[:-1],
-            max_positions=[*POS_INT, 2**40], position_ids=BOOL, tables=choice("constant"),
+            max_positions=[*POS_INT[:-1], 2**40], position_ids=BOOL, tables=choice("constant")[:-1],
             dtype=["float8", "int32", 3, np.complex64], opset=[0, -1, 1.5, "17", 12, 10**6], qk=BOOL,
             runtime=choice("any"), base=POS_REAL, rotary_dim=[*EVEN, 10],
             scaling=["linear", 3, {"rope_type": "nope"}])),
         "rotary_function": (ex.rotary_function, dict(freqs=8), dict(name=["", 3, None], domain=["", 3, None],
-                                                                    max_positions=POS_INT)),
+                                                                    max_positions=POS_INT[:-1])),
         "add_rotary": (ex.add_rotary, dict(model=model, q="x", freqs=8, max_positions=16), dict(
             model=[None, 3, "/no/such.onnx", b"xx", GraphProto()], q=[None, 3, "nope", ""], k=[3, "nope"],
-            position_ids=[3, "nope", "x"], freqs=[None, "8", 7], rank=[2, 5, "4"], max_positions=POS_INT)),
+            position_ids=[3, "nope", "x"], freqs=[None, "8", 7], rank=[2, 5, "4"], max_positions=POS_INT[:-1])),
         "validate": (ex.validate, dict(model=model, providers="cpu"), dict(
             model=[None, 3, "/no/such.onnx", ModelProto()], providers=["gpu", 3, [3], ["xpu"]],
             reference_evaluator=BOOL, seed=[-1, 1.5, "s", True], raise_on_failure=BOOL)),
         "ExportOptions": (ex.ExportOptions, dict(), dict(
-            layout=choice("half"), max_positions=POS_INT, num_heads=POS_INT[:-1], qk=BOOL,
+            layout=choice("half"), max_positions=POS_INT[:-1], num_heads=POS_INT[:-1], qk=BOOL,
             opset=[1.5, "17", True, 0], dtype=[3, object])),
     }
 

@@ -92,19 +92,21 @@ def test_a_fifo_is_refused_at_once(tmp_path):
 @pytest.mark.parametrize(
     "args, needles",
     [
-        (["export", "--head-dim", "8", "--max-positions", "-5"], ["max_positions must be positive, got -5"]),
-        (["export", "--head-dim", "0"], ["must be positive, got 0"]),
-        (["export", "--head-dim", "7"], ["must be even"]),
-        (["export", "--head-dim", "8", "--base", "nan"], ["base must be a finite number > 0, got nan"]),
-        (["export", "--head-dim", "8", "--target", "onnx23", "--opset", "17"], ["opset=17 is too old"]),
+        (["export", "--head-dim", "8", "--max-positions", "-5"], ["--max-positions must be positive, got -5"]),
+        (["export", "--head-dim", "0"], ["--head-dim must be positive, got 0"]),
+        (["export", "--head-dim", "7"], ["--head-dim must be even"]),
+        (["export", "--head-dim", "8", "--base", "nan"], ["--base must be a finite number > 0, got nan"]),
+        (["export", "--head-dim", "8", "--target", "onnx23", "--opset", "17"],
+         ["--opset 17 is too old for --target onnx23"]),
         (["export", "--head-dim", "8", "--rank", "5"], ["argument --rank: invalid choice: 5"]),
         (["export", "--head-dim", "eight"], ["argument --head-dim: invalid int value: 'eight'"]),
         (["export"], ["-o/--output is required"]),
-        (["export", "--max-positions", "8388608", "--head-dim", "128"], ["max_positions=8388608 needs 4.29 GB"]),
+        (["export", "--max-positions", "8388608", "--head-dim", "128"],
+         ["--max-positions 8388608 needs 4.29 GB", "use --max-positions <="]),
         (["check", "missing.onnx"], ["model='missing.onnx' does not exist"]),
-        (["parity", "--backends", "nmupy"], ["unknown backends ['nmupy']"]),
-        (["parity", "--dtypes", "float8"], ["dtypes must be a non-empty selection"]),
-        (["demo", "--backends", "nmupy"], ["unknown backends ['nmupy']"]),
+        (["parity", "--backends", "nmupy"], ["--backends: unknown backends ['nmupy']"]),
+        (["parity", "--dtypes", "float8"], ["--dtypes must be a non-empty selection"]),
+        (["demo", "--backends", "nmupy"], ["--backends: unknown backends ['nmupy']"]),
         (["plot", "--types", "bogus"], ["--types: 'bogus' is not one of"]),
         (["plot", "--types", "linear", "--factor", "0.5"], ["--factor must be a number >= 1, got 0.5"]),
         (["plot", "--types", "default", "--max-distance", "-3"], ["--max-distance must be a positive int, got -3"]),
@@ -158,3 +160,60 @@ def test_a_missing_extra_is_named(command, module, extra, tmp_path):
     (tmp_path / "x.onnx").write_bytes(b"")
     done = arrayrope(*command, cwd=tmp_path, block=module)
     one_line_error(done, command[0], f"this needs {module}, which is not installed: pip install 'arrayrope[{extra}]'")
+
+
+def test_version():
+    from arrayrope import __version__
+
+    done = arrayrope("--version")
+    assert (done.returncode, done.stdout) == (0, f"arrayrope {__version__}\n")
+
+
+def _parsers():
+    """Every command's parser, ``export fuse`` included, by its prog."""
+    import argparse
+
+    from arrayrope.cli import build_parser
+
+    todo, seen = [build_parser()], {}
+    while todo:
+        parser = todo.pop()
+        seen[parser.prog] = parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo.extend(action.choices.values())
+    return seen
+
+
+def test_every_option_shows_its_default_and_verdict_commands_their_exit_statuses():
+    parsers = _parsers()
+    assert {"arrayrope check", "arrayrope demo", "arrayrope parity", "arrayrope export fuse", "arrayrope plot",
+            "arrayrope export"} <= set(parsers)
+    for prog, parser in parsers.items():
+        text = parser.format_help()
+        for action in parser._actions:
+            if action.option_strings and action.dest not in ("help", "version"):
+                assert action.help, (prog, action.option_strings)
+                text_of = parser._get_formatter()._expand_help(action)
+                assert "default" in text_of or "required" in text_of, (prog, action.option_strings, text_of)
+                assert "None" not in text_of, (prog, action.option_strings, text_of)
+        if prog.split(" ", 1)[-1] in ("check", "demo", "parity", "export fuse"):
+            for status in ("0  verified", "1  failed", "2  usage or input error", "3  not verified"):
+                assert status in text, (prog, status)
+        elif prog != "arrayrope":
+            assert "exit status: 0 done, 2 usage or input error" in text, prog
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["check", "x.onnx", "--provider", "gpu"], "arrayrope check: error: argument --provider: invalid choice: 'gpu'"),
+    (["export", "fuse", "x.onnx"], "arrayrope export fuse: error: the following arguments are required: -o/--output"),
+    (["parity", "--dtypes", "float8"], "arrayrope parity: error: --dtypes must be a non-empty selection of"),
+    (["export", "--head-dim", "8", "--layout", "half", "--target", "ort", "--dtype", "float64", "-o", "x.onnx"],
+     "arrayrope export: error: --dtype float64 cannot be carried by --target ort"),
+])
+def test_one_error_form_naming_the_option_as_typed(args, expected, tmp_path):
+    if args[0] in ("export", "check"):
+        pytest.importorskip("onnx")
+    done = arrayrope(*args, cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and done.stdout == "", done
+    assert done.stderr.startswith(expected), done.stderr

@@ -3,9 +3,17 @@
 torchtune caches float32 cos/sin tables of ``max_seq_len`` positions, computed as
 ``float32(position) * float32(theta)``, and rotates ``(b, s, n_h, h_d)`` inputs in float32
 (interleaved) or in the input dtype (half-split, tables cast first). Tolerances: ``_conformance``.
+
+torchtune's package ``__init__`` imports its datasets, training and quantisation code
+(datasets, pandas, pyarrow, torchao: about 400 MB that nothing here uses), so torchtune is
+installed without its dependencies and only its four RoPE files, which need torch alone,
+are loaded from the installed package, each as a module of its own.
 """
 
 from __future__ import annotations
+
+import importlib.util
+import pathlib
 
 import numpy as np
 import pytest
@@ -15,12 +23,32 @@ import arrayrope
 from arrayrope.testing import identify_rope
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
-pytest.importorskip("torchao", reason="torchtune imports torchao (0.13)")
-tt = pytest.importorskip("torchtune", reason="torchtune is not installed")
-from torchtune.models.llama3_1 import Llama3ScaledRoPE  # noqa: E402
-from torchtune.models.phi3 import Phi3RotaryPositionalEmbeddings  # noqa: E402
-from torchtune.models.qwen2 import Qwen2RotaryPositionalEmbeddings  # noqa: E402
-from torchtune.modules import RotaryPositionalEmbeddings, VisionRotaryPositionalEmbeddings  # noqa: E402
+
+
+def _load_rope_files():
+    """The RoPE modules' files of the installed torchtune, without running its package ``__init__``."""
+    spec = importlib.util.find_spec("torchtune")  # locates the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("torchtune is not installed (pip install --no-deps torchtune)", allow_module_level=True)
+    root = pathlib.Path(next(iter(spec.submodule_search_locations)))
+    found = {}
+    for relative in ("modules/position_embeddings.py", "models/llama3_1/_position_embeddings.py",
+                     "models/phi3/_position_embeddings.py", "models/qwen2/_positional_embeddings.py"):
+        name = "_torchtune_" + relative.removesuffix(".py").replace("/", "_")
+        file_spec = importlib.util.spec_from_file_location(name, root / relative)
+        assert file_spec is not None and file_spec.loader is not None, root / relative
+        module = importlib.util.module_from_spec(file_spec)
+        file_spec.loader.exec_module(module)
+        found.update({k: v for k, v in vars(module).items() if k.endswith(("Embeddings", "RoPE"))})
+    return found
+
+
+_rope = _load_rope_files()
+Llama3ScaledRoPE = _rope["Llama3ScaledRoPE"]
+Phi3RotaryPositionalEmbeddings = _rope["Phi3RotaryPositionalEmbeddings"]
+Qwen2RotaryPositionalEmbeddings = _rope["Qwen2RotaryPositionalEmbeddings"]
+RotaryPositionalEmbeddings = _rope["RotaryPositionalEmbeddings"]
+VisionRotaryPositionalEmbeddings = _rope["VisionRotaryPositionalEmbeddings"]
 
 TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 DTYPES = tuple(TORCH)

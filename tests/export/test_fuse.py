@@ -237,7 +237,7 @@ def test_cli_writes_the_fused_model_and_reports_each_rotation(tmp_path, capsys):
     assert [n.op_type for n in onnx.load(out).graph.node] == ["Clip", "Mod", "RotaryEmbedding", "Identity"]
     assert main(["export", "fuse", str(tmp_path / "missing.onnx"), "-o", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("arrayrope export fuse:") and len(err.strip().splitlines()) == 1
+    assert err.startswith("arrayrope export fuse: error: model ") and len(err.strip().splitlines()) == 1
     assert main(["export", "--head-dim", "8"]) == 2  # the export command without fuse still needs -o
 
 
@@ -262,3 +262,54 @@ def test_cli_does_not_write_a_model_that_fails_validation(tmp_path, capsys, monk
     monkeypatch.setitem(_fuse.SAME, "float32", -1.0)  # every comparison fails
     assert main(["export", "fuse", str(src), "-o", str(out)]) == 1
     assert not out.exists() and "not written" in capsys.readouterr().out
+
+
+def test_cli_checks_its_arguments_before_any_work(tmp_path, capsys, monkeypatch):
+    """A bound the checks cannot run under and an output folder that does not exist are refused at once, naming
+    the option; before, the first failed inside ONNX Runtime and the second after the whole fusion."""
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(rope_graph(), src)
+    assert main(["export", "fuse", str(src), "-o", str(out), "--max-positions", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("arrayrope export fuse: error: --max-positions 2 is below the 8 positions of the sample inputs the "
+                   "fusion is checked with (the exact caches must hold a row for every position a model runs at); "
+                   "use --max-positions >= 8\n")
+    assert main(["export", "fuse", str(src), "-o", str(out), "--max-positions", "8", "--provider", "cpu"]) == 0
+    capsys.readouterr()
+
+    def never(*args, **kwargs):
+        raise AssertionError("fuse_rotary ran before the arguments were checked")
+
+    monkeypatch.setattr("arrayrope.export.fuse_rotary", never)
+    for argv, message in [
+        (["-o", str(tmp_path / "missing" / "out.onnx")], f"-o {tmp_path / 'missing' / 'out.onnx'}: the folder "),
+        (["-o", str(out), "--max-positions", "0"], "--max-positions must be a positive int, got 0"),
+        (["-o", str(tmp_path)], f"-o {tmp_path}: is a folder"),
+        (["-o", str(out), "--inputs", str(tmp_path / "feed.npz")], f"--inputs {tmp_path / 'feed.npz'}: does not exist"),
+    ]:
+        assert main(["export", "fuse", str(src), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"arrayrope export fuse: error: {message}") and err.count("\n") == 1, err
+
+
+def test_cli_verdicts_of_a_fusion_not_compared(tmp_path, capsys):
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(rope_graph(), src)
+    assert main(["export", "fuse", str(src), "-o", str(out), "--no-validate"]) == 3
+    assert "verdict: NOT VERIFIED: the fused model was not compared with the original (--no-validate)" in (
+        capsys.readouterr().out) and out.exists()
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        assert main(["export", "fuse", str(src), "-o", str(out), "--provider", "cuda"]) == 3
+        assert "verdict: NOT VERIFIED: --provider cuda could not run here" in capsys.readouterr().out
+
+
+def test_a_fused_model_that_fails_to_run_is_a_failure_not_a_skip():
+    from arrayrope.export._fuse import _validation
+
+    model = rope_graph()
+    broken = onnx.ModelProto()
+    broken.CopyFrom(model)
+    broken.graph.node[-1].op_type = "NoSuchOp"
+    x, pos = sample("bhsd")
+    report = _validation(model, broken, {"x": x, "pos": pos}, "cpu")
+    assert report.status == "failed" and "the fused model fails where the original runs" in report.rows[0].note

@@ -82,7 +82,7 @@ def test_half_precision_model_without_position_ids():
     """Positions made inside the model from the sequence; float16 weights, inv_freq and caches."""
     net = hf_models.model("llama", 1, positions=False).half()
     model = hf_models.export(net, "torchscript-17")
-    fused, report = fuse_rotary(model, target="ort", providers="cpu")
+    fused, report = fuse_rotary(model, target="ort", max_positions=4096, providers="cpu")
     assert report.fused == 2 and report.ok, report
     assert all("the model's float16 frequencies" in r.tables for r in report.rotations)
     assert {t.data_type for t in fused.graph.initializer if "cos_cache" in t.name} == {onnx.TensorProto.FLOAT16}

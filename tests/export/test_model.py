@@ -162,7 +162,7 @@ def test_positions_outside_the_table_are_nan_on_every_runtime(target):
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_computed_tables_are_not_bounded_and_stay_exact(layout):
-    model = rotary_model(64, target="portable", layout=layout, tables="computed", max_positions=4)
+    model = rotary_model(64, target="portable", layout=layout, tables="computed")
     rng = np.random.default_rng(2)
     limit = 1 << 30
     pos = np.array([[0, 1023, 1024, 4096, 123_456, 1 << 20, limit - 1, -1, -5000, -(limit - 1)]])
@@ -181,7 +181,8 @@ def test_scaled_frequencies_and_attention_factor(target, tables):
     """Tables carry any scaling: a custom inv_freq (linear x4) and an attention factor of 1.25."""
     inv = inv_freq_formula(16, 500000.0) / 4
     freqs = arrayrope.RopeFrequencies(inv, 32, 16, attention_factor=1.25, base=500000.0, rope_type="linear")
-    model = rotary_model(freqs, target=target, num_heads=2, max_positions=64, tables=tables)
+    model = rotary_model(freqs, target=target, num_heads=2, max_positions=64 if tables == "constant" else None,
+                         tables=tables)
     rng = np.random.default_rng(3)
     x = inputs(rng, 4, 2, 5, heads=2, head_dim=32)
     pos = rng.integers(0, 64, (2, 5))
@@ -304,8 +305,10 @@ def test_bad_arguments_name_the_argument():
         rotary_model(8, dtype="int8")
     with pytest.raises(ValueError, match=r"rank=3.*num_heads"):
         rotary_model(8, rank=3)
-    with pytest.raises(ValueError, match=r"tables='computed'.*portable"):
-        rotary_model(8, target="ort", tables="computed")
+    with pytest.raises(ValueError, match=r"max_positions=64 bounds stored tables, and tables='computed' stores none"):
+        rotary_model(8, target="ort", tables="computed", max_positions=64)
+    with pytest.raises(ValueError, match=r"tables='constant' stores max_positions rows: pass max_positions"):
+        rotary_model(8, tables="constant")
     with pytest.raises(ValueError, match=r"target must be one of"):
         rotary_model(8, target="tensorrt")
     with pytest.raises(ValueError, match=r"freqs \(an int head_dim\) must be even"):

@@ -28,6 +28,7 @@ from arrayrope.export import (  # noqa: E402
     add_rotary,
     rotary_function,
     rotary_model,
+    validate,
 )
 from helpers import inv_freq_formula, rope_by_matrix  # noqa: E402
 
@@ -38,9 +39,9 @@ DOCUMENTED = {
     "rank": 4,
     "num_heads": None,
     "num_kv_heads": None,
-    "max_positions": 4096,
+    "max_positions": None,
     "position_ids": True,
-    "tables": "constant",
+    "tables": None,
     "dtype": "float32",
     "opset": None,
     "qk": False,
@@ -70,21 +71,49 @@ def test_keywords_are_the_fields_with_their_types():
 
 def test_defaults_are_the_documented_ones():
     options = ExportOptions()
-    assert {f.name: getattr(options, f.name) for f in dataclasses.fields(options)} == DOCUMENTED
+    resolved = {**DOCUMENTED, "tables": "computed"}  # no bound on the positions: cos/sin computed in the graph
+    assert {f.name: getattr(options, f.name) for f in dataclasses.fields(options)} == resolved
+    assert ExportOptions(max_positions=64).tables == "constant"
     assert all(ExportOptions.default(name) == value for name, value in DOCUMENTED.items())
     assert rotary_model(16).SerializeToString() == rotary_model(16, **DOCUMENTED).SerializeToString()
 
 
 def test_a_default_model_is_what_the_defaults_say():
-    """4096 table rows of cos(p * 10000**(-2i/16)), x of rank 4 in float32, position ids, opset 23's op."""
+    """No bound: cos/sin computed from the position ids, right far beyond any table (float64 oracle with exact
+    angles); x of rank 4 in float32, position ids, opset 23's op reading per-token cos/sin."""
+    import onnxruntime as ort
+
+    from arrayrope.testing import exact_angles
+
     model = rotary_model(16)
+    node = model.graph.node[-1]
+    assert (node.op_type, node.domain, len(node.input)) == ("RotaryEmbedding", "", 3)
+    assert not any(n.op_type in ("Cos", "Sin") for n in model.graph.node)
+    assert [o.version for o in model.opset_import if o.domain == ""] == [23]
+    x, pos = model.graph.input
+    assert (x.name, pos.name) == ("x", "position_ids")
+    rng = np.random.default_rng(0)
+    ids = np.array([[0, 1, 4095, 4096, 5000, 123_457, 2**20, 2**20 + 1, 2**29 + 12_345, 2**30 - 1]])
+    xs = rng.standard_normal((1, 2, ids.shape[1], 16)).astype(np.float32)
+    (y,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": xs, "position_ids": ids})
+    ang = exact_angles(ids[0], inv_freq_formula(16, 10000.0))
+    cos, sin = np.concatenate([np.cos(ang)] * 2, -1), np.concatenate([np.sin(ang)] * 2, -1)
+    x64 = xs.astype(np.float64)
+    want = x64 * cos + np.concatenate([-x64[..., 8:], x64[..., :8]], -1) * sin
+    assert np.max(np.abs(y - want)) <= 2e-6  # float32 rounding, not an angle error growing with the position
+    assert validate(model, providers="cpu").ok
+
+
+def test_a_bounded_model_stores_its_tables():
+    """max_positions rows of cos(p * 10000**(-2i/16)) and a row of NaN for the ids outside them."""
+    model = rotary_model(16, max_positions=4096)
     clip, mod, node = model.graph.node  # ids outside the table go to its last row, of NaN
     assert (clip.op_type, mod.op_type, node.op_type, node.domain) == ("Clip", "Mod", "RotaryEmbedding", "")
     assert {a.name: a.i for a in node.attribute}["interleaved"] == 0
     assert [o.version for o in model.opset_import if o.domain == ""] == [23]
     x, pos = model.graph.input
     assert (x.name, pos.name) == ("x", "position_ids")
-    assert x.type.tensor_type.elem_type == TensorProto.FLOAT and len(x.type.tensor_type.shape.dim) == 4
     cos = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == node.input[1]))
     expected = np.cos(np.arange(4096)[:, None] * inv_freq_formula(16, 10000.0))
     assert cos.shape == (4097, 8) and np.isnan(cos[4096]).all()
@@ -180,11 +209,11 @@ def test_max_positions_is_checked_against_protobufs_limit_with_the_figures(targe
 
     options = dict(target=target, dtype=dtype, tables=tables, num_heads=2)
     pattern = (r"max_positions=8388608 needs [\d.]+ GB of cos/sin tables \(\d+ bytes per position .*, but an ONNX "
-               r"model is at most 2.15 GB \(protobuf's 2 GiB limit\); use max_positions <= (\d+), or tables='computed'")
+               r"model is at most 2.15 GB \(protobuf's 2 GiB limit\); use max_positions <= (\d+), or no max_positions")
     with pytest.raises(ValueError, match=pattern) as info:
         rotary_model(128, max_positions=2**23, **options)
     largest = int(re.search(r"max_positions <= (\d+)", str(info.value)).group(1))
     check_size(make_spec(128, ExportOptions(max_positions=largest, **options)))
     with pytest.raises(ValueError, match="protobuf's 2 GiB limit"):
         check_size(make_spec(128, ExportOptions(max_positions=largest + 1, **options)))
-    assert rotary_model(128, max_positions=2**23, target="portable", tables="computed").ByteSize() < 4 << 20
+    assert rotary_model(128, target="portable").ByteSize() < 4 << 20

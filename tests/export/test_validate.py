@@ -23,10 +23,12 @@ from arrayrope.testing import tolerance_at  # noqa: E402
                                                   ("portable", "float16", "constant"),
                                                   ("portable", "float32", "computed"),
                                                   ("portable", "bfloat16", "constant"),
-                                                  ("portable", "float64", "computed")])
+                                                  ("portable", "float64", "computed"),
+                                                  ("onnx23", "float16", "computed"),
+                                                  ("ort", "float32", "computed")])
 def test_validate_passes_good_models(target, dtype, tables):
-    model = rotary_model(32, target=target, dtype=dtype, tables=tables, num_heads=2, max_positions=128,
-                         layout="interleaved")
+    model = rotary_model(32, target=target, dtype=dtype, tables=tables, num_heads=2,
+                         max_positions=128 if tables == "constant" else None, layout="interleaved")
     report = validate(model, providers="cpu")
     assert report.ok
     assert any(r.case == "onnx.checker (full)" and r.ok for r in report.rows)
@@ -89,8 +91,12 @@ def test_cli_export_then_check(tmp_path, capsys):
     assert cli.main(["check", str(path), "--provider", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "verdict: valid" in out and "CPU (optimisation all)" in out
-    expected = 0 if "CUDAExecutionProvider" in ort.get_available_providers() else 2
-    assert cli.main(["check", str(path), "--provider", "cuda"]) == expected
+    has_cuda = "CUDAExecutionProvider" in ort.get_available_providers()
+    assert cli.main(["check", str(path), "--provider", "cuda"]) == (0 if has_cuda else 3)
+    out = capsys.readouterr().out.splitlines()[-1]
+    if not has_cuda:  # the reference evaluator ran, the provider asked for did not: not verified, and it says so
+        assert out.startswith("verdict: NOT VERIFIED: --provider cuda could not run here"), out
+        assert "what ran: 1 numeric check agrees (onnx reference evaluator)" in out, out
 
 
 def test_cli_export_from_config(tmp_path, capsys):
@@ -100,7 +106,8 @@ def test_cli_export_from_config(tmp_path, capsys):
     cfg.write_text(json.dumps({"hidden_size": 256, "num_attention_heads": 4, "rope_theta": 500000.0,
                                "partial_rotary_factor": 0.5, "max_position_embeddings": 256}))
     path = tmp_path / "rope.onnx"
-    assert cli.main(["export", "--config", str(cfg), "--rank", "3", "--target", "onnx23", "-o", str(path)]) == 0
+    assert cli.main(["export", "--config", str(cfg), "--rank", "3", "--target", "onnx23", "--max-positions", "256",
+                     "-o", str(path)]) == 0
     model = onnx.load(path)
     node = model.graph.node[-1]
     attrs = {a.name: a.i for a in node.attribute}
@@ -118,7 +125,7 @@ def test_cli_errors_and_help_without_onnx(tmp_path, capsys):
     assert err.startswith("arrayrope check: error: model=") and "does not load" in err and err.count("\n") == 1
     out = str(tmp_path / "x")
     assert cli.main(["export", "--head-dim", "8", "--target", "onnx23", "--opset", "17", "-o", out]) == 2
-    assert "opset=17 is too old" in capsys.readouterr().err
+    assert "--opset 17 is too old" in capsys.readouterr().err
     code = "import sys; from arrayrope import cli; cli.build_parser(); print('onnx' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
@@ -136,7 +143,8 @@ def test_demo_export_row():
 def test_portable_runs_from_opset_13(opset):
     for kw in ({}, {"rotary_dim": 8, "layout": "interleaved"}, {"position_ids": False, "rank": 3, "num_heads": 2},
                {"tables": "computed"}):
-        model = rotary_model(16, target="portable", opset=opset, max_positions=64, **kw)
+        bound = {} if kw.get("tables") == "computed" else {"max_positions": 64}
+        model = rotary_model(16, target="portable", opset=opset, **bound, **kw)
         assert model.opset_import[0].version == opset
         report = validate(model, providers="cpu")
         assert report.ok and not report.skipped
@@ -185,3 +193,33 @@ def test_validate_requires_nan_for_ids_outside_the_tables(target):
             t.CopyFrom(numpy_helper.from_array(table, t.name))
     report = validate(model, providers="cpu", raise_on_failure=False)
     assert not report.ok and all(not r.ok for r in report.rows if r.backend != "onnx"), report
+
+
+def test_a_model_nothing_could_run_is_not_verified(tmp_path, capsys):
+    """bfloat16 for ONNX Runtime's contrib op: no CPU kernel, and the reference evaluator has no contrib ops."""
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("CUDA runs bfloat16 contrib ops: the model is verified here")
+    path = tmp_path / "rope.onnx"
+    assert cli.main(["export", "--head-dim", "16", "--target", "ort", "--dtype", "bfloat16", "--max-positions", "64",
+                     "-o", str(path)]) == 0
+    report = validate(str(path), raise_on_failure=False)
+    assert report.status == "not verified" and not report.ok and not report.failures
+    assert [r.case for r in report.rows] == ["onnx.checker (full)"] and not report.rows[0].numeric
+    with pytest.raises(ValidationError, match=r"^not verified: no numeric check could run here"):
+        validate(str(path))
+    capsys.readouterr()
+    assert cli.main(["check", str(path)]) == 3
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("verdict: NOT VERIFIED: no numeric check could run here (1 structural check passed); "
+                           "not run here: shape inference (strict), onnxruntime CPU (optimisation off)"), last
+
+
+@pytest.mark.parametrize("target", ["onnx23", "ort", "portable"])
+@pytest.mark.parametrize("kw", [{}, {"rank": 3, "num_heads": 2, "rotary_dim": 16, "layout": "interleaved"},
+                                {"position_ids": False, "qk": True, "num_heads": 4, "num_kv_heads": 2}])
+def test_computed_tables_on_every_target(target, kw):
+    """No bound: every target computes cos/sin from the ids and validates (ids to 2**30, NaN beyond)."""
+    model = rotary_model(32, target=target, **kw)
+    assert not any(n.op_type in ("Cos", "Sin") for n in model.graph.node)
+    report = validate(model, providers="cpu")
+    assert report.ok and "positions<1073741824" in report.title, report

@@ -24,7 +24,7 @@ def test_report_table_and_combination():
     assert lines[0].split() == titles
     assert lines[1].split() == ["numpy", "cpu", "float32", "1.00e-07", "2.00e-08", "5.00e-07", "yes"]
     assert lines[2].endswith("FAIL: error above tolerance") and lines[3] == "skipped cupy: no GPU"
-    assert ParityReport().ok and ParityReport((row,)).ok
+    assert ParityReport((row,)).ok and not ParityReport().ok  # a report that compared nothing is never ok
 
 
 def test_former_names_are_the_same_types():
@@ -63,10 +63,30 @@ def test_table_with_case_names_and_without_header_or_skips():
     assert str(report) == report.format()
 
 
-def test_empty_report_passes_and_prints_its_skips_only():
+def test_a_report_that_compared_nothing_is_not_verified_and_prints_its_skips_only():
     report = Report(skipped=(("cupy", "no GPU"),))
-    assert report.ok and report.failures == () and report.worst() is None
+    assert not report.ok and report.failures == () and report.worst() is None
+    assert (report.status, report.exit_status) == ("not verified", 3)
+    assert report.verdict() == ("not verified: no numeric check could run here; not run here: cupy (reasons listed "
+                                "above)")
     assert str(report) == "skipped cupy: no GPU"
+
+
+def test_status_verified_failed_not_verified():
+    good = Row("onnxruntime", "CPU", "float32", 1e-7, 1e-7, 5e-7, True)
+    structural = Row("onnx", "-", "bfloat16", NAN, NAN, NAN, True, case="onnx.checker (full)", numeric=False)
+    bad_structure = dataclasses.replace(structural, ok=False, note="invalid graph")
+    bad = Row("onnxruntime", "CPU", "float32", 1e-3, 1e-3, 5e-7, False, "error above tolerance")
+    only_structure = Report((structural,), (("onnxruntime CPU", "no bfloat16 kernel"),))
+    assert (only_structure.status, only_structure.ok, only_structure.exit_status) == ("not verified", False, 3)
+    assert only_structure.verdict().startswith("not verified: no numeric check could run here (1 structural check "
+                                               "passed); not run here: onnxruntime CPU")
+    assert (Report((structural, good)).status, Report((structural, good)).exit_status) == ("verified", 0)
+    assert Report((structural, good, good)).verdict() == "verified: 2 numeric checks agree (onnxruntime CPU)"
+    for failed in (Report((good, bad)), Report((bad_structure,)), Report((bad_structure, good))):
+        assert (failed.status, failed.ok, failed.exit_status) == ("failed", False, 1)
+    assert Report((good, bad)).verdict() == ("failed: 1 of 2 checks disagree (onnxruntime CPU float32: error above "
+                                             "tolerance)")
 
 
 def test_worst_is_the_failure_furthest_beyond_its_tolerance():
