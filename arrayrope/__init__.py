@@ -5,7 +5,7 @@ The pipeline reads top to bottom: frequencies (host, float64) -> cos/sin tables
 built on these stages. Importing arrayrope imports no optional backend.
 """
 
-from .apply import apply_rotary, permute_rotary_rows, to_half, to_interleaved
+from .apply import apply_rotary, permute_rotary_rows, to_half_split, to_interleaved
 from .config import rope_frequencies_from_config
 from .encodings import (
     RotaryEmbedding,
@@ -47,7 +47,7 @@ __all__ = [
     "sinusoidal_embedding",
     "t5_relative_bias",
     "t5_relative_buckets",
-    "to_half",
+    "to_half_split",
     "to_interleaved",
     "xpos_scales",
     "xpos_tables",

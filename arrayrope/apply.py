@@ -18,7 +18,7 @@ from . import backends
 from ._lib import checks
 from ._lib.types import LAYOUTS, ROTARY_FEATURES, Array, Layout, Namespace, RotaryFeatures
 
-__all__ = ["apply_rotary", "permute_rotary_rows", "to_half", "to_interleaved"]
+__all__ = ["apply_rotary", "permute_rotary_rows", "to_half_split", "to_interleaved"]
 
 
 def apply_rotary(
@@ -194,13 +194,13 @@ def to_interleaved(x: Array, *, rotary_dim: int | None = None) -> Array:
     return out if r == x.shape[-1] else xp.concat([out, x[..., r:]], axis=-1)
 
 
-def to_half(x: Array, *, rotary_dim: int | None = None) -> Array:
+def to_half_split(x: Array, *, rotary_dim: int | None = None) -> Array:
     """Reorder features from the interleaved layout to the half-split one (inverse of :func:`to_interleaved`).
 
     Examples
     --------
     >>> import numpy as np, arrayrope
-    >>> arrayrope.to_half(np.arange(6)).tolist()
+    >>> arrayrope.to_half_split(np.arange(6)).tolist()
     [0, 2, 4, 1, 3, 5]
     """
     xp = backends.namespace(x, names=("x",))
@@ -264,7 +264,7 @@ def permute_rotary_rows(
     # Move the row axis last so the converters (which act on the last axis) can be reused.
     if rest:
         heads = xp.permute_dims(heads, (0, 2, 1))
-    convert = to_half if to == "half" else to_interleaved
+    convert = to_half_split if to == "half" else to_interleaved
     if trailing and r < head_dim:
         out = xp.concat([heads[..., : head_dim - r], convert(heads[..., head_dim - r :])], axis=-1)
     else:

@@ -15,7 +15,7 @@ from ._lib import checks
 __all__ = ["RopeFrequencies", "rope_frequencies"]
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
 class RopeFrequencies:
     """Inverse frequencies of a rotary encoding and what they were made from.
 
@@ -147,7 +147,7 @@ def rope_frequencies(
     rotary = checks.rotary_dim(rotary_dim, head_dim)
     inv_freq = base ** (-np.arange(0, rotary, 2, dtype=np.float64) / rotary)
     if scaling is None:
-        return RopeFrequencies(inv_freq, head_dim, rotary, 1.0, base, "default")
+        return RopeFrequencies(inv_freq=inv_freq, head_dim=head_dim, rotary_dim=rotary, base=base)
     rope_type, inv_freq, attention_factor = _scaling.scale(
         scaling,
         inv_freq=inv_freq,
@@ -158,4 +158,5 @@ def rope_frequencies(
         seq_len=seq_len,
     )
     # a rope type may widen the rotary part (proportional: the whole head, frequency 0 past rotary_dim)
-    return RopeFrequencies(inv_freq, head_dim, 2 * inv_freq.shape[0], float(attention_factor), base, rope_type)
+    return RopeFrequencies(inv_freq=inv_freq, head_dim=head_dim, rotary_dim=2 * inv_freq.shape[0],
+                           attention_factor=float(attention_factor), base=base, rope_type=rope_type)

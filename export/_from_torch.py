@@ -141,7 +141,8 @@ def frequencies_from_json(text: str, head_dim: int) -> RopeFrequencies:
     """The frequencies of :func:`frequencies_json`, for heads of ``head_dim`` features."""
     d = json.loads(text)
     inv = np.asarray(d["inv_freq"], dtype=np.float64)
-    return RopeFrequencies(inv, head_dim, 2 * inv.shape[0], float(d["attention_factor"]))
+    return RopeFrequencies(inv_freq=inv, head_dim=head_dim, rotary_dim=2 * inv.shape[0],
+                           attention_factor=float(d["attention_factor"]))
 
 
 def rotary_graph(

@@ -255,7 +255,8 @@ def _stored(found: RopeConvention, dtype: str, head_dim: int) -> RopeFrequencies
     stored = np.asarray(found.inv_freq).astype(np_dtype(dtype)).astype(np.float64)  # type: ignore[arg-type]
     if np.max(np.abs(stored - found.inv_freq) / stored) > 0.1 * spacing:
         return None
-    return RopeFrequencies(stored, head_dim, found.rotary_dim, found.attention_factor)
+    return RopeFrequencies(inv_freq=stored, head_dim=head_dim, rotary_dim=found.rotary_dim,
+                           attention_factor=found.attention_factor)
 
 
 def _position_ids(b: Builder, graph: Graph, site: Site, shape: Shapes, seen: Mapping[str, npt.NDArray[Any]]) -> str:

@@ -138,12 +138,12 @@ class Spec:
     def from_json(cls, text: str) -> Spec:
         d = json.loads(text)
         freqs = RopeFrequencies(
-            np.array(d["inv_freq"], dtype=np.float64),
-            int(d["head_dim"]),
-            int(d["rotary_dim"]),
-            float(d["attention_factor"]),
-            float(d["base"]),
-            str(d["rope_type"]),
+            inv_freq=np.array(d["inv_freq"], dtype=np.float64),
+            head_dim=int(d["head_dim"]),
+            rotary_dim=int(d["rotary_dim"]),
+            attention_factor=float(d["attention_factor"]),
+            base=float(d["base"]),
+            rope_type=str(d["rope_type"]),
         )
         stored = {name: d[name] for name in STORED if name in d}
         if stored.get("tables") == "computed":  # models of earlier versions stored the unused default bound too

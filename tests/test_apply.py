@@ -112,10 +112,10 @@ def test_layouts_agree_through_the_permutation(backend):
     inter = ar.apply_rotary(ar.to_interleaved(xb, rotary_dim=8), c, s, layout="interleaved")
     half = ar.apply_rotary(xb, c, s, layout="half")
     # one rotation, computed by different kernels: equal to within float32 rounding
-    np.testing.assert_allclose(to_numpy(ar.to_half(inter, rotary_dim=8)), to_numpy(half), rtol=5e-7, atol=5e-7)
+    np.testing.assert_allclose(to_numpy(ar.to_half_split(inter, rotary_dim=8)), to_numpy(half), rtol=5e-7, atol=5e-7)
     # the permutation itself, against its definition P = [0, 2, 4, ..., 1, 3, 5, ...]
     P = np.r_[0:8:2, 1:8:2, 8:12]
-    np.testing.assert_array_equal(to_numpy(ar.to_half(xb, rotary_dim=8)), to_numpy(xb)[..., P])
+    np.testing.assert_array_equal(to_numpy(ar.to_half_split(xb, rotary_dim=8)), to_numpy(xb)[..., P])
 
 
 @given(
@@ -264,7 +264,7 @@ def test_converters_bad_input():
     with pytest.raises(ValueError, match=r"x.shape\[-1\]=5 is odd"):
         ar.to_interleaved(np.ones(5))
     with pytest.raises(ValueError, match="rotary_dim must be <= head_dim=4"):
-        ar.to_half(np.ones(4), rotary_dim=6)
+        ar.to_half_split(np.ones(4), rotary_dim=6)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -287,7 +287,7 @@ def test_trailing_rotary_features(backend, layout):
 
 
 def test_trailing_permutation_is_the_deepseek_checkpoint_conversion():
-    """Rows of q_pe converted to_half: half-split on the trailing features == transformers' interleaved kernel,
+    """Rows of q_pe converted to_half_split: half-split on the trailing features == transformers' interleaved kernel,
     whose output is the half-split order of interleaved pairs (written out here with slices)."""
     rng = np.random.default_rng(5)
     heads, nope, rope_dim, hidden, seq = 2, 6, 8, 5, 7

@@ -102,7 +102,7 @@ def test_rotary_dim_given_as_a_float_is_refused_everywhere(value):
     calls = [
         lambda: ar.rope_frequencies(64, rotary_dim=value),
         lambda: ar.RotaryEmbedding(64, rotary_dim=value),
-        lambda: ar.to_half(np.ones((2, 64)), rotary_dim=value),
+        lambda: ar.to_half_split(np.ones((2, 64)), rotary_dim=value),
         lambda: ar.permute_rotary_rows(np.ones(64), num_heads=1, head_dim=64, rotary_dim=value),
     ]
     for call in calls:
@@ -126,3 +126,10 @@ def test_scaling_values_out_of_their_domain_name_the_key():
     for name, value in (("max_position_embeddings", 0), ("max_position_embeddings", 1.5), ("seq_len", -1)):
         with pytest.raises((TypeError, ValueError), match=name):
             ar.rope_frequencies(8, **{name: value})
+
+
+def test_rope_frequencies_fields_are_keyword_only():
+    f = ar.rope_frequencies(8)
+    with pytest.raises(TypeError, match="positional"):
+        ar.RopeFrequencies(f.inv_freq, 8, 8)
+    assert ar.RopeFrequencies(inv_freq=f.inv_freq, head_dim=8, rotary_dim=8) == f

@@ -280,7 +280,7 @@ def test_every_integer_dtype_at_its_extremes(dtype):
 # -- the attention factor reaches every path that makes tables --------------------------------------
 
 FACTOR = 1.25
-SCALED = ar.RopeFrequencies(ar.rope_frequencies(8).inv_freq, 8, 8, attention_factor=FACTOR)
+SCALED = ar.RopeFrequencies(inv_freq=ar.rope_frequencies(8).inv_freq, head_dim=8, rotary_dim=8, attention_factor=FACTOR)
 
 
 def _scaled_paths():

@@ -44,7 +44,7 @@ rope = arrayrope.RotaryEmbedding(16, layout="interleaved")
 q, k = rope(x, x[:, :1], offset=3)
 arrayrope.testing.assert_close(arrayrope.apply_rotary(x, cos, sin), arrayrope.apply_rotary(x, cos, sin))
 np.savez(sys.argv[1], inv_freq=f.inv_freq, half=arrayrope.apply_rotary(x, cos, sin), q=q, k=k, x=x,
-         sinusoidal=arrayrope.sinusoidal_embedding(6, 8), slopes=arrayrope.alibi_slopes(8))
+         sinusoidal=arrayrope.sinusoidal_embedding(8, 6), slopes=arrayrope.alibi_slopes(8))
 """
 
 

@@ -33,7 +33,7 @@ def run_cases(cases: Iterable[Any], *, backends: Any = None, dtypes: Any = None,
     """Run each case, printing its table as soon as it is done; the combined report.
 
     A case is a :class:`~arrayrope.testing.ParityCase` or a callable returning a
-    :class:`~arrayrope.testing.ParityReport` (given ``backends`` and ``dtypes``).
+    :class:`~arrayrope.testing.Report` (given ``backends`` and ``dtypes``).
     """
     from arrayrope.testing import Report
 

@@ -8,7 +8,7 @@ In the interleaved layout pair ``i`` is features ``(2i, 2i + 1)``, so block ``j`
 of pairs is block ``j`` of features. In the half-split layout pair ``i`` is
 ``(i, i + r/2)``, as in Hugging Face vision rotaries, which concatenate the
 per-axis frequencies and apply ``rotate_half``; the two results are one
-:func:`~arrayrope.to_half` permutation apart. Fixed frequencies go through
+:func:`~arrayrope.to_half_split` permutation apart. Fixed frequencies go through
 :func:`~arrayrope.rope_tables`: float64 angles where the device has float64, the
 exact float32 method where it does not.
 """
@@ -42,8 +42,8 @@ __all__ = ["axial_rope_tables", "pixel_frequencies"]
 
 
 def axial_rope_tables(
-    positions: Sequence[int] | Array,
     head_dim: int,
+    positions: Sequence[int] | Array,
     *,
     base: float = 100.0,
     axis_dims: Sequence[int] | None = None,
@@ -61,14 +61,14 @@ def axial_rope_tables(
 
     Parameters
     ----------
+    head_dim : int
+        Features per head (even).
     positions : tuple of int or array
         A grid shape such as ``(H, W)`` or ``(T, H, W)``: its tokens are taken in
         row-major order (the last axis varies fastest) and token ``t`` has
         coordinates ``unravel_index(t, grid)``, so for ``(H, W)`` coordinate 0 is
         the row and coordinate 1 the column. Or an array of coordinates of shape
         ``(..., n_axes)``, integer or real (fractional coordinates allowed).
-    head_dim : int
-        Features per head (even).
     base : float
         Rotary base of every axis (100 for images in the 2-D notes and RoPE-ViT).
     axis_dims : sequence of int, optional
@@ -129,7 +129,7 @@ def axial_rope_tables(
     >>> import numpy as np, arrayrope
     >>> t = np.arange(14 * 14)
     >>> coords = np.stack([t % 14, t // 14], axis=-1)
-    >>> cos, sin = arrayrope.axial_rope_tables(coords, 128)
+    >>> cos, sin = arrayrope.axial_rope_tables(128, coords)
     >>> cos.shape
     (196, 64)
     >>> q = np.ones((2, 196, 128), dtype=np.float32)
@@ -138,7 +138,7 @@ def axial_rope_tables(
 
     A video grid, 16 temporal and 24 + 24 spatial features, and a class token:
 
-    >>> cos, sin = arrayrope.axial_rope_tables((4, 6, 6), 64, axis_dims=(16, 24, 24), num_prefix_tokens=1)
+    >>> cos, sin = arrayrope.axial_rope_tables(64, (4, 6, 6), axis_dims=(16, 24, 24), num_prefix_tokens=1)
     >>> cos.shape, float(cos[0].min()), float(sin[0].max())
     ((145, 32), 1.0, 0.0)
 
@@ -146,7 +146,7 @@ def axial_rope_tables(
     linearly spaced bands per axis up to ``max_freq = 10``):
 
     >>> bands = arrayrope.pixel_frequencies(16, 10.0)
-    >>> cos, sin = arrayrope.axial_rope_tables((14, 14), 64, grid="pixel", frequencies=bands)
+    >>> cos, sin = arrayrope.axial_rope_tables(64, (14, 14), grid="pixel", frequencies=bands)
     >>> cos.shape
     (196, 32)
     """
@@ -182,7 +182,7 @@ def axial_rope_tables(
             raise ValueError(f"axis_dims[{j}]={d} must be 2 * len(frequencies) = {2 * bands.size}")
         else:
             # explicit bands: no base made them; this set only carries them to rope_tables and stays here
-            freqs = RopeFrequencies(bands, d, d, 1.0, 1.0, "frequencies")
+            freqs = RopeFrequencies(inv_freq=bands, head_dim=d, rotary_dim=d, base=1.0, rope_type="frequencies")
         c, s = rope_tables(freqs, coords[..., j], xp=ns, dtype=dtype, device=device)
         cos.append(c)
         sin.append(s)

@@ -11,7 +11,7 @@ import numpy as np
 from .. import backends
 from .._lib import checks
 from .._lib.dtypes import table_dtype
-from .._lib.types import Array, DType, Namespace
+from .._lib.types import Array, Device, DType, Namespace
 from ._grid import coordinate_array, grid_coordinates, grid_shape, with_prefix
 
 __all__ = ["mixed_rope_frequencies", "mixed_rope_tables"]
@@ -24,6 +24,7 @@ def mixed_rope_tables(
     num_prefix_tokens: int = 0,
     xp: Namespace | None = None,
     dtype: DType | None = None,
+    device: Device = None,
 ) -> tuple[Array, Array]:
     """Cos/sin tables from per-head frequencies of every axis (RoPE-Mixed), differentiable.
 
@@ -45,13 +46,15 @@ def mixed_rope_tables(
         Checked against ``freqs``' namespace, which is used.
     dtype : dtype, optional
         Table dtype (default ``freqs.dtype``).
+    device : device, optional
+        Where the tables go (default: ``freqs``' device, where they are computed).
 
     Returns
     -------
     cos, sin : arrays
         Shape ``positions.shape[:-2] + (num_heads, N, rotary_dim // 2)`` (``N``
-        including the prefix), on ``freqs``' namespace and device: they broadcast
-        against queries ``(B, num_heads, N, head_dim)``.
+        including the prefix), in ``freqs``' namespace: they broadcast against
+        queries ``(B, num_heads, N, head_dim)``.
 
     Notes
     -----
@@ -67,6 +70,7 @@ def mixed_rope_tables(
     ((4, 50, 32), dtype('float32'))
     """
     ns = backends.namespace(freqs, xp=xp, names=("freqs",))
+    target = device
     if not backends.is_real_floating(ns, freqs.dtype):
         raise TypeError(f"freqs must have a real floating dtype, got {freqs.dtype}")
     if freqs.ndim != 3:
@@ -77,6 +81,8 @@ def mixed_rope_tables(
         raise ValueError("freqs must be finite; got NaN or infinity")
     prefix = checks.non_negative_int(num_prefix_tokens, "num_prefix_tokens")
     device = backends.device_of(freqs)
+    if target is not None:
+        backends.check_device(ns, target)
     out_dtype = freqs.dtype if dtype is None else table_dtype(ns, dtype, device)
     work = ns.float64 if backends.has_float64(ns, device) else freqs.dtype
     grid = grid_shape(positions)
@@ -100,7 +106,10 @@ def mixed_rope_tables(
     for j in range(n_axes):
         term = coords[..., j][..., None, :, None] * f[j, ...][:, None, :]
         angles = term if angles is None else angles + term
-    return ns.astype(ns.cos(angles), out_dtype), ns.astype(ns.sin(angles), out_dtype)
+    cos, sin = ns.astype(ns.cos(angles), out_dtype), ns.astype(ns.sin(angles), out_dtype)
+    if target is None:
+        return cos, sin
+    return backends.to_device(cos, target), backends.to_device(sin, target)
 
 
 def mixed_rope_frequencies(

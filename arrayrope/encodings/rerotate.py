@@ -87,12 +87,12 @@ def rerotate(
     rescale = checks.boolean(apply_attention_factor, "apply_attention_factor")
     factor = to_freqs.attention_factor / from_freqs.attention_factor if rescale else 1.0
     delta = RopeFrequencies(
-        np.asarray(to_freqs.inv_freq) - np.asarray(from_freqs.inv_freq),
-        from_freqs.head_dim,
-        from_freqs.rotary_dim,
-        factor,
-        from_freqs.base,
-        "difference",
+        inv_freq=np.asarray(to_freqs.inv_freq) - np.asarray(from_freqs.inv_freq),
+        head_dim=from_freqs.head_dim,
+        rotary_dim=from_freqs.rotary_dim,
+        attention_factor=factor,
+        base=from_freqs.base,
+        rope_type="difference",
     )
     device = backends.device_of(x)
     _, positions, _ = as_positions(positions, like=x, like_name="x")

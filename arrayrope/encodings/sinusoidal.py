@@ -22,8 +22,8 @@ __all__ = ["sinusoidal_embedding"]
 
 
 def sinusoidal_embedding(
-    positions: Array | int,
     dim: int,
+    positions: Array | int,
     *,
     base: float = 10000.0,
     layout: SinusoidalLayout = "interleaved",
@@ -34,10 +34,10 @@ def sinusoidal_embedding(
 
     Parameters
     ----------
-    positions : int or array
-        A count ``n`` (positions ``0..n-1``) or an array of integer or real positions.
     dim : int
         Embedding width (even).
+    positions : int or array
+        A count ``n`` (positions ``0..n-1``) or an array of integer or real positions.
     base : float
         Wavelength base, 10000 in the Transformer paper.
     layout : {"interleaved", "concat"}
@@ -55,10 +55,10 @@ def sinusoidal_embedding(
     Examples
     --------
     >>> import numpy as np, arrayrope
-    >>> pe = arrayrope.sinusoidal_embedding(2, 4)
+    >>> pe = arrayrope.sinusoidal_embedding(4, 2)
     >>> bool(np.allclose(pe[1], [np.sin(1), np.cos(1), np.sin(0.01), np.cos(0.01)]))
     True
-    >>> t2t = arrayrope.sinusoidal_embedding(2, 4, layout="concat", frequencies="tensor2tensor")
+    >>> t2t = arrayrope.sinusoidal_embedding(4, 2, layout="concat", frequencies="tensor2tensor")
     >>> bool(np.allclose(t2t[1], [np.sin(1), np.sin(1e-4), np.cos(1), np.cos(1e-4)]))
     True
     """
@@ -72,7 +72,7 @@ def sinusoidal_embedding(
         base = checks.positive_real(base, "base")
         h = dim // 2
         inv = base ** (-np.arange(h, dtype=np.float64) / max(h - 1, 1))
-        freqs = RopeFrequencies(inv, dim, dim, 1.0, base, "tensor2tensor")
+        freqs = RopeFrequencies(inv_freq=inv, head_dim=dim, rotary_dim=dim, base=base, rope_type="tensor2tensor")
     cos, sin = rope_tables(freqs, positions, xp=xp, dtype=dtype, device=device)
     ns = backends.namespace(cos)
     if layout == "concat":

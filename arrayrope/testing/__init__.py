@@ -1,33 +1,27 @@
 """Cross-backend testing: the backends on this machine, strict comparison, parity reports
 and identification of foreign RoPE implementations.
 
-Backends are imported when :func:`backends` is called, never when arrayrope is.
+Backends are imported when :func:`available_backends` is called, never when arrayrope is.
 """
 
 from __future__ import annotations
 
 from ..backends import Backend, to_numpy
-from ..backends import available as backends
+from ..backends import available as available_backends
 from ._cases import exact_angles
 from ._compare import assert_close, default_tolerance, tolerance_at
 from ._identify import RopeConvention, identify_rope
 from ._parity import ParityCase, check_parity
 from ._report import Report, Row
 
-#: The former names of :class:`Report` and :class:`Row`.
-ParityReport = Report
-ParityRow = Row
-
 __all__ = [
     "Backend",
     "ParityCase",
-    "ParityReport",
-    "ParityRow",
     "Report",
     "RopeConvention",
     "Row",
     "assert_close",
-    "backends",
+    "available_backends",
     "check_parity",
     "default_tolerance",
     "exact_angles",

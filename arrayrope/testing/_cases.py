@@ -149,7 +149,7 @@ def builtin_cases(*, seed: int = 0) -> list[ParityCase]:
     cases.append(
         ParityCase(
             "token embeddings + sinusoidal embedding",
-            lambda e, p: e + arrayrope.sinusoidal_embedding(p, 64, dtype=e.dtype),
+            lambda e, p: e + arrayrope.sinusoidal_embedding(64, p, dtype=e.dtype),
             (emb, np.arange(512, dtype=np.int64)),
             reference=lambda e, p: e + _sinusoid(p, 64),
         )
@@ -168,7 +168,7 @@ def _axial_case(*, width: int = 14, head_dim: int = 128) -> ParityCase:
 
     def rotate(x: Any, c: Any) -> Any:
         ns = namespace(x)
-        cos, sin = arrayrope.axial_rope_tables(c, head_dim, dtype=ns.float64 if x.dtype == ns.float64 else ns.float32)
+        cos, sin = arrayrope.axial_rope_tables(head_dim, c, dtype=ns.float64 if x.dtype == ns.float64 else ns.float32)
         return arrayrope.apply_rotary(x, cos, sin, layout="interleaved")
 
     def reference(x: np.ndarray, c: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ import arrayrope
 from arrayrope import apply as rotary
 from arrayrope import rope_tables
 from arrayrope.backends import numpy as _np_kernels
-from arrayrope.testing import assert_close, backends, default_tolerance, to_numpy
+from arrayrope.testing import assert_close, available_backends, default_tolerance, to_numpy
 from helpers import check_like, rope_by_matrix, ulps
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
@@ -127,7 +127,7 @@ def jax_cases(draw, dtypes):
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_dispatch_matches_reference_jax(data):
-    jax = list(backends(["jax"])) if _has("jax") else []
+    jax = list(available_backends(["jax"])) if _has("jax") else []
     if not jax:
         pytest.skip("jax is not installed")
     _check_dispatch(jax[0], data, jax_cases(("float32",)))

@@ -144,12 +144,12 @@ RISKY = {
         "",
     ),
     "axial grid of 2**40 tokens (an output larger than memory)": (
-        "result = ar.axial_rope_tables((2**20, 2**20), 8)",
+        "result = ar.axial_rope_tables(8, (2**20, 2**20))",
         "MemoryError",
         "",
     ),
     "sinusoidal of 2**40 positions (an output larger than memory)": (
-        "result = ar.sinusoidal_embedding(2**40, 8)",
+        "result = ar.sinusoidal_embedding(8, 2**40)",
         "MemoryError",
         "",
     ),

@@ -49,7 +49,7 @@ SPECS: Specs = {
     "apply_rotary": (ar.apply_rotary, dict(x=f32(3, 8), cos=COS, sin=SIN), dict(
         x=[*arrays((3, 8)), f32(3, 3), f32(8)], cos=[*arrays((3, 4)), COS[:, :1].repeat(5, 1), COS[:2]],
         sin=[*arrays((3, 4)), SIN[:2]], layout=choice("half"))),
-    "to_half": (ar.to_half, dict(x=f32(2, 8)), dict(x=[None, "x", 3, [1, 2], np.float32(1)],
+    "to_half_split": (ar.to_half_split, dict(x=f32(2, 8)), dict(x=[None, "x", 3, [1, 2], np.float32(1)],
                                                    rotary_dim=[*EVEN, 10])),
     "to_interleaved": (ar.to_interleaved, dict(x=f32(2, 8)), dict(x=[None, "x", 3, f32(2, 7)],
                                                                  rotary_dim=[*EVEN, 10])),

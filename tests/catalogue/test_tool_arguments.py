@@ -52,7 +52,7 @@ SPECS: Specs = {
         dtype=["float8", 3, None], scale=[math.nan, -1, "1", None], rtol=[-1, math.nan, "1"],
         atol=[-1, math.nan, "1"])),
     "default_tolerance": (te.default_tolerance, dict(dtype="float32"), dict(dtype=["float8", 3, None, "int32"])),
-    "backends": (te.backends, dict(), dict(names=[3, "nope", ["nope"], [3]], with_reasons=BOOL)),
+    "available_backends": (te.available_backends, dict(), dict(names=[3, "nope", ["nope"], [3]], with_reasons=BOOL)),
     "rope_type": (scl.rope_type, dict(scaling={"rope_type": "linear", "factor": 2.0}), dict(
         scaling=[None, "linear", 3, {"rope_type": 3}, {"rope_type": "nope"}])),
     "yarn_mscale": (scl.yarn_mscale, dict(factor=2.0), dict(

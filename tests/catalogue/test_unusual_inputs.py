@@ -54,7 +54,7 @@ UNUSUAL = {
         lambda: _same(ROPE(f32(2, 1, 3, 8), offset=np.array([254, 1], np.uint8)),
                       ROPE(f32(2, 1, 3, 8), positions=np.array([[254, 255, 256], [1, 2, 3]]))), True),
     "RotaryEmbedding returns the frequencies used": (lambda: ROPE(Q, return_freqs=True)[1] is ROPE.freqs, True),
-    "to_half of ints": (lambda: ar.to_half(np.arange(4)).tolist(), [0, 2, 1, 3]),
+    "to_half_split of ints": (lambda: ar.to_half_split(np.arange(4)).tolist(), [0, 2, 1, 3]),
     "t5 buckets of int8 extremes": (lambda: ar.t5_relative_buckets(np.array([-128, 127], np.int8)).tolist(), [15, 31]),
     "alibi_bias of one query far away": (lambda: ar.alibi_bias(1, 1, 2, offset=2**40).shape, (1, 1, 2)),
     "assert_close of equal infinities": (lambda: te.assert_close(np.array([np.inf]), np.array([np.inf])), None),

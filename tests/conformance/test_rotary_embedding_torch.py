@@ -134,11 +134,11 @@ def test_axial_grid(freqs_for, dtype, record):
         torch.set_default_dtype(default)
     if freqs_for == "pixel":
         bands = arrayrope.pixel_frequencies(dim // 2, 10.0)
-        cos, sin = arrayrope.axial_rope_tables((h, w), 2 * dim, grid="pixel", frequencies=bands, dtype=np.float64)
+        cos, sin = arrayrope.axial_rope_tables(2 * dim, (h, w), grid="pixel", frequencies=bands, dtype=np.float64)
         coords = np.stack(np.meshgrid(np.linspace(-1, 1, h), np.linspace(-1, 1, w), indexing="ij"), -1).reshape(-1, 2)
         inv = bands
     else:
-        cos, sin = arrayrope.axial_rope_tables((h, w), 2 * dim, base=100.0, dtype=np.float64)
+        cos, sin = arrayrope.axial_rope_tables(2 * dim, (h, w), base=100.0, dtype=np.float64)
         coords = np.stack(np.meshgrid(np.arange(h), np.arange(w), indexing="ij"), -1).reshape(-1, 2)
         inv = arrayrope.rope_frequencies(dim, base=100.0).inv_freq
     angles = np.concatenate([coords[:, :1] * inv, coords[:, 1:] * inv], -1)  # (h*w, dim): axis 0, then axis 1

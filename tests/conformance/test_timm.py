@@ -115,7 +115,7 @@ def test_vit_rope_with_class_token(name, layout, dtype, record):
     emb = mod.get_embed(shape=list(shape))  # (H * W, 2 d): sin, then cos, in the layout
     bands = _bands(band_spec, d)
     extra = {} if bands is None else {"frequencies": bands}
-    cos, sin = arrayrope.axial_rope_tables(shape, d, num_prefix_tokens=npt, xp=torch, **kwargs, **extra)
+    cos, sin = arrayrope.axial_rope_tables(d, shape, num_prefix_tokens=npt, xp=torch, **kwargs, **extra)
     # the class token first and not rotated, as timm's EVA attention does it
     rng = np.random.default_rng(4)
     x = torch.from_numpy(rng.standard_normal((2, 3, npt + math.prod(shape), d))).to(TORCH[dtype])

@@ -134,7 +134,7 @@ def test_vision_rope_with_class_token(append_cls_token, dtype, record):
     x = torch.from_numpy(np.random.default_rng(3).standard_normal((2, tiles * n, 2, head_dim))).to(TORCH[dtype])
     lib = mod(x)
     cls = {"num_suffix_tokens": 1} if append_cls_token else {"num_prefix_tokens": 1}
-    cos, sin = arrayrope.axial_rope_tables((grid, grid), head_dim, base=10000.0, indexing="xy", grid_offset=1.0,
+    cos, sin = arrayrope.axial_rope_tables(head_dim, (grid, grid), base=10000.0, indexing="xy", grid_offset=1.0,
                                            xp=torch, **cls)
     ours = arrayrope.apply_rotary(x.reshape(2, tiles, n, 2, head_dim), cos[:, None, :], sin[:, None, :],
                                   layout="interleaved").reshape(x.shape)

@@ -279,7 +279,7 @@ def test_rotated_q_and_k(case, dtype, record):
         if case.family == "DeepSeek-V3":  # transformers' output is the half-split order of the interleaved pairs
             exact_ours = rotate64(x_in, angles, "interleaved", att=f.attention_factor, trailing=True)
             r = 2 * angles.shape[-1]
-            x_half = np.concatenate([x_in[..., :-r], arrayrope.to_half(x_in[..., -r:])], -1)
+            x_half = np.concatenate([x_in[..., :-r], arrayrope.to_half_split(x_in[..., -r:])], -1)
             exact = rotate64(x_half, angles, "half", att=f.attention_factor, trailing=True)
         else:
             exact_ours = exact

@@ -55,7 +55,7 @@ def test_2d_notes_construction_equals_axial_interleaved(xp, backend, width, heig
     coords = backend.asarray(np.stack([t % width, t // width], axis=-1))
     for dtype in float_dtypes(backend):
         x = backend.asarray(x64, dtype=dtype)
-        cos, sin = axial_rope_tables(coords, dim, dtype=dtype)
+        cos, sin = axial_rope_tables(dim, coords, dtype=dtype)
         check_like(cos, backend, dtype, (width * height, dim // 2))
         out = arrayrope.apply_rotary(x, cos, sin, layout="interleaved")
         expected = notes_apply(to_numpy(x).astype(np.float64), notes_freqs_cis_2d(dim, width, height))
@@ -71,7 +71,7 @@ def test_axial_half_layout_is_the_pair_block_rotation(xp, backend):
     coords = backend.asarray(np.stack([t % width, t // width], axis=-1))
     for dtype in float_dtypes(backend):
         x = backend.asarray(x64, dtype=dtype)
-        cos, sin = axial_rope_tables(coords, dim, dtype=dtype)
+        cos, sin = axial_rope_tables(dim, coords, dtype=dtype)
         out = arrayrope.apply_rotary(x, cos, sin, layout="half")
         xin = to_numpy(x).astype(np.float64)
         expected = np.stack(
@@ -83,7 +83,7 @@ def test_axial_half_layout_is_the_pair_block_rotation(xp, backend):
 
 def test_grid_shape_is_row_major_row_then_column(xp, backend):
     h, w, dim = 3, 4, 16
-    cos, sin = axial_rope_tables((h, w), dim, xp=backend.xp, device=backend.device)
+    cos, sin = axial_rope_tables(dim, (h, w), xp=backend.xp, device=backend.device)
     t = np.arange(h * w)
     theta = notes_theta(dim)
     angles = np.concatenate([np.outer(t // w, theta), np.outer(t % w, theta)], axis=-1)
@@ -102,7 +102,7 @@ def test_relative_property_per_axis(xp, backend):
     scores = []
     for coords in (p, p + shift):
         c = backend.asarray(coords, dtype=dtype)
-        cos, sin = axial_rope_tables(c, dim, axis_dims=(6, 10), dtype=dtype)
+        cos, sin = axial_rope_tables(dim, c, axis_dims=(6, 10), dtype=dtype)
         q = to_numpy(arrayrope.apply_rotary(backend.asarray(np.tile(q64, (4, 1)), dtype=dtype), cos, sin))
         k = to_numpy(arrayrope.apply_rotary(backend.asarray(np.tile(k64, (4, 1)), dtype=dtype), cos, sin))
         scores.append(q.astype(np.float64) @ k.astype(np.float64).T)
@@ -116,18 +116,18 @@ def test_one_axis_reduces_to_1d(xp, backend):
     pos = np.array([0, 1, 5, 77, 4096])
     x64 = np.random.default_rng(3).standard_normal((len(pos), dim))
     for layout in ("half", "interleaved"):
-        cos, sin = axial_rope_tables(backend.asarray(pos[:, None]), dim, base=base)
+        cos, sin = axial_rope_tables(dim, backend.asarray(pos[:, None]), base=base)
         out = arrayrope.apply_rotary(backend.asarray(x64, dtype="float32"), cos, sin, layout=layout)
         expected = rope_by_matrix(x64.astype(np.float32), pos, inv_freq_formula(dim, base), layout)
         xp_assert_close(out, expected, backend, "float32", rtol=2e-6, atol=2e-5)
-    cos, _ = axial_rope_tables((6,), dim, base=base, xp=backend.xp, device=backend.device)
+    cos, _ = axial_rope_tables(dim, (6,), base=base, xp=backend.xp, device=backend.device)
     xp_assert_close(cos, np.cos(np.outer(np.arange(6), inv_freq_formula(dim, base))), backend, "float32")
 
 
 def test_video_grid_axis_dims_train_grid_and_class_token(xp, backend):
     grid, dims, train, base = (2, 3, 4), (4, 6, 6), (4, 6, 6), 100.0
     cos, sin = axial_rope_tables(
-        grid, 16, axis_dims=dims, train_grid=train, num_prefix_tokens=2, base=base, xp=backend.xp, device=backend.device
+        16, grid, axis_dims=dims, train_grid=train, num_prefix_tokens=2, base=base, xp=backend.xp, device=backend.device
     )
     coords = np.stack(np.unravel_index(np.arange(24), grid), axis=-1) * (np.array(train) / np.array(grid))
     angles = np.concatenate(
@@ -140,7 +140,7 @@ def test_video_grid_axis_dims_train_grid_and_class_token(xp, backend):
 
 def test_coordinates_with_batch_axes_and_prefix(xp, backend):
     coords = np.random.default_rng(4).uniform(-5, 20, size=(2, 3, 2))
-    cos, sin = axial_rope_tables(backend.asarray(coords, dtype="float32"), 8, num_prefix_tokens=1)
+    cos, sin = axial_rope_tables(8, backend.asarray(coords, dtype="float32"), num_prefix_tokens=1)
     c32 = coords.astype(np.float32).astype(np.float64)
     theta = notes_theta(8)
     angles = np.concatenate([c32[..., :1] * theta, c32[..., 1:] * theta], axis=-1)
@@ -162,7 +162,7 @@ def test_property_matches_rotation_matrices(grid, pairs, layout, dtype, extra):
     dims = [2 * p for p in pairs[: len(grid)]]
     rotary = sum(dims)
     head_dim = rotary + extra
-    cos, sin = arrayrope.axial_rope_tables(tuple(grid), head_dim, axis_dims=dims, rotary_dim=rotary, dtype=dtype)
+    cos, sin = arrayrope.axial_rope_tables(head_dim, tuple(grid), axis_dims=dims, rotary_dim=rotary, dtype=dtype)
     n = int(np.prod(grid))
     assert cos.shape == (n, rotary // 2) and cos.dtype == np.dtype(dtype)
     x = np.random.default_rng(n).standard_normal((n, head_dim)).astype(dtype)
@@ -177,7 +177,7 @@ def test_property_matches_rotation_matrices(grid, pairs, layout, dtype, extra):
 def test_lazy_backends_neither_compute_nor_break_under_jit(xp, backend):
     """Dask builds the tables without computing anything, JAX traces them; every backend gives the formula."""
     coords = backend.asarray(np.array([[0.5, 1.0], [2.0, 3.0]]), dtype="float32")
-    cos, sin = axial_rope_tables(coords, 8)
+    cos, sin = axial_rope_tables(8, coords)
     theta = notes_theta(8)
     angles = np.concatenate([np.outer([0.5, 2.0], theta), np.outer([1.0, 3.0], theta)], axis=-1)
     xp_assert_close(cos, np.cos(angles), backend, "float32", rtol=1e-7, atol=1e-6)
@@ -243,7 +243,7 @@ def test_vision_grids(backend, kind, indexing):
     shape, d, train = (3, 5), 16, (6, 4)
     bands = arrayrope.pixel_frequencies(4, 32.0, spacing="log")
     coords = _grid_oracle(shape, kind, indexing, train, offset=0.25 if kind != "pixel" else 0.0)
-    cos, sin = arrayrope.axial_rope_tables(shape, d, grid=kind, indexing=indexing, train_grid=train,
+    cos, sin = arrayrope.axial_rope_tables(d, shape, grid=kind, indexing=indexing, train_grid=train,
                                            grid_offset=0.25 if kind != "pixel" else 0.0, frequencies=bands,
                                            num_prefix_tokens=1, num_suffix_tokens=2, xp=backend.xp,
                                            device=backend.device, dtype="float32")
@@ -261,7 +261,7 @@ def test_pixel_frequencies_and_suffix_tokens_of_coordinate_arrays():
     np.testing.assert_allclose(arrayrope.pixel_frequencies(3, 224.0, spacing="log"),
                                np.pi * np.array([1.0, np.sqrt(112.0), 112.0]), rtol=1e-15)
     coords = np.array([[[1.0, 2.0], [3.0, 4.0]]])
-    cos, sin = arrayrope.axial_rope_tables(coords, 4, num_suffix_tokens=1, num_prefix_tokens=1, dtype="float64")
+    cos, sin = arrayrope.axial_rope_tables(4, coords, num_suffix_tokens=1, num_prefix_tokens=1, dtype="float64")
     assert cos.shape == (1, 4, 2)
     np.testing.assert_array_equal(cos[0, [0, 3]], 1.0)
     np.testing.assert_array_equal(sin[0, [0, 3]], 0.0)

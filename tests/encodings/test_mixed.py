@@ -9,7 +9,7 @@ from array_api_extra.testing import lazy_xp_function
 
 import arrayrope
 from arrayrope import mixed_rope_tables
-from arrayrope.testing import to_numpy
+from arrayrope.testing import assert_close, to_numpy
 from helpers import float_dtypes, tol, xp_assert_close
 
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
@@ -68,3 +68,13 @@ def test_mixed_bad_input():
         arrayrope.mixed_rope_tables(np.zeros((3, 4)), (2, 2))
     with pytest.raises(ValueError, match="head_dim must be a multiple of 4"):
         arrayrope.mixed_rope_frequencies(6, 2)
+
+
+def test_mixed_tables_go_to_the_device_asked_for(xp, backend):
+    freqs = backend.asarray(arrayrope.mixed_rope_frequencies(8, 2, seed=1), dtype="float32")
+    cos, sin = mixed_rope_tables(freqs, (2, 3), device=backend.device)
+    here, there = mixed_rope_tables(freqs, (2, 3))
+    assert_close(cos, here)
+    assert_close(sin, there)
+    with pytest.raises(ValueError, match=r"device=.* is not a device of"):
+        mixed_rope_tables(freqs, (2, 3), device=object())

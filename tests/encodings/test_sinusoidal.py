@@ -30,10 +30,10 @@ def _paper_pe(n, dim, base=10000.0):
 
 
 def test_sinusoidal_matches_the_paper(xp, backend):
-    pe = sinusoidal_embedding(50, 16, xp=backend.xp, device=backend.device)
+    pe = sinusoidal_embedding(16, 50, xp=backend.xp, device=backend.device)
     check_like(pe, backend, "float32", (50, 16))
     np.testing.assert_allclose(to_numpy(pe), _paper_pe(50, 16), atol=1e-7)
-    concat = to_numpy(sinusoidal_embedding(backend.asarray(np.arange(50)), 16, layout="concat"))
+    concat = to_numpy(sinusoidal_embedding(16, backend.asarray(np.arange(50)), layout="concat"))
     ref = _paper_pe(50, 16)
     np.testing.assert_allclose(concat, np.concatenate([ref[:, 0::2], ref[:, 1::2]], axis=1), atol=1e-7)
 
@@ -41,7 +41,7 @@ def test_sinusoidal_matches_the_paper(xp, backend):
 def test_sinusoidal_shift_is_a_block_rotation():
     """p(i + k) = T(k) p(i), T(k) block-diagonal with 2x2 rotations, independent of i."""
     dim, k = 12, 17
-    pe = ar.sinusoidal_embedding(np.arange(200), dim, dtype="float64")
+    pe = ar.sinusoidal_embedding(dim, np.arange(200), dtype="float64")
     w = 10000.0 ** (-np.arange(0, dim, 2) / dim)
     T = np.zeros((dim, dim))
     for j, wj in enumerate(w):
@@ -52,9 +52,9 @@ def test_sinusoidal_shift_is_a_block_rotation():
 
 def test_sinusoidal_bad_input():
     with pytest.raises(ValueError, match="dim must be even"):
-        ar.sinusoidal_embedding(4, 7)
+        ar.sinusoidal_embedding(7, 4)
     with pytest.raises(ValueError, match="layout must be one of"):
-        ar.sinusoidal_embedding(4, 8, layout="half")
+        ar.sinusoidal_embedding(8, 4, layout="half")
 
 
 def test_sinusoidal_tensor2tensor_timing_signal(backend):
@@ -63,8 +63,8 @@ def test_sinusoidal_tensor2tensor_timing_signal(backend):
     pos = np.arange(n, dtype=np.float64)
     inv = np.exp(-np.arange(dim // 2) * np.log(base) / (dim // 2 - 1))
     want = np.concatenate([np.sin(pos[:, None] * inv), np.cos(pos[:, None] * inv)], axis=1)
-    out = ar.sinusoidal_embedding(n, dim, base=base, layout="concat", frequencies="tensor2tensor",
+    out = ar.sinusoidal_embedding(dim, n, base=base, layout="concat", frequencies="tensor2tensor",
                                   xp=backend.xp, device=backend.device, dtype="float32")
     xp_assert_close(out, want, backend, "float32", rtol=0, atol=4e-7)
     with pytest.raises(ValueError, match="frequencies must be one of"):
-        ar.sinusoidal_embedding(4, 8, frequencies="t2t")
+        ar.sinusoidal_embedding(8, 4, frequencies="t2t")

@@ -180,7 +180,8 @@ def test_computed_tables_are_not_bounded_and_stay_exact(layout):
 def test_scaled_frequencies_and_attention_factor(target, tables):
     """Tables carry any scaling: a custom inv_freq (linear x4) and an attention factor of 1.25."""
     inv = inv_freq_formula(16, 500000.0) / 4
-    freqs = arrayrope.RopeFrequencies(inv, 32, 16, attention_factor=1.25, base=500000.0, rope_type="linear")
+    freqs = arrayrope.RopeFrequencies(inv_freq=inv, head_dim=32, rotary_dim=16, attention_factor=1.25, base=500000.0,
+                                      rope_type="linear")
     model = rotary_model(freqs, target=target, num_heads=2, max_positions=64 if tables == "constant" else None,
                          tables=tables)
     rng = np.random.default_rng(3)

@@ -412,7 +412,7 @@ def test_permuted_output_is_pointed_out():
     inner = float32_recipe(theta(16, 1e4), "interleaved")
 
     def kernel(x, p):
-        return arrayrope.to_half(inner(x, p))
+        return arrayrope.to_half_split(inner(x, p))
 
     found = identify_rope(kernel, head_dim=16, dtype="float32", seq_len=8)
     assert not found.matched and "output is permuted" in found.reason, found
