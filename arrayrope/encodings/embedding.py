@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import threading
 from collections.abc import Mapping
@@ -168,6 +169,22 @@ axes='bhsd', rotary_features='trailing')
             f"rope_type={f.rope_type!r}, layout={self.layout!r}, axes={self.axes!r}"
             + (")" if self.rotary_features == "leading" else f", rotary_features={self.rotary_features!r})")
         )
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a copy, a pickle or ``torch.save`` keeps: the configuration, the frequencies and the
+        sequence-length state, as one snapshot; not the lock, nor the tables (a cache pickles empty)."""
+        with self._lock:
+            state = {name: value for name, value in self.__dict__.items() if name != "_lock"}
+            state["_resize"] = copy.copy(self._resize)  # its fields are replaced, never changed: a snapshot
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __copy__(self) -> RotaryEmbedding:
+        # a shallow copy would share the cache and the sequence-length state with the original
+        return copy.deepcopy(self)
 
     @overload
     def __call__(
