@@ -82,6 +82,11 @@ class RotaryEmbedding:
     the set of the latest call of any thread; ``return_freqs=True`` returns the set
     a call used, which is what ``rerotate`` needs when threads share an instance.
 
+    An instance holds no parameters or buffers. Copies (``copy.copy``, ``copy.deepcopy``,
+    ``pickle``, ``torch.save`` of a model that holds it) keep the configuration, the
+    frequencies and the sequence-length state; each gets a lock and an empty cache of
+    its own, and computes what the original does.
+
     Examples
     --------
     >>> import numpy as np, arrayrope
