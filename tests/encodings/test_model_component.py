@@ -196,6 +196,16 @@ def test_reports_and_backends():
         np.testing.assert_array_equal(other.asarray([1.0, 2.0]), backend.asarray([1.0, 2.0]))
 
 
+def test_a_backend_pickled_where_its_library_is_missing(missing_library):
+    """A backend unpickles as the receiving process's backend of that name; where there is none, the error
+    says which and why (here: NumPy made to look uninstalled after pickling)."""
+    data = pickle.dumps(ar.testing.backends("numpy")[0])
+    message = missing_library("numpy")
+    with pytest.raises(ValueError, match=f"backend 'numpy' is not available here: numpy unavailable: "
+                                         f"ImportError: {message}"):
+        pickle.loads(data)
+
+
 def test_export_options_and_reports():
     pytest.importorskip("onnx")
     from arrayrope.export import ExportOptions, TorchOptions, ValidationError
