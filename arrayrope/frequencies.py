@@ -83,6 +83,11 @@ class RopeFrequencies:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __reduce__(self) -> tuple[type[RopeFrequencies], tuple[Any, ...]]:
+        # copies and unpickled sets go through the checks again, which also makes their inv_freq read-only
+        return type(self), (self.inv_freq, self.head_dim, self.rotary_dim, self.attention_factor, self.base,
+                            self.rope_type)
+
 
 def rope_frequencies(
     head_dim: int,

@@ -34,6 +34,10 @@ class ValidationError(AssertionError):
         super().__init__(message)
         self.report = report
 
+    def __reduce__(self) -> tuple[type[ValidationError], tuple[str, Report]]:
+        # raised in a worker process, it reaches the caller by pickling (an exception pickles its args alone)
+        return type(self), (str(self), self.report)
+
 
 #: Validation reports are :class:`arrayrope.testing.Report` objects (one row per check).
 ValidationReport = Report

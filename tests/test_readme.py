@@ -29,6 +29,7 @@ import re
 import shlex
 import subprocess
 import sys
+import types
 from contextlib import redirect_stdout
 
 import pytest
@@ -124,9 +125,12 @@ def test_readme_block_runs_as_pasted(lang, code, expected, section, line, folder
             SKIPPED_SECTIONS.add(section)
             pytest.skip(f"{missing} is not installed")
         out = io.StringIO()
+        # a module of its own, as a pasted script's __main__ is: the classes it defines pickle (torch.save)
+        module = types.ModuleType("__readme__")
+        monkeypatch.setitem(sys.modules, module.__name__, module)
         try:
             with redirect_stdout(out):
-                exec(compile(code, f"{README}:{line}", "exec"), {"__name__": "__readme__"})
+                exec(compile(code, f"{README}:{line}", "exec"), module.__dict__)
         except ModuleNotFoundError as exc:  # an optional library that a module the block imports needs
             if (exc.name or "").split(".")[0] not in OPTIONAL:
                 raise

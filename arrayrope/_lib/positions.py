@@ -3,7 +3,8 @@
 Positions lie in the int64 range ``[-2**63, 2**63)``: checked for real and uint64
 positions on eager backends (JAX and Dask arrays are never inspected). Positions
 derived from others (an offset plus steps) are computed in a dtype that holds them
-(:func:`add_steps`), never in a narrow dtype that would wrap.
+(:func:`add_steps`), never in a narrow dtype that would wrap. A 0-d integer array is an
+int wherever an int is accepted (:func:`scalar_int`); under a trace it stays an array.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .. import backends
 from .dtypes import dtype_name, index_dtype
 from .types import Array, Device, Namespace
 
-__all__ = ["LIMIT", "add_steps", "as_positions", "magnitude_bits", "position_array"]
+__all__ = ["LIMIT", "add_steps", "as_positions", "magnitude_bits", "position_array", "scalar_int"]
 
 #: Positions must lie in ``[-LIMIT, LIMIT)`` (the int64 range).
 LIMIT = 2**63
@@ -175,6 +176,23 @@ def add_steps(xp: Namespace, start: Array, steps: int, device: Device, name: str
             )
     start = xp.astype(start, wide)
     return start[..., None] + xp.arange(steps, dtype=wide, device=device)
+
+
+def scalar_int(value: Any) -> Any:
+    """``value`` as a Python int where it holds one integer that can be read now, else ``value`` itself.
+
+    Ints (bools are not), NumPy integers and 0-d integer arrays of any library whose
+    value exists (NumPy, PyTorch, CuPy, array_api_strict, JAX outside a trace) become
+    ints; traced 0-d arrays (``jax.jit``, torch.compile), Dask arrays and everything
+    else come back unchanged, for the caller to compute with as arrays or to refuse.
+    Reading the value waits for the array's device, as ``int()`` does.
+    """
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if (backends.is_array(value) and value.ndim == 0 and backends.concrete(value)
+            and backends.is_integral(backends.namespace(value), value.dtype)):
+        return int(value)
+    return value
 
 
 def position_array(

@@ -35,7 +35,7 @@ from ._namespace import (
     same_device,
     to_device,
 )
-from .dispatch import arange_tables, is_lazy, onnx_exporting, onnx_rotary, prepare, rotate, traced
+from .dispatch import arange_tables, concrete, is_lazy, onnx_exporting, onnx_rotary, prepare, rotate, traced
 from .registry import ENV_VAR, LIBRARIES, VARIANTS, Backend, available, to_numpy
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "available",
     "cache_key",
     "check_device",
+    "concrete",
     "default_namespace",
     "device_of",
     "has_float64",

@@ -8,7 +8,8 @@ passes over memory; where it does not apply it calls ``generic`` itself, or
 their library passes, so importing arrayrope imports no optional library.
 
 A library whose arrays can be traced into graphs may also define ``traced(x)``
-(whether caches must not keep ``x``), ``onnx_exporting()`` (whether an ONNX
+(whether caches must not keep ``x``), ``concrete(x)`` (whether the values of a lazy
+array can be read now: JAX's outside a trace), ``onnx_exporting()`` (whether an ONNX
 exporter of that library is tracing: exported graphs carry no float64) and
 ``onnx_rotary()`` (the rotary embedding to trace then, or None).
 
@@ -29,7 +30,7 @@ import numpy as np
 from ._namespace import lazy_array, library_name, library_of
 from .registry import LIBRARIES, library_module
 
-__all__ = ["arange_tables", "is_lazy", "onnx_exporting", "onnx_rotary", "prepare", "rotate", "traced"]
+__all__ = ["arange_tables", "concrete", "is_lazy", "onnx_exporting", "onnx_rotary", "prepare", "rotate", "traced"]
 
 Generic = Callable[[Any, Any, Any, Any, str], Any]
 _NONE = object()
@@ -64,6 +65,15 @@ def traced(x: Any) -> bool:
     """Whether ``x`` is a tracer's stand-in (torch.compile, torch.export) that no cache may keep."""
     test = _hook(library_of(x), "traced")
     return bool(test(x)) if test is not None else False
+
+
+def concrete(x: Any) -> bool:
+    """Whether the values of ``x`` can be read now: False for a tracer's stand-in (``jax.jit``,
+    torch.compile), a Dask graph or a meta tensor, whose values do not exist yet."""
+    if traced(x):
+        return False
+    test = _hook(library_of(x), "concrete")
+    return bool(test(x)) if test is not None else not lazy_array(x)
 
 
 _library_of_namespace: dict[int, str | None] = {}

@@ -12,7 +12,7 @@ import numpy as np
 if TYPE_CHECKING:
     from .registry import Backend
 
-__all__ = ["probe", "rotate", "to_numpy"]
+__all__ = ["concrete", "probe", "rotate", "to_numpy"]
 
 Generic = Callable[[Any, Any, Any, Any, str], Any]
 _jitted: dict[tuple[str, int], Callable[..., Any]] = {}
@@ -30,6 +30,11 @@ def probe() -> list[Backend]:
     except RuntimeError:  # no CUDA plugin, or no device
         return found
     return [*found, Backend("jax-cuda", jnp, gpu, dtypes, lazy=True, native=jnp)]
+
+
+def concrete(x: jax.Array) -> bool:
+    """Whether ``x`` holds values (an array outside a trace), not a tracer's stand-in under ``jax.jit``."""
+    return not isinstance(x, jax.core.Tracer)
 
 
 def to_numpy(x: jax.Array) -> np.ndarray:

@@ -94,6 +94,25 @@ class Backend:
     def __str__(self) -> str:
         return self.name
 
+    def __reduce__(self) -> tuple[Callable[[str], Backend], tuple[str]]:
+        # namespaces, modules and devices belong to a process: another one takes its own backend of that name
+        return _named, (self.name,)
+
+    def __copy__(self) -> Backend:
+        return self  # frozen, and what it holds (modules, a device) is one per process
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Backend:
+        return self
+
+
+def _named(name: str) -> Backend:
+    """The backend called ``name`` on this machine: what a pickled :class:`Backend` becomes where it is loaded."""
+    found, missing = available([name], with_reasons=True)
+    for backend in found:
+        if backend.name == name:
+            return backend
+    raise ValueError(f"backend {name!r} is not available here: {missing.get(name, 'no such device')}")
+
 
 def library_module(library: str) -> Any:
     """This package's module for ``library`` (imports the library itself only when it is used)."""

@@ -174,7 +174,7 @@ def _position_ids(x: torch.Tensor, seq_axis: int, positions: Any, offset: Any) -
     off = torch.as_tensor(offset, device=x.device)
     if off.is_floating_point():
         return None
-    return off.to(torch.int64).reshape(-1, 1) + steps
+    return (off.to(torch.int64).reshape(-1, 1) + steps).expand(batch, seq)  # one offset (0-d) or one per row
 
 
 def rotary_embedding(

@@ -5,7 +5,8 @@ namespace, device and dtype, and the rows of the last decode step. From the seco
 call with those rows on (every layer of a model sharing one instance applies them to
 its q and k), they come with the form the fast path of their library applies fastest
 (:func:`arrayrope.backends.prepare`).
-Entries are replaced, never changed, so a reader needs no lock.
+Entries are replaced, never changed, so a reader needs no lock. Copies and pickles
+hold the frequencies only: their tables are rebuilt where they are used.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ class TableCache:
         self._tables: dict[tuple[int, Any, Any], tuple[Array, Array]] = {}
         self._lock = threading.Lock()
         self._last: tuple[tuple[Any, ...], Rows] | None = None
+
+    def __reduce__(self) -> tuple[type[TableCache], tuple[RopeFrequencies]]:
+        # a copy (deepcopy, pickle, torch.save) starts empty, with its own lock, and fills on the arrays it meets
+        return type(self), (self.freqs,)
 
     def rows(
         self, xp: Namespace, x: Array, device: Any, dtype: Any, start: int, seq: int, layout: str,

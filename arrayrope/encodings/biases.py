@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 
 import numpy as np
 
 from .. import backends
 from .._lib import checks
 from .._lib.dtypes import dtype_name, index_dtype, table_dtype, work_dtype
+from .._lib.positions import position_array, scalar_int
 from .._lib.types import Array, Device, DType, Namespace
 
 __all__ = ["alibi_bias", "alibi_slopes", "t5_relative_bias", "t5_relative_buckets"]
@@ -73,7 +73,7 @@ def alibi_bias(
     k_len: int,
     *,
     causal: bool = True,
-    offset: int | None = None,
+    offset: int | Array | None = None,
     xp: Namespace | None = None, dtype: DType | None = None, device: Device = None,
 ) -> Array:
     """The ALiBi bias ``-slope_h * distance``, shape ``(num_heads, q_len, k_len)``.
@@ -89,7 +89,9 @@ def alibi_bias(
         ``-inf`` for later keys, so the bias is also the causal mask. False
         (encoders): ``-slope * |i - j|`` everywhere.
     offset : int, optional
-        Position of the first query (default ``k_len - q_len``).
+        Position of the first query (default ``k_len - q_len``). A 0-d integer array
+        is one int, kept in the graph under ``jax.jit`` (where it sets the namespace
+        and device).
     xp, dtype, device
         Namespace (default NumPy), real floating dtype (default float32) and device.
 
@@ -109,7 +111,11 @@ def alibi_bias(
     """
     num_heads = checks.positive_int(num_heads, "num_heads")
     causal = checks.boolean(causal, "causal")
-    ns = backends.namespace(xp=xp)
+    offset = scalar_int(offset)
+    if backends.is_array(offset):  # a traced 0-d offset: the bias is built where it lives
+        ns, offset, device = position_array(offset, "offset", xp=xp, device=device)
+    else:
+        ns = backends.namespace(xp=xp)
     out_dtype = table_dtype(ns, dtype, device)
     work = work_dtype(ns, device)
     rel = _relative(ns, q_len, k_len, offset, device)  # key - query: <= 0 for earlier keys
@@ -277,7 +283,7 @@ def t5_relative_bias(
     *,
     bidirectional: bool = True,
     max_distance: int = 128,
-    offset: int | None = None,
+    offset: int | Array | None = None,
 ) -> Array:
     """The bias of a learned T5 table, shape ``(num_heads, q_len, k_len)``.
 
@@ -291,7 +297,8 @@ def t5_relative_bias(
     bidirectional, max_distance
         As for :func:`t5_relative_buckets` (``num_buckets = table.shape[0]``).
     offset : int, optional
-        Position of the first query (default ``k_len - q_len``).
+        Position of the first query (default ``k_len - q_len``). A 0-d integer array
+        is one int, kept in the graph under ``jax.jit``.
 
     Returns
     -------
@@ -313,6 +320,9 @@ def t5_relative_bias(
     if table.ndim != 2:
         raise ValueError(f"table must have shape (num_buckets, num_heads), got shape {tuple(table.shape)}")
     device = backends.device_of(table)
+    offset = scalar_int(offset)
+    if backends.is_array(offset):
+        _, offset, _ = position_array(offset, "offset", like=table, like_name="table")
     rel = _relative(ns, q_len, k_len, offset, device)
     try:
         buckets = t5_relative_buckets(
@@ -325,18 +335,28 @@ def t5_relative_bias(
     return ns.permute_dims(ns.reshape(values, (q, k, table.shape[1])), (2, 0, 1))
 
 
-def _relative(xp: Namespace, q_len: int, k_len: int, offset: int | None, device: Device) -> Array:
-    """``key - query`` positions, shape ``(q_len, k_len)``, default integer dtype."""
+def _relative(xp: Namespace, q_len: int, k_len: int, offset: int | Array | None, device: Device) -> Array:
+    """``key - query`` positions, shape ``(q_len, k_len)``, default integer dtype. ``offset`` is an int, None
+    or a 0-d array that :func:`scalar_int` left as it is (traced), already in ``xp`` and on ``device``."""
     q_len = checks.positive_int(q_len, "q_len")
     k_len = checks.positive_int(k_len, "k_len")
+    keys = xp.arange(k_len, device=device)
     if offset is None:
         offset = k_len - q_len
-    elif isinstance(offset, bool) or not isinstance(offset, numbers.Integral):
-        raise TypeError(f"offset must be an int (position of the first query), got {offset!r}")
-    if abs(offset) + q_len + k_len > 2**62:
-        raise ValueError(f"offset must keep every position within +-2**62, got offset={offset}")
-    keys = xp.arange(k_len, device=device)
-    queries = xp.arange(int(offset), int(offset) + q_len, device=device)
+    expected = "offset must be an int or a 0-d integer array (position of the first query)"
+    if isinstance(offset, bool):
+        raise TypeError(f"{expected}, got {offset!r}")
+    if isinstance(offset, int):
+        if abs(offset) + q_len + k_len > 2**62:
+            raise ValueError(f"offset must keep every position within +-2**62, got offset={offset}")
+        queries = xp.arange(offset, offset + q_len, device=device)
+        return keys[None, :] - queries[:, None]
+    if not backends.is_array(offset) or not backends.is_integral(xp, offset.dtype):
+        raise TypeError(f"{expected}, got {offset!r}")
+    if offset.ndim != 0:
+        raise ValueError(f"{expected}, got shape {tuple(offset.shape)}")
+    # a traced offset: no value to check, and none is read
+    queries = xp.astype(offset, keys.dtype) + xp.arange(q_len, dtype=keys.dtype, device=device)
     return keys[None, :] - queries[:, None]
 
 

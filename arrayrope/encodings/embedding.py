@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-import numbers
 import threading
 from collections.abc import Mapping
 from typing import Any, Literal, overload
@@ -11,7 +11,7 @@ from typing import Any, Literal, overload
 from .. import backends
 from .._lib import checks
 from .._lib.dtypes import index_dtype, table_dtype_for
-from .._lib.positions import add_steps, position_array
+from .._lib.positions import add_steps, position_array, scalar_int
 from .._lib.types import AXES, ROTARY_FEATURES, Array, Axes, Layout, Namespace, RotaryFeatures
 from ..apply import rotate_features
 from ..frequencies import RopeFrequencies, rope_frequencies
@@ -57,10 +57,10 @@ class RotaryEmbedding:
     ``2**17`` positions. A call beyond that computes the tables of its own positions
     only (a decode step at position ``2**31`` costs what one at position 10 does, and
     is as exact). The cache is guarded by a lock, so one instance serves several
-    threads. Explicit ``positions`` and per-batch ``offset`` arrays compute their
-    tables directly from the positions (no cache lookup), which also holds under
-    ``jax.jit``; offsets plus steps are added in int64 (int32 where the device has
-    no int64), never in the offsets' own dtype. Tables are float32, or float64 for
+    threads. Explicit ``positions``, per-batch ``offset`` arrays and traced 0-d offsets
+    compute their tables directly from the positions (no cache lookup, exact at every
+    position), which also holds under ``jax.jit``; offsets plus steps are added in
+    int64 (int32 where the device has no int64), never in the offsets' own dtype. Tables are float32, or float64 for
     float64 inputs; float16 and bfloat16 inputs are rotated in float32 and rounded
     once. ``q`` and ``k`` of different dtypes each get the tables of their own.
 
@@ -81,6 +81,11 @@ class RotaryEmbedding:
     new frequencies; :func:`arrayrope.rerotate` moves them over. ``self.freqs`` is
     the set of the latest call of any thread; ``return_freqs=True`` returns the set
     a call used, which is what ``rerotate`` needs when threads share an instance.
+
+    An instance holds no parameters or buffers. Copies (``copy.copy``, ``copy.deepcopy``,
+    ``pickle``, ``torch.save`` of a model that holds it) keep the configuration, the
+    frequencies and the sequence-length state; each gets a lock and an empty cache of
+    its own, and computes what the original does.
 
     Examples
     --------
@@ -170,6 +175,22 @@ axes='bhsd', rotary_features='trailing')
             + (")" if self.rotary_features == "leading" else f", rotary_features={self.rotary_features!r})")
         )
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What a copy, a pickle or ``torch.save`` keeps: the configuration, the frequencies and the
+        sequence-length state, as one snapshot; not the lock, nor the tables (a cache pickles empty)."""
+        with self._lock:
+            state = {name: value for name, value in self.__dict__.items() if name != "_lock"}
+            state["_resize"] = copy.copy(self._resize)  # its fields are replaced, never changed: a snapshot
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __copy__(self) -> RotaryEmbedding:
+        # a shallow copy would share the cache and the sequence-length state with the original
+        return copy.deepcopy(self)
+
     @overload
     def __call__(
         self, q: Array, k: Array | None = None, *, positions: Array | None = None, offset: int | Array = 0,
@@ -206,6 +227,8 @@ axes='bhsd', rotary_features='trailing')
         offset : int or array
             Start position, one int or one per batch row (an integer array of shape
             ``(B,)``), for decoding with a KV cache. Not combined with ``positions``.
+            A 0-d integer array is one int: read as one where it has a value, kept in
+            the graph under ``jax.jit`` (a decode loop compiles once).
         seq_len : int, optional
             Sequence length that selects the frequencies of the ``dynamic`` and
             ``longrope`` types (see Notes); ignored by the others.
@@ -288,15 +311,15 @@ axes='bhsd', rotary_features='trailing')
         device = backends.device_of(q)
         if seq_len is not None:
             seq_len = checks.positive_int(seq_len, "seq_len")
+        offset = scalar_int(offset)  # a 0-d array with a value is an int; a traced one stays an array
         if positions is not None:
-            if not (isinstance(offset, numbers.Integral) and not isinstance(offset, bool) and offset == 0):
+            if not (type(offset) is int and offset == 0):
                 raise ValueError("pass positions or offset, not both (positions already include any offset)")
             _, pos, _ = position_array(positions, "positions", like=q)
             if pos.ndim not in (1, 2) or pos.shape[-1] != seq or (pos.ndim == 2 and pos.shape[0] not in (1, batch)):
                 raise ValueError(_positions_mismatch(tuple(q.shape), tuple(pos.shape), self.axes))
             return _Where(device, seq, array=pos, length=self._length(pos, 0, seq_len))
-        if type(offset) is int or (isinstance(offset, numbers.Integral) and not isinstance(offset, bool)):
-            offset = int(offset)
+        if type(offset) is int:
             if offset < 0:
                 raise ValueError(f"offset must be >= 0, got {offset}")
             # a trace keeps its own tables (nothing created while tracing may outlive it), and its sequence
@@ -311,17 +334,18 @@ axes='bhsd', rotary_features='trailing')
                 )
             return _Where(device, seq, start=offset, length=offset + seq, traced=traced)
         if isinstance(offset, bool) or not backends.is_array(offset):
-            raise TypeError(f"offset must be an int or an integer array of shape (B,), got {offset!r}")
+            raise TypeError(f"offset must be an int or an integer array of shape () or (B,), got {offset!r}")
         _, off, _ = position_array(offset, "offset", like=q)
         if not backends.is_integral(xp, off.dtype):
-            raise TypeError(f"offset must be an int or an integer array of shape (B,), got dtype {off.dtype}")
-        if off.ndim != 1 or off.shape[0] != batch:
+            raise TypeError(f"offset must be an int or an integer array of shape () or (B,), got dtype {off.dtype}")
+        if off.ndim > 1 or (off.ndim == 1 and off.shape[0] != batch):
             raise ValueError(
-                f"offset must be an int or an array of shape (B,) = ({batch},) (axis 0 of q, axes={self.axes!r}), "
-                f"got {tuple(off.shape)}"
+                f"offset must be an int or an array of shape () or (B,) = ({batch},) (axis 0 of q, "
+                f"axes={self.axes!r}), got {tuple(off.shape)}"
             )
         if not backends.is_lazy(off) and batch and int(xp.min(off)) < 0:
             raise ValueError(f"offset must be >= 0, got {int(xp.min(off))}")
+        # a traced 0-d offset has no value: its tables are computed from its positions, as per-row offsets' are
         pos = add_steps(xp, off, seq, device)
         return _Where(device, seq, array=pos, length=self._length(off, seq - 1, seq_len))
 

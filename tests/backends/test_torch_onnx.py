@@ -323,3 +323,32 @@ def test_rope_model_default_is_unbounded_too():
     (y,) = run(model, (np.ones((2, HQ, FAR.shape[1], HEAD_DIM), np.float32), FAR))
     want = oracle(np.ones((2, HQ, FAR.shape[1], HEAD_DIM)), FAR, inv_freq_formula(HEAD_DIM, 10000.0), "half", "bhsd")
     assert np.max(np.abs(y - want)) <= 2e-6
+
+
+class Decode(Attention):
+    """A decode step: q, k and the offset of the step (0-d, one for the batch) or of each row ((B,))."""
+
+    def forward(self, q, k, offset):
+        return self.rope(q, k, offset=offset)
+
+
+@pytest.mark.parametrize("offset", [np.array(7), np.array([7, 60])], ids=["0-d", "per row"])
+def test_offsets_as_inputs_of_the_graph(offset):
+    """An offset tensor is an input of the exported graph, its position ids ``offset + 0..S-1`` shaped (B, S) for
+    the fused node: run at other offsets than the export's against rotation matrices and eager PyTorch."""
+    module = Decode()
+    q, k = (torch.randn(s) for s in shapes("bhsd", 2, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = torch.onnx.export(module, (q, k, torch.from_numpy(offset)), dynamo=True, opset_version=23).model_proto
+    assert rotations(model)["RotaryEmbedding"] == 2  # and the few ops of offset + steps
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    for other in (np.asarray(offset + 3), np.full_like(offset, ROWS - 1)):
+        got = sess.run(None, dict(zip(names, (q.numpy(), k.numpy(), other), strict=True)))
+        eager = module(q, k, torch.from_numpy(other))
+        positions = np.broadcast_to(other, (2,))[:, None]
+        for x, y, e in zip((q, k), got, eager, strict=True):
+            assert np.max(np.abs(y - oracle(x.numpy(), positions, inv_freq_formula(HEAD_DIM, 10000.0), "half",
+                                            "bhsd"))) <= 1e-5
+            assert np.max(np.abs(y - e.numpy())) <= 1e-5
