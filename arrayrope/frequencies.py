@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 from collections.abc import Mapping
 from typing import Any
@@ -83,10 +84,10 @@ class RopeFrequencies:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def __reduce__(self) -> tuple[type[RopeFrequencies], tuple[Any, ...]]:
+    def __reduce__(self) -> tuple[functools.partial[RopeFrequencies], tuple[()]]:
         # copies and unpickled sets go through the checks again, which also makes their inv_freq read-only
-        return type(self), (self.inv_freq, self.head_dim, self.rotary_dim, self.attention_factor, self.base,
-                            self.rope_type)
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return functools.partial(type(self), **fields), ()
 
 
 def rope_frequencies(

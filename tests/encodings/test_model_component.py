@@ -190,7 +190,7 @@ def test_reports_and_backends():
                     skipped=(("cupy", "no GPU"),), title="parity")
     for other in _round_trips(report):
         assert other == report and other.verdict() == report.verdict() and str(other) == str(report)
-    backend = ar.testing.backends("numpy")[0]
+    backend = ar.testing.available_backends("numpy")[0]
     for other in _round_trips(backend):
         assert other == backend and other.xp is backend.xp
         np.testing.assert_array_equal(other.asarray([1.0, 2.0]), backend.asarray([1.0, 2.0]))
@@ -199,7 +199,7 @@ def test_reports_and_backends():
 def test_a_backend_pickled_where_its_library_is_missing(missing_library):
     """A backend unpickles as the receiving process's backend of that name; where there is none, the error
     says which and why (here: NumPy made to look uninstalled after pickling)."""
-    data = pickle.dumps(ar.testing.backends("numpy")[0])
+    data = pickle.dumps(ar.testing.available_backends("numpy")[0])
     message = missing_library("numpy")
     with pytest.raises(ValueError, match=f"backend 'numpy' is not available here: numpy unavailable: "
                                          f"ImportError: {message}"):
