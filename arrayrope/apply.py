@@ -53,7 +53,8 @@ def apply_rotary(
     while JAX traces; values are never inspected, so Dask builds the result
     lazily and ``jax.jit`` traces it. NumPy, PyTorch, CuPy, Dask and JAX arrays take a
     fast path of their library (:mod:`arrayrope.backends`) that computes the values
-    of the reference below with fewer passes over memory.
+    of the reference (:func:`arrayrope._lib.rotation.rotate_reference`) with fewer
+    passes over memory.
 
     Examples
     --------
@@ -80,12 +81,12 @@ def apply_rotary(
     return rotate_features(xp, x, cos, sin, layout, rotary_features)
 
 
-def rotate(xp: Namespace | None, x: Array, cos: Array, sin: Array, layout: str, prepared: object = None) -> Array:
+def rotate(xp: Namespace, x: Array, cos: Array, sin: Array, layout: str, prepared: object = None) -> Array:
     """Checked arguments -> rotated copy, by the fast path of ``x``'s library or the reference.
 
     ``prepared``: ``backends.prepare(x, cos, sin, layout)`` for tables applied more than once.
     """
-    return backends.rotate(xp, x, cos, sin, layout, _rotate_generic, prepared)
+    return backends.rotate(xp, x, cos, sin, layout, prepared)
 
 
 def rotate_features(
@@ -131,32 +132,6 @@ def check_rotary_args(x: Array, cos: Array, sin: Array) -> Namespace:
             f"cos.shape[:-1] must broadcast to x.shape[:-1]={tuple(xs[:-1])}"
         )
     return xp
-
-
-def _rotate_generic(xp: Namespace | None, x: Array, cos: Array, sin: Array, layout: str) -> Array:
-    """The reference implementation, pure Array API (every fast path is tested against it)."""
-    if xp is None:
-        xp = backends.namespace(x)
-    dtype = x.dtype
-    work = xp.result_type(dtype, cos.dtype)
-    h = cos.shape[-1]
-    r = 2 * h
-    d = x.shape[-1]
-    xr = xp.astype(x[..., :r], work)
-    if layout == "half":
-        x1, x2 = xr[..., :h], xr[..., h:]
-        parts = [x1 * cos - x2 * sin, x2 * cos + x1 * sin]
-    else:
-        lead = tuple(x.shape[:-1])
-        pairs = xp.reshape(xr, (*lead, h, 2))
-        xe, xo = pairs[..., 0], pairs[..., 1]
-        y = xp.stack([xe * cos - xo * sin, xo * cos + xe * sin], axis=-1)
-        parts = [xp.reshape(y, (*lead, r))]
-    out = parts[0] if len(parts) == 1 else xp.concat(parts, axis=-1)
-    out = xp.astype(out, dtype, copy=False)
-    if r < d:
-        out = xp.concat([out, x[..., r:]], axis=-1)
-    return out
 
 
 def _rotary_width(x: Array, rotary_dim: int | None) -> int:

@@ -66,9 +66,10 @@ def rope_tables(
     Notes
     -----
     Positions must lie in ``[-2**63, 2**63)`` and real ones must be finite:
-    checked on eager backends (NumPy, PyTorch, CuPy, array_api_strict); JAX and
-    Dask arrays are not inspected, so that tracing and graph building compute
-    nothing (there, the number of digits follows from the dtype).
+    checked where the values exist (eager NumPy, PyTorch, CuPy, JAX and
+    array_api_strict arrays); traced arrays and Dask graphs are not inspected, so
+    that tracing and graph building compute nothing (there, the number of digits
+    follows from the dtype).
 
     Examples
     --------
@@ -95,7 +96,7 @@ def rope_tables(
         pos = xp.arange(pos, dtype=index_dtype(xp, device), device=device)
     # graphs that an ONNX exporter traces carry no float64: the exact float32 method
     cos, sin = cos_sin(xp, freqs.inv_freq, pos, device, exact=dtype == xp.float64, bits=bits,
-                       float64=not backends.onnx_exporting(xp))
+                       float64=not backends.tracing(xp))
     if factor != 1.0:
         cos, sin = cos * factor, sin * factor
     return xp.astype(cos, dtype, copy=False), xp.astype(sin, dtype, copy=False)

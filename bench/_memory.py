@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 import arrayrope
-from arrayrope.apply import _rotate_generic
+from arrayrope._lib.rotation import rotate_reference
 
 from ._config import Config, Shape
 from ._libs import Lib, naive
@@ -58,7 +58,7 @@ def _numpy_layout(lib: Lib, x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
     xp = lib.backend.xp
     fns: dict[str, Callable[[], np.ndarray]] = {
         "arrayrope": lambda: arrayrope.apply_rotary(x, cos, sin, layout=layout),
-        "reference path": lambda: _rotate_generic(xp, x, cos, sin, layout),
+        "reference path": lambda: rotate_reference(xp, x, cos, sin, layout),
         "naive": lambda: naive(lib.ops, layout, x, (tables[0], tables[1], tables[2], tables[3]), x.shape[-1]),
     }
     peaks = {}
@@ -106,7 +106,7 @@ def _torch_cuda_layout(lib: Lib, x: Any, c: Any, s: Any, tables: tuple[Any, ...]
     torch = lib.backend.native
     fns: dict[str, Callable[[], Any]] = {
         "arrayrope": lambda: arrayrope.apply_rotary(x, c, s, layout=layout),
-        "reference path": lambda: _rotate_generic(lib.backend.xp, x, c, s, layout),
+        "reference path": lambda: rotate_reference(lib.backend.xp, x, c, s, layout),
         "naive": lambda: naive(lib.ops, layout, x, tables, x.shape[-1]),
     }
     peaks = {}
@@ -124,7 +124,7 @@ def _torch_cuda_layout(lib: Lib, x: Any, c: Any, s: Any, tables: tuple[Any, ...]
 
 _RSS_CODE = """
 import numpy as np, torch, arrayrope
-from arrayrope import apply as rotary
+from arrayrope._lib.rotation import rotate_reference
 torch.set_num_threads(1)
 shape, layout, name = {shape!r}, {layout!r}, {name!r}
 x = torch.empty(shape).normal_()  # no temporary: the peak so far is x itself
@@ -135,7 +135,7 @@ def run(a):
     if name == "arrayrope":
         return arrayrope.apply_rotary(a, c, s, layout=layout)
     if name == "reference path":
-        return rotary._rotate_generic(arrayrope.backends.namespace(a), a, c, s, layout)
+        return rotate_reference(arrayrope.backends.namespace(a), a, c, s, layout)
     if layout == "half":
         return a * cf + torch.cat([-a[..., a.shape[-1] // 2:], a[..., : a.shape[-1] // 2]], -1) * sf
     e, o = a[..., 0::2], a[..., 1::2]

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 import arrayrope
-from arrayrope.apply import _rotate_generic
+from arrayrope._lib.rotation import rotate_reference
 
 from . import _dask, _far, _machine, _memory, _ort, _startup, _tables
 from ._config import Config, Shape, thread_count
@@ -92,7 +92,7 @@ def apply_case(lib: Lib, shape: Shape, layout: Layout, dtype: str, rdim: int, co
         dst, copy_into = ops.copy(x), ops.copy_into
         variants["copy into"] = lambda: copy_into(dst, x)
     variants["arrayrope"] = lambda: ready(arrayrope.apply_rotary(x, c, sn, layout=layout))
-    variants["reference path"] = lambda: ready(_rotate_generic(xp, x, c, sn, layout))
+    variants["reference path"] = lambda: ready(rotate_reference(xp, x, c, sn, layout))
     variants["naive"] = lambda: ready(naive(ops, layout, x, tables, rdim))
     if layout == "interleaved" and ops.complex_mul is not None:
         fc = lib.array((cos + 1j * sin).astype(np.complex64))

@@ -53,15 +53,19 @@ def _identity() -> tuple[Any, None]:
 
 
 def models() -> dict[str, tuple[Any, str | None]]:
-    from arrayrope.export import rotary_model
+    from arrayrope.export import ExportKeywords, rotary_model
 
     out: dict[str, tuple[Any, str | None]] = {"identity": _identity(), "hand-built onnx23 op": _hand_fused("", 23),
            "hand-built contrib op": _hand_fused("com.microsoft", 17)}
-    for label, kw in (("onnx23", {"target": "onnx23"}), ("ort", {"target": "ort"}),
-                      ("portable", {"target": "portable"}),
-                      ("portable, interleaved", {"target": "portable", "layout": "interleaved"}),
-                      ("portable, computed tables", {"target": "portable", "tables": "computed"})):
-        out[label] = (rotary_model(128, max_positions=MAX_POSITIONS, **kw), "position_ids")
+    stored: ExportKeywords = {"max_positions": MAX_POSITIONS}
+    variants: dict[str, ExportKeywords] = {
+        "onnx23": {**stored, "target": "onnx23"}, "ort": {**stored, "target": "ort"},
+        "portable": {**stored, "target": "portable"},
+        "portable, interleaved": {**stored, "target": "portable", "layout": "interleaved"},
+        "portable, computed tables": {"target": "portable", "tables": "computed"},
+    }
+    for label, kw in variants.items():
+        out[label] = (rotary_model(128, **kw), "position_ids")
     return out
 
 

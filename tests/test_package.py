@@ -1,8 +1,8 @@
 import doctest
 import importlib
-import os
 import pathlib
 import pkgutil
+import re
 import subprocess
 import sys
 
@@ -49,32 +49,39 @@ def test_pytest_plugin_imports_neither_arrayrope_nor_numpy():
     assert out.strip() == "[]", out
 
 
-def test_export_is_a_subpackage_only(tmp_path):
-    """The installed distribution provides ``arrayrope.export``, never a top-level ``export``. Judged in a fresh
-    interpreter outside the checkout (whose own ``export/`` folder is importable from its root whatever the folder
-    is named) by where ``export`` would come from, not by the text of a path."""
-    pytest.importorskip("onnx")
-    import arrayrope.export
+def test_export_is_a_subpackage_of_the_core_that_the_core_never_imports():
+    """``arrayrope.export`` lives inside the package (no top-level ``export``, no ``package-dir`` mapping), and no
+    module of the core imports it: dependencies point from export (and the CLI, on top) to the core only."""
+    root = pathlib.Path(arrayrope.__file__).resolve().parent
+    spec = importlib.util.find_spec("arrayrope.export")
+    assert spec is not None and pathlib.Path(spec.origin).resolve().parent == root / "export"
+    offenders = []
+    for path in root.rglob("*.py"):
+        if (root / "export") in path.parents or (root / "cli") in path.parents:
+            continue
+        text = path.read_text()
+        if re.search(r"^\s*(from|import)\s+(arrayrope\.export|\.+export)\b", text, re.MULTILINE):
+            offenders.append(str(path.relative_to(root)))
+    assert offenders == []
 
-    assert arrayrope.export.__name__ == "arrayrope.export"
-    folder = pathlib.Path(arrayrope.export.__file__).resolve().parent
-    code = "import importlib.util as u; s = u.find_spec('export'); print(s.origin if s and s.origin else '')"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    origin = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                            check=True).stdout.strip()
-    assert not origin or pathlib.Path(origin).resolve().parent != folder, origin
+
+def test_private_exporter_modules_only_in_the_version_gated_bridge():
+    root = pathlib.Path(arrayrope.__file__).resolve().parent
+    users = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "torch.onnx._internal" in p.read_text())
+    assert users == ["export/torch/__init__.py", "export/torch/_bridge.py"]
+
+
+def test_importing_arrayrope_installs_nothing_into_the_import_system():
+    code = ("import sys; before = list(sys.meta_path), list(sys.path_hooks); import arrayrope; "
+            "print(before == (list(sys.meta_path), list(sys.path_hooks)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True"
 
 
 def _modules():
     yield "arrayrope"
     for info in pkgutil.walk_packages(arrayrope.__path__, "arrayrope."):
         if not info.name.endswith("__main__"):
-            yield info.name
-    # arrayrope.export is installed from the top-level export/ folder, outside arrayrope.__path__
-    export = importlib.util.find_spec("arrayrope.export")
-    if export is not None and export.submodule_search_locations:
-        yield "arrayrope.export"
-        for info in pkgutil.iter_modules(export.submodule_search_locations, "arrayrope.export."):
             yield info.name
 
 

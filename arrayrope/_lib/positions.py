@@ -1,7 +1,8 @@
 """Positions, read one way everywhere: a count, or an array of integer or real positions.
 
 Positions lie in the int64 range ``[-2**63, 2**63)``: checked for real and uint64
-positions on eager backends (JAX and Dask arrays are never inspected). Positions
+positions whose values exist (traced and lazy arrays, under ``jax.jit``, ``torch.compile``
+or Dask, are never inspected). Positions
 derived from others (an offset plus steps) are computed in a dtype that holds them
 (:func:`add_steps`), never in a narrow dtype that would wrap. A 0-d integer array is an
 int wherever an int is accepted (:func:`scalar_int`); under a trace it stays an array.
@@ -43,8 +44,9 @@ def as_positions(
         With ``count=True`` an int ``n >= 0`` means positions ``0 .. n-1`` and is
         returned as an int. Arrays must have an integer or real floating dtype; other
         sequences become arrays of ``xp`` (or ``like``'s namespace, default NumPy).
-        Real positions must be finite and all positions in the int64 range: checked on
-        eager backends only, so JAX traces and Dask stays lazy. Unsigned positions come
+        Real positions must be finite and all positions in the int64 range: checked
+        where the values exist, so that traces (``jax.jit``, ``torch.compile``) and Dask
+        graphs compute nothing. Unsigned positions come
         back in the signed dtype that holds them (uint8 as int16, ..., uint64 as int64).
     name : str
         The argument's name, for error messages.
@@ -101,7 +103,7 @@ def as_positions(
         raise TypeError(f"{name} must have an integer or real floating dtype, got {dt}")
     if ns.isdtype(dt, "unsigned integer"):
         value = _signed(ns, value, name, device)
-    elif not backends.is_lazy(value) and backends.is_real_floating(ns, dt):
+    elif backends.concrete(value) and backends.is_real_floating(ns, dt):
         lo, hi = _extremes(ns, value)
         if not (math.isfinite(lo) and math.isfinite(hi)):
             raise ValueError(f"{name} must be finite; got NaN or infinity")
@@ -116,7 +118,7 @@ def _signed(xp: Namespace, value: Array, name: str, device: Device) -> Array:
     """Unsigned positions as the signed dtype that holds them (every library computes with those):
     uint8 -> int16, uint16 -> int32, uint32 -> int64 (where there is one), uint64 -> int64 once checked."""
     bits = int(xp.iinfo(value.dtype).bits)
-    if bits == 64 and not backends.is_lazy(value) and math.prod(value.shape):
+    if bits == 64 and backends.concrete(value) and math.prod(value.shape):
         try:
             top = int(xp.max(value))
         except Exception:  # a library without reductions for uint64 (PyTorch): to within float64 rounding
@@ -147,10 +149,10 @@ def _extremes(xp: Namespace, pos: Array) -> tuple[Any, Any]:
 def magnitude_bits(xp: Namespace, pos: Array) -> int:
     """``b`` such that every position has ``|p| < 2**b`` (and its nearest integer too).
 
-    Read from the values on eager backends, from the dtype on lazy ones (JAX, Dask),
+    Read from the values where they exist, from the dtype for traced and lazy arrays,
     whose values are never inspected.
     """
-    if backends.is_lazy(pos):
+    if not backends.concrete(pos):
         return _bits_of(xp, pos.dtype)
     lo, hi = _extremes(xp, pos)
     top: int = math.ceil(max(-lo, hi))
@@ -162,11 +164,11 @@ def add_steps(xp: Namespace, start: Array, steps: int, device: Device, name: str
 
     ``start`` (integers) is widened to int64 where the device has it, so that
     nothing wraps; where it has no int64 (JAX without x64) the positions must fit in
-    int32, checked on eager backends.
+    int32, checked where the values exist.
     """
     wide = index_dtype(xp, device)
     top = steps - 1
-    if not backends.is_lazy(start):
+    if backends.concrete(start):
         lo, hi = _extremes(xp, start)
         limit = xp.iinfo(wide).max
         if hi + top > limit or lo < xp.iinfo(wide).min:

@@ -1,23 +1,24 @@
 """Everything that depends on which array library an array comes from, behind one fence.
 
+* :mod:`._protocol`: the backend contract, :class:`~._protocol.Library`: what each
+  library module (``numpy``, ``torch``, ``jax``, ``dask``, ``cupy``,
+  ``array_api_strict``) provides; :mod:`._defaults` for those without a fast path.
 * :mod:`._namespace`: which library an array belongs to, its namespace, device and
-  capabilities (float64 support, laziness, dtype kinds), cached per type and dtype.
+  capabilities (float64 support, dtype kinds), cached per type and dtype.
 * :mod:`.registry`: :class:`Backend` and :func:`available`, the one registry of the
   (library, device) pairs on this machine, used by :mod:`arrayrope.testing`, the
   pytest plugin, the CLI and the benchmarks.
-* :mod:`.dispatch`: the fast paths behind ``apply_rotary`` and ``rope_tables``,
-  each defined in its library's module (``numpy``, ``torch``, ``dask``, ``jax``) with
-  the row-block schedule they share in :mod:`.blocks`.
-
-* :mod:`.torch_onnx`: ``torch.onnx.export`` of modules that use arrayrope, with
-  translations that the exporter's registry receives when it loads
-  (:mod:`._after_import`).
+* :mod:`.dispatch`: the one lookup of a library's module, and what the core asks of
+  it: fast paths behind ``apply_rotary`` and ``rope_tables`` (with the row-block
+  schedule they share in :mod:`.blocks`), whether values may be read
+  (:func:`concrete`), whether a graph is being traced (:func:`tracing`).
+* :mod:`.integrations`: where packages built on the core plug in per library
+  (entry points), such as the export package's PyTorch exporter bridge.
 
 Library modules are imported only when an array of that library passes or its
 backends are listed: importing arrayrope imports no optional library.
 """
 
-from ._after_import import after_import
 from ._namespace import (
     cache_key,
     check_device,
@@ -35,7 +36,7 @@ from ._namespace import (
     same_device,
     to_device,
 )
-from .dispatch import arange_tables, concrete, is_lazy, onnx_exporting, onnx_rotary, prepare, rotate, traced
+from .dispatch import arange_tables, concrete, graph_rotary, library, load_imported, prepare, rotate, tracing
 from .registry import ENV_VAR, LIBRARIES, VARIANTS, Backend, available, to_numpy
 
 __all__ = [
@@ -50,33 +51,22 @@ __all__ = [
     "concrete",
     "default_namespace",
     "device_of",
+    "graph_rotary",
     "has_float64",
     "has_int64",
     "is_array",
     "is_integral",
-    "is_lazy",
     "is_real_floating",
     "known",
+    "library",
     "library_name",
     "library_of",
+    "load_imported",
     "namespace",
-    "onnx_exporting",
-    "onnx_rotary",
     "prepare",
     "rotate",
     "same_device",
     "to_device",
     "to_numpy",
-    "traced",
+    "tracing",
 ]
-
-
-def _register_torch_onnx() -> None:
-    from . import torch_onnx
-
-    torch_onnx.register()
-
-
-#: PyTorch's ONNX exporter builds its translations from this module's registry when an export starts.
-TORCH_ONNX_REGISTRY = "torch.onnx._internal.exporter._registration"
-after_import(TORCH_ONNX_REGISTRY, _register_torch_onnx)

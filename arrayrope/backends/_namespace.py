@@ -211,7 +211,7 @@ def _has_dtype(xp: Any, device: Any, name: str, kind: str) -> bool:
 
 def lazy_array(x: Any) -> bool:
     """Whether ``x`` is of a kind whose values cannot be inspected without forcing computation (JAX,
-    Dask), or at all (PyTorch's ``meta`` tensors); :func:`~arrayrope.backends.is_lazy` adds traced arrays."""
+    Dask), or at all (PyTorch's ``meta`` tensors); :func:`~arrayrope.backends.concrete` adds traced arrays."""
     return bool(compat.is_lazy_array(x)) or getattr(getattr(x, "device", None), "type", None) == "meta"
 
 

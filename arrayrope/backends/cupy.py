@@ -8,18 +8,18 @@ rounding once to ``x``'s dtype.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import cupy
 import numpy as np
 
+from .._lib.rotation import rotate_reference
+from ._defaults import arange_tables, concrete, prepare, rotate_prepared, tracing
+
 if TYPE_CHECKING:
     from .registry import Backend
 
-__all__ = ["probe", "rotate", "to_numpy"]
-
-Generic = Callable[[Any, Any, Any, Any, str], Any]
+__all__ = ["arange_tables", "concrete", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy", "tracing"]
 
 # One thread per pair: i runs over x.shape[:-1] + (h,); row = i / h, pair j = i % h. Features a and b
 # of the pair are j and j + h (half-split) or 2j and 2j + 1 (interleaved) within a row of d features.
@@ -62,11 +62,11 @@ def to_numpy(x: Any) -> np.ndarray:
     return out
 
 
-def rotate(xp: Any, x: Any, cos: Any, sin: Any, layout: str, generic: Generic) -> Any:
+def rotate(xp: Any, x: Any, cos: Any, sin: Any, layout: str) -> Any:
     """Rotated copy of ``x``: one kernel over the pairs (and a copy of the features past rotary_dim)."""
     if (x.dtype.name not in _FLOATS or cos.dtype != sin.dtype or cos.dtype.name not in _FLOATS
             or x.size == 0 or not x.flags.c_contiguous):
-        return generic(xp, x, cos, sin, layout)
+        return rotate_reference(xp, x, cos, sin, layout)
     h, d = cos.shape[-1], x.shape[-1]
     pairs = (*x.shape[:-1], h)  # cos/sin broadcast to one value per pair
     y = cupy.empty_like(x)

@@ -8,18 +8,18 @@ A chunked feature axis, or chunks of unknown size, take the reference.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import dask.array as da
 import numpy as np
 
+from .._lib.rotation import rotate_reference
+from ._defaults import arange_tables, concrete, prepare, rotate_prepared, tracing
+
 if TYPE_CHECKING:
     from .registry import Backend
 
-__all__ = ["probe", "rotate", "to_numpy"]
-
-Generic = Callable[[Any, Any, Any, Any, str], Any]
+__all__ = ["arange_tables", "concrete", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy", "tracing"]
 
 
 def probe() -> list[Backend]:
@@ -37,10 +37,10 @@ def to_numpy(x: da.Array) -> np.ndarray:
     return convert(x.compute())
 
 
-def rotate(xp: Any, x: da.Array, cos: da.Array, sin: da.Array, layout: str, generic: Generic) -> da.Array:
+def rotate(xp: Any, x: da.Array, cos: da.Array, sin: da.Array, layout: str) -> da.Array:
     """One blockwise task per chunk of x; the tables are rechunked to x's chunks (they are small)."""
     if len(x.chunks[-1]) != 1 or any(math.isnan(c) for cs in x.chunks for c in cs):
-        out: da.Array = generic(xp, x, cos, sin, layout)
+        out: da.Array = rotate_reference(xp, x, cos, sin, layout)
         return out
     nd, td = x.ndim, cos.ndim
     letters = "abcdefghijklmnopqrstuvwxy"[:nd]
@@ -53,9 +53,10 @@ def rotate(xp: Any, x: da.Array, cos: da.Array, sin: da.Array, layout: str, gene
     cos, sin = cos.rechunk(tuple(chunks)), sin.rechunk(tuple(chunks))
 
     def rotary(xb: Any, cb: Any, sb: Any) -> Any:
+        from . import namespace
         from .dispatch import rotate as chunk_rotate
 
-        return chunk_rotate(None, xb, cb, sb, layout, generic)
+        return chunk_rotate(namespace(xb), xb, cb, sb, layout)
 
     result: da.Array = da.blockwise(
         rotary, letters, x, letters, cos, t_ind, sin, t_ind, dtype=x.dtype, meta=x._meta, concatenate=True

@@ -9,13 +9,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._lib.rotation import rotate_reference
+from ._defaults import arange_tables, prepare, rotate_prepared, tracing
+
 if TYPE_CHECKING:
     from .registry import Backend
 
-__all__ = ["concrete", "probe", "rotate", "to_numpy"]
+__all__ = ["arange_tables", "concrete", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy", "tracing"]
 
-Generic = Callable[[Any, Any, Any, Any, str], Any]
-_jitted: dict[tuple[str, int], Callable[..., Any]] = {}
+_jitted: dict[str, Callable[..., Any]] = {}
 
 
 def probe() -> list[Backend]:
@@ -42,11 +44,10 @@ def to_numpy(x: jax.Array) -> np.ndarray:
     return arr.astype(np.float32) if arr.dtype.name == "bfloat16" else arr
 
 
-def rotate(xp: Any, x: jax.Array, cos: jax.Array, sin: jax.Array, layout: str, generic: Generic) -> jax.Array:
+def rotate(xp: Any, x: jax.Array, cos: jax.Array, sin: jax.Array, layout: str) -> jax.Array:
     """The reference under ``jax.jit``: one fused XLA computation (inlined when already tracing)."""
-    key = (layout, id(generic))
-    fn = _jitted.get(key)
+    fn = _jitted.get(layout)
     if fn is None:
-        fn = _jitted[key] = jax.jit(lambda a, c, s: generic(jnp, a, c, s, layout))
+        fn = _jitted[layout] = jax.jit(lambda a, c, s: rotate_reference(jnp, a, c, s, layout))
     out: jax.Array = fn(x, cos, sin)
     return out

@@ -16,25 +16,24 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._lib.rotation import rotate_reference
+from ._defaults import concrete, tracing
 from .blocks import period as _period
 from .blocks import row_blocks
 
 if TYPE_CHECKING:
     from .registry import Backend
 
-__all__ = ["arange_tables", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy"]
+__all__ = ["arange_tables", "concrete", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy", "tracing"]
 
 #: Bytes of x per block of the blocked kernel (three such blocks fit in a 1 MiB L2).
 BLOCK_BYTES = 1 << 18
 _SMALL = 1 << 20  # up to this many bytes of x, broadcasting ufuncs beat blocking (measured)
 _SMALL_HALF = 1 << 17  # the same for half-split pairs, whose swapped view costs a call per 64 elements
-
-Generic = Callable[[Any, Any, Any, Any, str], Any]
 
 
 def probe() -> list[Backend]:
@@ -64,12 +63,12 @@ def _void(nbytes: int) -> np.dtype[np.void]:
     return np.dtype((np.void, nbytes))
 
 
-def rotate(xp: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, generic: Generic) -> np.ndarray:
+def rotate(xp: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str) -> np.ndarray:
     """Rotary application on NumPy arrays with a fresh output and no full-size temporaries."""
     dt = x.dtype
     work: np.dtype[Any] = dt if dt == cos.dtype == sin.dtype else np.result_type(dt, cos.dtype, sin.dtype)
     if work.kind != "f" or not x.size:  # empty arrays: no period of rows to reshape by
-        out: np.ndarray = generic(xp, x, cos, sin, layout)
+        out: np.ndarray = rotate_reference(xp, x, cos, sin, layout)
         return out
     small = x.nbytes <= (_SMALL_HALF if layout == "half" else _SMALL)
     if small and layout == "half" and work == dt and x.shape[-1] == 2 * cos.shape[-1]:

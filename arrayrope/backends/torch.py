@@ -29,20 +29,21 @@ elementwise ops themselves. Nothing created while tracing is kept afterwards.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from . import blocks
+from .._lib.rotation import rotate_reference
+from . import blocks, integrations
+from ._defaults import arange_tables
 
 if TYPE_CHECKING:
     from .registry import Backend
 
 __all__ = [
-    "onnx_exporting", "onnx_rotary", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy", "traced", "tracing",
+    "arange_tables", "concrete", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy", "tracing",
 ]
 
 #: Elements below which PyTorch runs an op on the calling thread (ATen's ``GRAIN_SIZE``).
@@ -58,7 +59,6 @@ HELPERS_MIN = 1 << 23
 WHOLE_INTERLEAVED = 1 << 20
 WHOLE_HALF = 1 << 18
 
-Generic = Callable[[Any, Any, Any, Any, str], Any]
 _LOW = (torch.float16, torch.bfloat16)
 _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
@@ -84,12 +84,10 @@ def to_numpy(x: torch.Tensor) -> np.ndarray:
     return x.numpy()
 
 
-def rotate(
-    xp: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, generic: Generic
-) -> torch.Tensor:
+def rotate(xp: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
     """Rotary application on tensors with a fresh output; the reference where autograd or a tracer records."""
     if _recorded(x, cos, sin):
-        ref: torch.Tensor = generic(xp, x, cos, sin, layout)
+        ref: torch.Tensor = rotate_reference(xp, x, cos, sin, layout)
         return ref
     dt = x.dtype
     work = dt if dt == cos.dtype == sin.dtype else torch.promote_types(torch.promote_types(dt, cos.dtype), sin.dtype)
@@ -122,26 +120,9 @@ def tracing() -> bool:
     return torch.compiler.is_compiling() or _jit_tracing()
 
 
-def traced(x: torch.Tensor) -> bool:
-    """Whether ``x`` belongs to a trace (or is a fake or functional tensor): no cache may keep it."""
-    return type(x) is not torch.Tensor or tracing()
-
-
-def onnx_exporting() -> bool:
-    """Whether ``torch.onnx.export`` is tracing (cheap when eager: no tracer runs)."""
-    if not tracing():
-        return False
-    onnx = sys.modules.get("torch.onnx")  # an export has imported it
-    return onnx is not None and bool(onnx.is_in_onnx_export())
-
-
-def onnx_rotary() -> Any:
-    """``torch_onnx.rotary_embedding`` while ``torch.onnx.export`` traces, else None."""
-    if not onnx_exporting():
-        return None
-    from . import torch_onnx
-
-    return torch_onnx.rotary_embedding
+def concrete(x: torch.Tensor) -> bool:
+    """A plain tensor outside any trace, with storage: not a fake, functional or meta tensor of a tracer."""
+    return type(x) is torch.Tensor and x.device.type != "meta" and not tracing()
 
 
 def prepare(cos: torch.Tensor, sin: torch.Tensor, layout: str) -> tuple[torch.Tensor, ...] | None:
@@ -336,3 +317,6 @@ def _pairs(t: torch.Tensor) -> torch.Tensor:
 def _complex_view_ok(t: torch.Tensor) -> bool:
     s = t.stride()
     return s[-1] == 1 and all(v % 2 == 0 for v in s[:-1]) and t.storage_offset() % 2 == 0
+
+
+integrations.load("torch")  # packages built on the core plug into PyTorch's tracers now (the first tensor seen)

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     arrayrope) is an error: one line, exit status 2 (from :func:`arrayrope.cli.main`).
     """
     from arrayrope.export import validate
-    from arrayrope.export._validate import PROVIDER_NAMES
+    from arrayrope.export._graph import PROVIDER_NAMES
 
     from ._verdict import conclude
 

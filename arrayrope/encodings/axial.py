@@ -118,8 +118,8 @@ def axial_rope_tables(
     ValueError
         A grid size < 1, ``axis_dims`` odd or not summing to the rotary dim, an
         uneven default split, coordinates whose trailing size is not the number of
-        axes, non-finite coordinates (checked on eager backends only; JAX and Dask
-        arrays are not inspected).
+        axes, non-finite coordinates (checked where the values exist; traced arrays
+        and Dask graphs are not inspected).
 
     Examples
     --------

@@ -67,8 +67,8 @@ class RotaryEmbedding:
     Rope types that depend on the sequence length change ``freqs`` during calls,
     as Hugging Face transformers does. The length ``L`` of a call is
     ``offset + S`` for an int ``offset``, else ``seq_len=`` if given, else
-    ``max(positions) + 1`` (read from the array on eager backends; JAX and Dask
-    need ``seq_len=``).
+    ``max(positions) + 1`` (read from the array where its values exist; traced
+    positions and Dask graphs need ``seq_len=``).
 
     * ``dynamic``: when ``L`` exceeds the longest length seen so far (at first
       ``max_position_embeddings``) the NTK frequencies for ``L`` are computed and
@@ -124,6 +124,9 @@ class RotaryEmbedding:
         self._resize = None
         if scaling is not None and rope_type(scaling).length is not None:
             self._resize = Resizer(self.freqs, scaling, max_position_embeddings)
+        # a model is built before it is traced: what plugs into the tracers of the libraries already
+        # imported (PyTorch's ONNX exporter) is in place before any export of it starts
+        backends.load_imported()
 
     @classmethod
     def from_config(cls, config: Any, *, layer_type: str | None = None, layout: Layout | None = None,
@@ -268,10 +271,10 @@ axes='bhsd', rotary_features='trailing')
                 )
         if return_freqs is not False and return_freqs is not True:
             checks.boolean(return_freqs, "return_freqs")
-        export = backends.onnx_rotary(q)  # set while an ONNX exporter traces: fused ops on exact caches
-        if export is not None:
-            fused = export(q, k, freqs=self._fixed_freqs(seq_len), positions=positions, offset=offset,
-                           layout=self.layout, axes=self.axes, max_positions=self.max_position_embeddings)
+        graph = backends.graph_rotary(q)  # registered for graphs of q's library (ONNX export), while one is traced
+        if graph is not None:
+            fused = graph(q, k, freqs=self._fixed_freqs(seq_len), positions=positions, offset=offset,
+                          layout=self.layout, axes=self.axes, max_positions=self.max_position_embeddings)
             if fused is not None:
                 return fused
         where = self._positions(xp, q, positions, offset, seq_len)
@@ -322,10 +325,10 @@ axes='bhsd', rotary_features='trailing')
         if type(offset) is int:
             if offset < 0:
                 raise ValueError(f"offset must be >= 0, got {offset}")
-            # a trace keeps its own tables (nothing created while tracing may outlive it), and its sequence
-            # length may be symbolic: no comparison of it may branch
-            traced = backends.traced(q)
-            if not traced and offset + seq > 2**31 and offset + seq - 1 > (
+            # a trace keeps its own tables (nothing created while tracing may outlive it, and no cache keeps
+            # lazy arrays), and a traced sequence length may be symbolic: no comparison of it may branch
+            traced = not backends.concrete(q)
+            if isinstance(seq, int) and offset + seq > 2**31 and offset + seq - 1 > (
                 limit := int(xp.iinfo(index_dtype(xp, device)).max)
             ):
                 raise ValueError(
@@ -343,7 +346,7 @@ axes='bhsd', rotary_features='trailing')
                 f"offset must be an int or an array of shape () or (B,) = ({batch},) (axis 0 of q, "
                 f"axes={self.axes!r}), got {tuple(off.shape)}"
             )
-        if not backends.is_lazy(off) and batch and int(xp.min(off)) < 0:
+        if backends.concrete(off) and batch and int(xp.min(off)) < 0:
             raise ValueError(f"offset must be >= 0, got {int(xp.min(off))}")
         # a traced 0-d offset has no value: its tables are computed from its positions, as per-row offsets' are
         pos = add_steps(xp, off, seq, device)
@@ -355,10 +358,10 @@ axes='bhsd', rotary_features='trailing')
             return None
         if seq_len is not None:
             return seq_len
-        if backends.is_lazy(src):
+        if not backends.concrete(src):
             raise ValueError(
-                f"rope_type {self.freqs.rope_type!r} picks its frequencies by sequence length; with "
-                "JAX or Dask position arrays pass seq_len= (max position + 1)"
+                f"rope_type {self.freqs.rope_type!r} picks its frequencies by sequence length; with traced or "
+                "lazy positions (jax.jit, torch.compile, Dask) pass seq_len= (max position + 1)"
             )
         return int(backends.namespace(src).max(src)) + 1 + extra
 

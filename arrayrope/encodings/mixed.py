@@ -77,7 +77,7 @@ def mixed_rope_tables(
         raise ValueError(
             f"freqs must have shape (n_axes, num_heads, rotary_dim // 2), got shape {tuple(freqs.shape)}"
         )
-    if not backends.is_lazy(freqs) and not bool(ns.all(ns.isfinite(freqs))):
+    if backends.concrete(freqs) and not bool(ns.all(ns.isfinite(freqs))):
         raise ValueError("freqs must be finite; got NaN or infinity")
     prefix = checks.non_negative_int(num_prefix_tokens, "num_prefix_tokens")
     device = backends.device_of(freqs)

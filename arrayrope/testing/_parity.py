@@ -11,9 +11,8 @@ import numpy as np
 
 from .. import backends as _backends
 from .._lib import checks
+from .._lib.verdicts import Report, Row, tolerance_at
 from ..backends import Backend, to_numpy
-from ._compare import tolerance_at
-from ._report import Report, Row
 
 __all__ = ["DTYPES", "ParityCase", "check_parity"]
 

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from arrayrope.backends import (
+    concrete,
     default_namespace,
     device_of,
     has_float64,
     is_array,
     is_integral,
-    is_lazy,
     is_real_floating,
     known,
     library_name,
@@ -117,8 +117,24 @@ def test_float64_support_is_what_the_registry_declares(backend):
     assert has_float64(backend.xp, backend.device) == ("float64" in backend.dtypes)
 
 
-def test_laziness_is_what_the_registry_declares(backend):
-    assert is_lazy(backend.asarray(np.ones(2), dtype="float32")) == backend.lazy
+def test_values_exist_for_every_eager_array_and_not_for_graphs(backend):
+    """Eager arrays of every library hold values that may be read; a Dask graph, a tracer's stand-in (``jax.jit``,
+    ``torch.compile``) and a tensor without storage do not."""
+    x = backend.asarray(np.ones(2), dtype="float32")
+    assert concrete(x) == (backend.library != "dask")
+    if backend.library == "jax":
+        import jax
+
+        seen = []
+        jax.jit(lambda a: seen.append(concrete(a)) or a)(x)
+        assert seen == [False]
+    if backend.library == "torch":
+        import torch
+
+        assert not concrete(torch.empty(2, device="meta"))
+        seen = []
+        torch.compile(lambda a: seen.append(concrete(a)) or a * 1, backend="eager", fullgraph=False)(x)
+        assert seen and not any(seen)
 
 
 DTYPE_KINDS = {

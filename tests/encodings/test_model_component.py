@@ -208,8 +208,7 @@ def test_a_backend_pickled_where_its_library_is_missing(missing_library):
 
 def test_export_options_and_reports():
     pytest.importorskip("onnx")
-    from arrayrope.export import ExportOptions, TorchOptions, ValidationError
-    from arrayrope.export._fuse_report import FusionReport, Rotation
+    from arrayrope.export import ExportOptions, FusionReport, Rotation, TorchOptions, ValidationError
 
     options = ExportOptions(max_positions=64, target="portable", scaling={"rope_type": "linear", "factor": 2.0})
     for other in _round_trips(options):

@@ -17,7 +17,9 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
 from arrayrope.cli import main  # noqa: E402
-from arrayrope.export import _fuse, _fuse_probe, fuse_rotary, rotary_model  # noqa: E402
+from arrayrope.export import fuse_rotary, rotary_model  # noqa: E402
+from arrayrope.export.fuse import _probe as _fuse_probe  # noqa: E402
+from arrayrope.export.fuse import _rewrite as _fuse  # noqa: E402
 from helpers import double_uses, inv_freq_formula, rope_by_matrix  # noqa: E402
 
 D, N = 16, 2  # head_dim, heads
@@ -304,7 +306,7 @@ def test_cli_verdicts_of_a_fusion_not_compared(tmp_path, capsys):
 
 
 def test_a_fused_model_that_fails_to_run_is_a_failure_not_a_skip():
-    from arrayrope.export._fuse import _validation
+    from arrayrope.export.fuse._rewrite import _validation
 
     model = rope_graph()
     broken = onnx.ModelProto()

@@ -43,11 +43,11 @@ saved = {"x": x, "pos": pos}
 
 options: ex.ExportKeywords = ex.ExportKeywords(max_positions=64, num_heads=2, rotary_dim=12)
 saved["max_positions"] = np.array(ex.ExportOptions(**options).max_positions)
-for target in ex.TARGETS:
+for target in ex.ExportOptions.choices("target"):
     model = ex.rotary_model(16, target=target, **options)
     saved["model_" + target] = run(model, {"x": x, "position_ids": pos})[0]
     report = ex.validate(model, providers="cpu")
-    if not isinstance(report, ex.ValidationReport) or not report.ok:
+    if not isinstance(report, ex.Report) or not report.ok:
         raise SystemExit(f"validate failed for {target}: {report}")
 
 bad = ex.rotary_model(16, target="portable", **options)
@@ -89,6 +89,7 @@ saved["fused_ops"] = np.array([n.op_type for n in fused.model.graph.node])
 with ex.torch_options(target="ort", max_positions=64) as chosen:
     ok = isinstance(chosen, ex.TorchOptions) and chosen.target == "ort"
     saved["torch_rows"] = np.array(chosen.cache_rows(4096) if ok else -1)
+saved["translations"] = np.array(len(ex.torch_translations(23)))
 np.savez(sys.argv[1], **saved)
 """
 
@@ -112,8 +113,10 @@ def test_every_public_name_works_without_docstrings(tmp_path):
     expected = rope_by_matrix(x, pos, inv_freq_formula(12, 10000.0), "half")
     # the portable graph, fused into one node (after the id guard)
     assert saved["fused_ops"].tolist() == ["Clip", "Mod", "RotaryEmbedding"]
-    for name in [f"model_{t}" for t in arrayrope.export.TARGETS] + ["function", "fused"]:
+    targets = arrayrope.export.ExportOptions.choices("target")
+    for name in [f"model_{t}" for t in targets] + ["function", "fused"]:
         assert np.max(np.abs(saved[name] - expected)) <= 1e-6, name
     assert np.max(np.abs(saved["spliced"] + expected)) <= 1e-6  # the rotation of -x
     assert bool(saved["caught"]) and int(saved["max_positions"]) == 64
     assert int(saved["torch_rows"]) == 64  # the block's rows win over the module's
+    assert int(saved["translations"]) == 1

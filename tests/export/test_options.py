@@ -21,7 +21,6 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from arrayrope.cli import export as export_command  # noqa: E402
 from arrayrope.export import (  # noqa: E402
-    TARGETS,
     ExportKeywords,
     ExportOptions,
     SpliceKeywords,
@@ -31,6 +30,8 @@ from arrayrope.export import (  # noqa: E402
     validate,
 )
 from helpers import inv_freq_formula, rope_by_matrix  # noqa: E402
+
+TARGETS = ExportOptions.choices("target")
 
 #: The defaults as the ExportOptions docstring and the README give them.
 DOCUMENTED = {
@@ -204,8 +205,8 @@ def test_max_positions_is_checked_against_protobufs_limit_with_the_figures(targe
     """Refused before any table is computed; the largest max_positions the message offers fits, one more not."""
     import re
 
-    from arrayrope.export._spec import make_spec
-    from arrayrope.export._tables import check_size
+    from arrayrope.export.build._spec import make_spec
+    from arrayrope.export.build._tables import check_size
 
     options = dict(target=target, dtype=dtype, tables=tables, num_heads=2)
     pattern = (r"max_positions=8388608 needs [\d.]+ GB of cos/sin tables \(\d+ bytes per position .*, but an ONNX "

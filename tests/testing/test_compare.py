@@ -1,4 +1,4 @@
-"""``assert_close``, ``default_tolerance`` and ``tolerance_at`` (``testing/_compare.py``).
+"""``assert_close``, ``default_tolerance`` and ``tolerance_at`` (``testing/_compare.py``, ``_lib/verdicts.py``).
 
 ``assert_close`` is strict by default: a result of another library, dtype, shape or
 device fails even where its values agree, and each keyword relaxes its own check

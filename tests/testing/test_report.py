@@ -1,4 +1,4 @@
-"""``Report`` and ``Row`` (``testing/_report.py``): verdicts, combination, the worst failure and the
+"""``Report`` and ``Row`` (``_lib/verdicts.py``): verdicts, combination, the worst failure and the
 table, against tables laid out by hand."""
 
 from __future__ import annotations

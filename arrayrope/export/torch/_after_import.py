@@ -1,8 +1,10 @@
 """Run a function right after a given module is imported, without importing it.
 
-arrayrope uses this for one thing: adding its translations to PyTorch's ONNX
-exporter when the exporter's registry module loads (see :mod:`.torch_onnx`), so
-that importing arrayrope imports neither torch nor onnx. A hook is a finder at
+The PyTorch bridge uses this for one thing: adding its translations to PyTorch's
+ONNX exporter when the exporter's registry module loads (see :mod:`arrayrope.export.torch`),
+so that nothing imports the exporter, onnx or onnxscript before an export does. The
+hook is installed when arrayrope's PyTorch backend loads, never by ``import arrayrope``.
+A hook is a finder at
 the front of ``sys.meta_path`` that answers for one module name only: it finds
 the module's spec with the other finders and wraps its loader so that the
 function runs once the module has executed. The function's errors are caught:

@@ -1,7 +1,7 @@
 """The ONNX side of ``torch.onnx.export`` for modules that use arrayrope.
 
 While ``torch.onnx.export`` traces, :class:`arrayrope.RotaryEmbedding` records one
-``arrayrope::rotary_embedding`` op per rotated tensor (``arrayrope.backends.torch_onnx``)
+``arrayrope::rotary_embedding`` op per rotated tensor (:mod:`._bridge`)
 instead of computing tables. The exporter translates each op here, with the emitters
 of :func:`~arrayrope.export.rotary_model`: the nodes of the target that the
 exporter's opset allows, reading cos/sin caches that the core computes in float64
@@ -20,18 +20,18 @@ import contextlib
 import contextvars
 import dataclasses
 import json
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from arrayrope._lib import checks
 from arrayrope.frequencies import RopeFrequencies
 
-from ._builder import Builder
-from ._emit import emitter, heads_spec, rotate_heads
-from ._options import ExportOptions, Target
-from ._spec import DTYPE_NAMES, MIN_OPSET, TARGET_DTYPES
+from ..build._builder import Builder
+from ..build._emit import emitter, heads_spec, rotate_heads
+from ..build._options import ExportOptions, Target
+from ..build._spec import DTYPE_NAMES, MIN_OPSET, TARGET_DTYPES
 
 if TYPE_CHECKING:  # onnx_ir comes with onnxscript, which torch.onnx.export needs; importing this module does not
     import onnx_ir as ir
@@ -45,9 +45,10 @@ __all__ = [
     "ir_nodes",
     "rotary_graph",
     "torch_options",
+    "torch_translations",
 ]
 
-#: The PyTorch op that arrayrope.backends.torch_onnx records and this module translates.
+#: The PyTorch op that RotaryEmbedding records while ``torch.onnx.export`` traces (:mod:`._bridge`).
 OP_NAME = "arrayrope::rotary_embedding"
 
 
@@ -130,6 +131,28 @@ def _in_effect(chosen: TorchOptions) -> Iterator[TorchOptions]:
         yield chosen
     finally:
         _OPTIONS.reset(token)
+
+
+def torch_translations(opset: int) -> dict[Any, Callable[..., Any]]:
+    """Translations of arrayrope's PyTorch op, for ``torch.onnx.export(..., custom_translation_table=...)``.
+
+    Exports through PyTorch's public API write the same fused nodes that arrayrope
+    registers on its own on the PyTorch versions it is tested with: pass this on
+    other versions, or to state the translation explicitly. ``opset`` must be the
+    ``opset_version`` of the export (it picks the target ``"auto"`` stands for).
+
+    Examples
+    --------
+    >>> import torch, arrayrope
+    >>> from arrayrope.export import torch_translations
+    >>> table = torch_translations(23)
+    >>> list(table) == [torch.ops.arrayrope.rotary_embedding.default]
+    True
+    """
+    opset = checks.positive_int(opset, "opset")
+    from ._bridge import translations
+
+    return translations(opset)
 
 
 def frequencies_json(freqs: RopeFrequencies) -> str:

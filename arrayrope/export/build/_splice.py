@@ -13,7 +13,7 @@ from arrayrope._lib import checks
 from ._builder import Builder
 from ._emit import emitter
 from ._options import RANKS, ExportOptions, Rank, SpliceKeywords, check_keywords
-from ._proto import ModelSource, ir_version_for, load_model
+from .._graph import ModelSource, ir_version_for, load_model, subgraphs, topological
 from ._spec import DTYPE_NAMES, MS_DOMAIN, Frequencies, Spec, make_spec
 
 
@@ -36,54 +36,14 @@ def _produced(graph: GraphProto) -> set[str]:
     return names
 
 
-def _subgraphs(node: NodeProto) -> list[GraphProto]:
-    out: list[GraphProto] = []
-    for a in node.attribute:
-        if a.type == onnx.AttributeProto.GRAPH:
-            out.append(a.g)
-        elif a.type == onnx.AttributeProto.GRAPHS:
-            out.extend(a.graphs)
-    return out
-
-
-def _reads(node: NodeProto) -> set[str]:
-    """Names a node reads, including those its subgraphs (If, Loop, Scan bodies) take from outer scopes."""
-    names = {i for i in node.input if i}
-    for g in _subgraphs(node):
-        for inner in g.node:
-            names |= _reads(inner)
-    return names
-
-
 def _rewire(nodes: Iterable[NodeProto], renamed: dict[str, str]) -> None:
     """Point every read of a renamed tensor, in subgraphs too, at its new name (ONNX names are unique)."""
     for node in nodes:
         for i, name in enumerate(node.input):
             if name in renamed:
                 node.input[i] = renamed[name]
-        for g in _subgraphs(node):
+        for g in subgraphs(node):
             _rewire(g.node, renamed)
-
-
-def _topological(nodes: list[NodeProto], available: set[str]) -> list[NodeProto]:
-    """Nodes ordered so that each comes after its producers (stable for already ordered parts)."""
-    produced = {o for n in nodes for o in n.output if o}
-    done = set(available)
-    pending = [(n, _reads(n) & produced) for n in nodes]
-    ordered: list[NodeProto] = []
-    while pending:
-        rest = []
-        for node, needs in pending:
-            if needs <= done:
-                ordered.append(node)
-                done.update(node.output)
-            else:
-                rest.append((node, needs))
-        if len(rest) == len(pending):  # a cycle: keep the remaining order
-            ordered.extend(n for n, _ in rest)
-            break
-        pending = rest
-    return ordered
 
 
 def _check_width(name: str, t: TypeProto.Tensor | None, spec: Spec, heads: int | None) -> None:
@@ -227,7 +187,7 @@ def _spliced(model: onnx.ModelProto, b: Builder, renamed: dict[str, str], *, con
     old_nodes = list(g.node)
     _rewire(old_nodes, renamed)
     available = {i.name for i in g.input} | {i.name for i in g.initializer} | {t.name for t in b.initializers}
-    ordered = _topological(old_nodes + b.nodes, available)
+    ordered = topological(old_nodes + b.nodes, available)
     del g.node[:]
     g.node.extend(ordered)
     g.initializer.extend(b.initializers)

@@ -26,7 +26,7 @@ import numpy.typing as npt
 import onnx
 from onnx import NodeProto, TensorProto, numpy_helper
 
-from ._spec import MS_DOMAIN
+from ..build._spec import MS_DOMAIN
 
 #: Ops that move, split, join or negate features without other arithmetic (R and partial rotary).
 _MOVES = frozenset({"Slice", "Split", "Neg", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Transpose",

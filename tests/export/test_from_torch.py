@@ -23,8 +23,8 @@ pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs o
 from onnx import numpy_helper  # noqa: E402
 
 import arrayrope  # noqa: E402
-from arrayrope.backends import _after_import, torch_onnx  # noqa: E402
 from arrayrope.export import torch_options  # noqa: E402
+from arrayrope.export.torch import _after_import, _bridge  # noqa: E402
 from helpers import double_uses, inv_freq_formula, rope_by_matrix  # noqa: E402
 
 HEAD_DIM, HQ, HK = 16, 4, 2  # grouped-query: 4 query heads, 2 key heads
@@ -211,7 +211,7 @@ def test_torchscript_exporter_writes_the_same_graphs():
 
 
 def test_unregistered_exporter_traces_the_exact_float32_tables(monkeypatch):
-    monkeypatch.setitem(torch_onnx._state, "registered", False)
+    monkeypatch.setitem(_bridge._state, "registered", False)
     module = Attention(layout="half")
     model = export(module, opset=18)
     found = ops(model)
@@ -284,7 +284,7 @@ def test_after_import_runs_once_after_the_module_and_never_breaks_it(tmp_path, m
 
 
 def test_registration_happened_before_the_first_export():
-    assert torch_onnx.registered() == (True, "")
+    assert _bridge.registered() == (True, "")
 
 
 class Unbounded(Attention):
@@ -352,3 +352,57 @@ def test_offsets_as_inputs_of_the_graph(offset):
             assert np.max(np.abs(y - oracle(x.numpy(), positions, inv_freq_formula(HEAD_DIM, 10000.0), "half",
                                             "bhsd"))) <= 1e-5
             assert np.max(np.abs(y - e.numpy())) <= 1e-5
+
+
+def test_the_public_translation_table_writes_the_fused_nodes_without_registration(monkeypatch):
+    """custom_translation_table (PyTorch's public API) with torch_translations: fused nodes even where arrayrope's
+    translations did not join the exporter's registry."""
+    from arrayrope.export import torch_translations
+
+    monkeypatch.setitem(_bridge._state, "registered", False)
+    monkeypatch.setitem(_bridge._state, "table", False)
+    module = Attention(layout="half")
+    q, k = (torch.randn(s) for s in shapes("bhsd", 2, 5))
+    pos = torch.arange(5).expand(2, 5).contiguous()
+    for fused in (False, True):
+        table = torch_translations(23) if fused else None  # asking for the table is what lets exports record the op
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(module, (q, k, pos), dynamo=True, opset_version=23, verbose=False,
+                                        custom_translation_table=table)
+        found = ops(program.model_proto)
+        assert ("RotaryEmbedding" in found) == fused, found
+        assert "Cos" not in found and double_uses(program.model_proto) == []
+        positions = np.random.default_rng(9).integers(0, ROWS, (2, 5))
+        check_runs(program.model_proto, module, "bhsd", "half", HEAD_DIM, positions)
+
+
+BRIDGE_CHECK = """
+import sys, warnings
+import torch
+{version}
+import arrayrope
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as caught:
+    rope = arrayrope.RotaryEmbedding(16)
+    rope(torch.randn(1, 2, 3, 16))
+watching = any(type(f).__name__ == "_Watch" for f in sys.meta_path)
+print(watching, "onnx" in sys.modules, [str(w.message) for w in caught if "arrayrope" in str(w.message)])
+"""
+
+
+@pytest.mark.parametrize("version, watches", [(None, True), ("2.5.1", False), ("3.0.0", False)])
+def test_the_bridge_installs_when_the_torch_backend_loads_on_tested_versions_only(version, watches):
+    """The first RotaryEmbedding in a process with torch installs the bridge (an entry point of the core's
+    integrations): a watch for the exporter's registry on the tested PyTorch versions, a warning naming the version
+    on others, and no import of onnx either way."""
+    import subprocess
+
+    code = BRIDGE_CHECK.format(version="" if version is None else f"torch.__version__ = {version!r}")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    watching, onnx_loaded, messages = out.stdout.strip().split(" ", 2)
+    assert watching == str(watches) and onnx_loaded == "False", out.stdout
+    if watches:
+        assert messages == "[]", messages
+    else:
+        assert f"PyTorch {version}" in messages and "custom_translation_table" in messages, messages

@@ -1,18 +1,27 @@
-"""The report of a comparison: rows of (backend, device, dtype, errors, tolerance, verdict).
+"""Verdicts: the report of a comparison, and the tolerance rule every row is judged by.
 
-One type serves :func:`~arrayrope.testing.check_parity` and
-:func:`arrayrope.export.validate`, so a parity check on array libraries and a
-validation on ONNX runtimes read, print, combine and conclude the same way.
+One report type (rows of backend, device, dtype, errors, tolerance, verdict) serves
+:func:`~arrayrope.testing.check_parity` and :func:`arrayrope.export.validate`, so a
+parity check on array libraries and a validation on ONNX runtimes read, print,
+combine and conclude the same way; :func:`tolerance_at` is the rule of both.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Sequence
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
-__all__ = ["EXIT_STATUS", "Report", "Row", "Status"]
+from . import checks
+
+__all__ = ["EPS", "EXIT_STATUS", "ULPS", "Report", "Row", "Status", "default_tolerance", "tolerance_at",
+           "tolerance_value"]
+
+EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}
+#: Units in the last place that a correct result may differ by, per dtype (see default_tolerance).
+ULPS = {"float16": 4, "bfloat16": 4, "float32": 4, "float64": 4096}
 
 Status: TypeAlias = Literal["verified", "failed", "not verified"]
 """What a report concludes: every numeric check agreed, one disagreed, or nothing numeric ran."""
@@ -183,3 +192,80 @@ def _line(cells: Sequence[str], widths: Sequence[int]) -> str:
     return "  ".join(out).rstrip()
 
 
+def default_tolerance(dtype: Any) -> tuple[float, float]:
+    """``(rtol, atol)`` that a correct result in ``dtype`` meets: ``ULPS[dtype]`` units in the last place.
+
+    How the figures are derived:
+
+    * float16, bfloat16, float32: 4 ulps. Results in these dtypes are best computed in
+      a wider type and rounded once (arrayrope builds tables in float64 and rotates
+      half-precision inputs in float32), so their error is the rounding of the inputs,
+      the tables and the output, half an ulp each, whatever the math library.
+    * float64: 4096 ulps (``2**-40``, 9.1e-13). A float64 result has no wider type to be
+      computed in: every step of the chain rounds in float64, within half an ulp for
+      ``+ - * /`` and within a few ulps for ``pow``, ``exp``, ``cos`` and ``sin``, where
+      the vectorised kernels that NumPy and other libraries pick by CPU (AVX-512 among
+      them) differ from the C library, and from one CPU to the next, by an ulp or more.
+      A relative error in an intermediate reaches the result multiplied by the size of
+      what follows it: a frequency ``theta`` one ulp apart moves the angle ``p * theta``
+      by ``p * theta * 2**-52`` radians, which cos and sin pass on unchanged. 4096 ulps
+      cover frequencies a few ulps apart at angles up to about a thousand radians
+      (positions up to about 1000 on the fastest pair, 4096 with frequencies one ulp
+      apart); a defect (a wrong layout, a position off by one, a base off by 1e-6, any
+      step done in float32) is larger by orders of magnitude.
+
+    Far positions. A float64 reference that computes ``cos(p * theta)`` as written is
+    itself off by up to half an ulp of the angle, ``|p * theta| * 2**-53`` (6e-11 at
+    ``p = 2**20``, ``theta = 1``), which exceeds the float64 tolerance while a library
+    that reduces angles exactly, as arrayrope does, is right. Either reduce the
+    reference's angles exactly (:func:`arrayrope.testing.exact_angles`, or mpmath), or add the
+    reference's own error to the tolerance: ``atol=default_tolerance("float64")[1] +
+    2**-52 * max|p * theta| * max|x|``.
+
+    ``rtol`` applies to the magnitude of the expected values and ``atol`` equals it, so
+    values near zero are held to the same absolute error as the largest ones.
+
+    Examples
+    --------
+    >>> from arrayrope.testing import default_tolerance
+    >>> default_tolerance("float32")
+    (4.76837158203125e-07, 4.76837158203125e-07)
+    >>> default_tolerance("float64")
+    (9.094947017729282e-13, 9.094947017729282e-13)
+    """
+    name = str(dtype).split(".")[-1]
+    if name not in EPS:
+        raise ValueError(f"dtype must be one of {sorted(EPS)}, got {dtype!r}")
+    tol = ULPS[name] * EPS[name]
+    return tol, tol
+
+
+def tolerance_at(dtype: Any, scale: float, *, rtol: float | None = None, atol: float | None = None) -> float:
+    """The absolute error allowed for results of ``dtype`` whose largest magnitude is ``scale``.
+
+    ``atol + rtol * scale``, with :func:`default_tolerance` of ``dtype`` where
+    ``rtol`` or ``atol`` is not given: the rule of :func:`~arrayrope.testing.check_parity` rows and of
+    :func:`arrayrope.export.validate`.
+
+    Examples
+    --------
+    >>> from arrayrope.testing import tolerance_at
+    >>> tolerance_at("float32", 3.0) == 4 * 2**-23 * (1 + 3.0)
+    True
+    """
+    d_rtol, d_atol = default_tolerance(dtype)
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not scale >= 0:
+        raise (TypeError if not isinstance(scale, numbers.Real) or isinstance(scale, bool) else ValueError)(
+            f"scale must be a real number >= 0 (the largest magnitude of the result), got {scale!r}"
+        )
+    rtol = d_rtol if rtol is None else tolerance_value(rtol, "rtol")
+    atol = d_atol if atol is None else tolerance_value(atol, "atol")
+    return atol + rtol * float(scale)
+
+
+def tolerance_value(value: object, name: str) -> float:
+    """A tolerance: a finite real >= 0."""
+    out = checks.finite_real(value, name)
+    if out < 0:
+        raise ValueError(f"{name} must be >= 0, got {out}")
+    return out

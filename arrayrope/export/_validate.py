@@ -16,10 +16,8 @@ import arrayrope
 from arrayrope._lib import checks
 from arrayrope.testing import Report, Row, tolerance_at
 
-from ._proto import ModelSource, load_model
-from ._spec import META_KEY, MS_DOMAIN, Spec, np_dtype
-
-PROVIDER_NAMES = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
+from ._graph import ModelSource, load_model, providers_named
+from .build._spec import META_KEY, MS_DOMAIN, Spec, np_dtype
 
 Feed: TypeAlias = dict[str, npt.NDArray[Any]]
 """The inputs of one run, by name."""
@@ -50,27 +48,6 @@ def _spec_of(model: onnx.ModelProto) -> Spec:
             f"model has no {META_KEY!r} metadata: validate needs a model made by arrayrope.export.rotary_model"
         )
     return Spec.from_json(meta[META_KEY])
-
-
-def _providers(providers: Sequence[str] | str | None) -> list[str]:
-    import onnxruntime as ort
-
-    if providers is None:
-        avail = ort.get_available_providers()
-        return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in avail or p.startswith("CPU")]
-    if isinstance(providers, str):
-        providers = [providers]
-    if not isinstance(providers, Sequence):
-        raise TypeError(f"providers must be a name such as 'cpu' or 'cuda', or a list of names, got {providers!r}")
-    out = []
-    for p in providers:
-        if not isinstance(p, str):  # a runtime check for callers without type checking
-            raise TypeError(f"providers must be names such as 'cuda', 'cpu' or 'CUDAExecutionProvider', got {p!r}")
-        full = PROVIDER_NAMES.get(p.lower(), p)
-        if not full.endswith("ExecutionProvider"):
-            raise ValueError(f"providers: unknown provider {p!r}; use 'cuda', 'cpu' or a full ONNX Runtime name")
-        out.append(full)
-    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,7 +301,7 @@ def validate(
     reference_evaluator = checks.boolean(reference_evaluator, "reference_evaluator")
     raise_on_failure = checks.boolean(raise_on_failure, "raise_on_failure")
     seed = checks.non_negative_int(seed, "seed")
-    provider_names = _providers(providers)
+    provider_names = providers_named(providers)
     model = load_model(model)
     spec = _spec_of(model)
     o = spec.options

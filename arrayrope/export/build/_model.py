@@ -10,7 +10,7 @@ from onnx import OperatorSetIdProto, TensorProto, ValueInfoProto, helper
 from ._builder import Builder
 from ._emit import emitter
 from ._options import ExportKeywords, ExportOptions, check_keywords
-from ._proto import ir_version_for
+from .._graph import ir_version_for
 from ._spec import META_KEY, MS_DOMAIN, Frequencies, Spec, make_spec, onnx_dtype
 
 FUNCTION_DOMAIN = "arrayrope"

@@ -17,15 +17,13 @@ from arrayrope._lib import checks
 from arrayrope.frequencies import RopeFrequencies
 from arrayrope.testing import Report, RopeConvention, Row
 
-from ._builder import Builder
-from ._emit import emitter, heads_spec, rotate_heads
-from ._fuse_match import Graph, Site, find_sites
-from ._fuse_probe import Shapes, SiteRunner, compare, cut, identify, reference, run, sample_inputs, shapes
-from ._fuse_report import Fused, FusionReport, Rotation
-from ._proto import ModelSource, ir_version_for, load_model
-from ._spec import COMPUTED_LIMIT, DTYPE_NAMES, MIN_OPSET, MS_DOMAIN, np_dtype
-from ._splice import _reads, _topological
-from ._validate import _providers
+from .._graph import ModelSource, ir_version_for, load_model, providers_named, reads, topological
+from ..build._builder import Builder
+from ..build._emit import emitter, heads_spec, rotate_heads
+from ..build._spec import COMPUTED_LIMIT, DTYPE_NAMES, MIN_OPSET, MS_DOMAIN, np_dtype
+from ._match import Graph, Site, find_sites
+from ._probe import Shapes, SiteRunner, compare, cut, identify, reference, run, sample_inputs, shapes
+from ._report import Fused, FusionReport, Rotation
 
 FuseTarget: TypeAlias = Literal["onnx23", "ort"]
 """The fused node: the standard ``RotaryEmbedding`` (opset 23) or ONNX Runtime's contrib op."""
@@ -317,8 +315,8 @@ def _rewritten(model: onnx.ModelProto, nodes: Sequence[NodeProto], inits: Sequen
     live = _live(kept + nodes, {o.name for o in g.output})
     everything = [n for n in kept + nodes if id(n) in live]
     available = {i.name for i in g.input} | {t.name for t in new_inits}
-    ordered = _topological(everything, available)
-    read = {i for n in ordered for i in _reads(n)} | {o.name for o in g.output}
+    ordered = topological(everything, available)
+    read = {i for n in ordered for i in reads(n)} | {o.name for o in g.output}
     del g.node[:]
     g.node.extend(ordered)
     del g.initializer[:]
@@ -355,7 +353,7 @@ def _live(nodes: Sequence[NodeProto], outputs: set[str]) -> set[int]:
         if node is None or id(node) in live:
             continue
         live.add(id(node))
-        stack.extend(_reads(node))
+        stack.extend(reads(node))
     return live
 
 
@@ -382,7 +380,7 @@ def _validation(source: onnx.ModelProto, fused: onnx.ModelProto, feed: Mapping[s
     import onnxruntime as ort
 
     rows, skipped = [], []
-    for provider in _providers(providers):
+    for provider in providers_named(providers):
         device = provider.replace("ExecutionProvider", "")
         if provider not in ort.get_available_providers():  # ONNX Runtime would fall back to the CPU silently
             skipped.append((f"onnxruntime {device}", f"{provider} is not available in this onnxruntime build"))

@@ -27,7 +27,7 @@ from arrayrope._lib import checks
 from arrayrope.frequencies import RopeFrequencies
 from arrayrope.testing import RopeConvention, identify_rope
 
-from ._fuse_match import Graph, Site, site_nodes
+from ._match import Graph, Site, site_nodes
 
 Feed = dict[str, npt.NDArray[Any]]
 

@@ -1,0 +1,42 @@
+"""The contract's defaults (:class:`._protocol.Library`), for library modules without a fast path of their own."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._lib.rotation import rotate_reference
+from .._lib.types import Array, DType, Namespace
+from ._namespace import lazy_array
+from ._protocol import Prepared
+
+__all__ = ["arange_tables", "concrete", "prepare", "rotate", "rotate_prepared", "tracing"]
+
+
+def concrete(x: Array) -> bool:
+    """Values exist unless the array is lazy (``array_api_compat.is_lazy_array``)."""
+    return not lazy_array(x)
+
+
+def tracing() -> bool:
+    """No graph compiler or exporter of its own."""
+    return False
+
+
+def rotate(xp: Namespace, x: Array, cos: Array, sin: Array, layout: str) -> Array:
+    """The reference."""
+    return rotate_reference(xp, x, cos, sin, layout)
+
+
+def prepare(cos: Array, sin: Array, layout: str) -> None:
+    """No prepared form."""
+    return None
+
+
+def rotate_prepared(x: Array, prepared: Prepared, layout: str) -> None:
+    """No prepared form."""
+    return None
+
+
+def arange_tables(inv_freq: np.ndarray, n: int, dtype: DType, factor: float) -> None:
+    """No fast path for tables."""
+    return None

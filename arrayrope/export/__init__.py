@@ -1,0 +1,94 @@
+"""arrayrope.export: ONNX subgraphs that apply rotary embeddings in deployment graphs.
+
+It requires the ``onnx`` extra (and ``onnxruntime`` for :func:`validate`). The
+tables it embeds come from the core, so exported graphs are as precise as
+arrayrope itself. Every builder takes the options of :class:`ExportOptions` as
+keyword arguments. The package depends on the core and never the other way:
+
+* ``build/``: graphs from frequencies. ``_options`` (:class:`ExportOptions`: types,
+  defaults, checks), ``_spec`` (options resolved against the frequencies and ONNX),
+  ``_builder`` (the graph builder), ``_emit`` choosing between ``_fused`` (targets
+  ``onnx23`` and ``ort``) and ``_portable``, ``_tables`` (stored or computed
+  cos/sin), ``_model`` (:func:`rotary_model`, :func:`rotary_function`) and
+  ``_splice`` (:func:`add_rotary`).
+* ``fuse/``: other exporters' graphs. ``_match`` finds rotations, ``_probe``
+  measures them, ``_rewrite`` (:func:`fuse_rotary`) replaces them, ``_report`` says
+  what was done.
+* ``torch/``: the PyTorch exporter bridge. ``_graphs`` (:func:`torch_options`, the
+  graphs written for arrayrope's PyTorch op), ``_bridge`` (the op and its
+  translations) and the install hook the core calls when its PyTorch backend loads.
+* ``_graph`` (graph helpers shared by all three) and ``_validate`` (:func:`validate`).
+
+Names are imported from their modules when first used, so that importing this
+package (as the PyTorch backend's hook does) imports no ONNX library.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the same names, for type checkers
+    from .._lib.verdicts import Report as Report
+    from ._validate import ValidationError as ValidationError
+    from ._validate import validate as validate
+    from .build._model import rotary_function as rotary_function
+    from .build._model import rotary_model as rotary_model
+    from .build._options import ExportKeywords as ExportKeywords
+    from .build._options import ExportOptions as ExportOptions
+    from .build._options import SpliceKeywords as SpliceKeywords
+    from .build._splice import add_rotary as add_rotary
+    from .fuse._report import Fused as Fused
+    from .fuse._report import FusionReport as FusionReport
+    from .fuse._report import Rotation as Rotation
+    from .fuse._rewrite import FuseTables as FuseTables
+    from .fuse._rewrite import FuseTarget as FuseTarget
+    from .fuse._rewrite import fuse_rotary as fuse_rotary
+    from .torch._graphs import TorchOptions as TorchOptions
+    from .torch._graphs import torch_options as torch_options
+    from .torch._graphs import torch_translations as torch_translations
+
+_WHERE = {
+    "Report": "arrayrope._lib.verdicts",
+    "ValidationError": "._validate", "validate": "._validate",
+    "rotary_function": ".build._model", "rotary_model": ".build._model",
+    "ExportKeywords": ".build._options", "ExportOptions": ".build._options", "SpliceKeywords": ".build._options",
+    "add_rotary": ".build._splice",
+    "Fused": ".fuse._report", "FusionReport": ".fuse._report", "Rotation": ".fuse._report",
+    "FuseTables": ".fuse._rewrite", "FuseTarget": ".fuse._rewrite", "fuse_rotary": ".fuse._rewrite",
+    "TorchOptions": ".torch._graphs", "torch_options": ".torch._graphs", "torch_translations": ".torch._graphs",
+}
+
+__all__ = [
+    "ExportKeywords",
+    "ExportOptions",
+    "FuseTables",
+    "FuseTarget",
+    "Fused",
+    "FusionReport",
+    "Report",
+    "Rotation",
+    "SpliceKeywords",
+    "TorchOptions",
+    "ValidationError",
+    "add_rotary",
+    "fuse_rotary",
+    "rotary_function",
+    "rotary_model",
+    "torch_options",
+    "torch_translations",
+    "validate",
+]
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
