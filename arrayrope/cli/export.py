@@ -50,9 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "it)")
     parser.add_argument("--dtype", choices=("float32", "float16", "bfloat16", "float64"), default="float32",
                         help="element type of the rotated tensors and the tables")
-    parser.add_argument("--tables", choices=("constant", "computed"), default=None,
-                        help="constant: stored tables of --max-positions rows; computed: cos/sin built in the graph "
-                             "from the position ids (default: constant with --max-positions, else computed)")
+    parser.add_argument("--tables", choices=("stored", "computed"), default=None,
+                        help="stored: tables of --max-positions rows in the graph; computed: cos/sin built in the "
+                             "graph from the position ids (default: stored with --max-positions, else computed)")
     parser.add_argument("--opset", type=int, default=None,
                         help="default-domain opset (default: 23 for onnx23, 17 otherwise)")
     parser.add_argument("--no-position-ids", action="store_true", help="positions 0..seq-1 instead of an input")

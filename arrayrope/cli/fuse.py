@@ -23,11 +23,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", choices=("onnx23", "ort"), default="onnx23",
                         help="onnx23: the standard RotaryEmbedding (the model is converted to opset 23 if older); "
                              "ort: ONNX Runtime's com.microsoft.RotaryEmbedding at the model's opset")
-    parser.add_argument("--tables", choices=("exact", "model"), default="exact",
-                        help="exact: arrayrope's float64-computed caches (no Cos/Sin, exact at long positions); "
-                             "model: the model's own cos/sin computation")
+    parser.add_argument("--tables", choices=("stored", "computed", "model"), default=None,
+                        help="stored: arrayrope's float64-computed tables of --max-positions rows; computed: cos/sin "
+                             "built in the graph from the position ids by the exact float32 method (both: no Cos/Sin, "
+                             "exact at long positions); model: the model's own cos/sin computation (default: stored "
+                             "with --max-positions, else computed)")
     parser.add_argument("--max-positions", type=int, default=None,
-                        help="a bound on the positions: exact caches of this many rows are stored, and position ids "
+                        help="a bound on the positions: tables of this many rows are stored, and position ids "
                              "must stay below it (default: no bound; cos/sin computed in the graph from the position "
                              "ids, right at every position below 2**30)")
     parser.add_argument("--inputs", default=None,

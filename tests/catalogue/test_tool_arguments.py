@@ -70,7 +70,7 @@ def export_specs() -> Specs:
         "rotary_model": (ex.rotary_model, dict(freqs=8), dict(
             freqs=[np.ones(4), None, "8", 7, 0, 8.0], layout=choice("half"), target=[*choice("auto"), "tensorrt"],
             rank=[2, 5, "4", 4.0, None], num_heads=POS_INT[:-1], num_kv_heads=POS_INT[:-1],
-            max_positions=[*POS_INT[:-1], 2**40], position_ids=BOOL, tables=choice("constant")[:-1],
+            max_positions=[*POS_INT[:-1], 2**40], position_ids=BOOL, tables=choice("stored")[:-1],
             dtype=["float8", "int32", 3, np.complex64], opset=[0, -1, 1.5, "17", 12, 10**6], qk=BOOL,
             runtime=choice("any"), base=POS_REAL, rotary_dim=[*EVEN, 10],
             scaling=["linear", 3, {"rope_type": "nope"}])),

@@ -212,14 +212,14 @@ def test_export_options_and_reports():
 
     options = ExportOptions(max_positions=64, target="portable", scaling={"rope_type": "linear", "factor": 2.0})
     for other in _round_trips(options):
-        assert other == options and other.tables == "constant"
+        assert other == options and other.tables == "stored"
     deep = copy.deepcopy(options)
     assert deep.scaling is not options.scaling  # a deep copy shares no dict with the original
     for other in _round_trips(TorchOptions(target="ort", max_positions=128)):
         assert other == TorchOptions(target="ort", max_positions=128)
     fusion = FusionReport((Rotation("q", "q_rot", True, node="RotaryEmbedding", layout="half", rotary_dim=8,
-                                    head_dim=8, heads=2, base=1e4, positions="ids", tables="exact, 64 rows",
-                                    error=1e-7),), "onnx23", "exact", 10, 3, 17, 23, Report())
+                                    head_dim=8, heads=2, base=1e4, positions="ids", tables="stored, 64 rows",
+                                    error=1e-7),), "onnx23", "stored", 10, 3, 17, 23, Report())
     for other in _round_trips(fusion):
         assert other == fusion and str(other) == str(fusion)
     error = ValidationError("3 of 4 checks disagree", Report(title="validation"))

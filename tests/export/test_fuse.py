@@ -150,7 +150,7 @@ def test_exact_caches_fix_the_float32_recipe_at_long_positions():
     want = oracle(x, pos, "half", D, "bhsd")
     assert np.max(np.abs(run(model, x, pos) - want)) > 1e-3  # float32 angles at ~1e5
     assert np.max(np.abs(run(fused, x, pos) - want)) <= 2e-6
-    assert report.rotations[0].tables == f"exact, {rows} rows"
+    assert report.rotations[0].tables == f"stored, {rows} rows"
 
 
 def test_model_tables_keep_the_model_computation():
@@ -228,6 +228,21 @@ def test_bad_arguments():
         fuse_rotary(model, max_positions=0)
     with pytest.raises(TypeError, match="model must be"):
         fuse_rotary(42)
+    with pytest.raises(ValueError, match=r"^tables='stored' stores max_positions rows: pass max_positions"):
+        fuse_rotary(model, tables="stored")
+    with pytest.raises(ValueError, match=r"^max_positions=64 bounds stored tables, and tables='computed' stores none"):
+        fuse_rotary(model, tables="computed", max_positions=64)
+
+
+@pytest.mark.parametrize("rows, tables, words", [(64, None, "stored, 64 rows"), (None, None, "computed from the "
+                                                 "position ids"), (64, "stored", "stored, 64 rows"),
+                                                 (None, "computed", "computed from the position ids")])
+def test_tables_default_to_stored_with_a_bound_and_computed_without(rows, tables, words):
+    """One vocabulary with ExportOptions: the bound decides where the tables come from, unless tables= says."""
+    fused, report = fuse_rotary(rope_graph(), tables=tables, max_positions=rows, providers="cpu")
+    assert report.fused == 1 and report.ok and report.tables == ("stored" if rows else "computed")
+    assert report.rotations[0].tables == words
+    assert ("Cos" in {n.op_type for n in fused.graph.node}) is False
 
 
 def test_cli_writes_the_fused_model_and_reports_each_rotation(tmp_path, capsys):

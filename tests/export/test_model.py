@@ -176,13 +176,13 @@ def test_computed_tables_are_not_bounded_and_stay_exact(layout):
         assert np.isnan(y).all()
 
 
-@pytest.mark.parametrize("target,tables", [(t, "constant") for t in TARGETS] + [("portable", "computed")])
+@pytest.mark.parametrize("target,tables", [(t, "stored") for t in TARGETS] + [("portable", "computed")])
 def test_scaled_frequencies_and_attention_factor(target, tables):
     """Tables carry any scaling: a custom inv_freq (linear x4) and an attention factor of 1.25."""
     inv = inv_freq_formula(16, 500000.0) / 4
     freqs = arrayrope.RopeFrequencies(inv_freq=inv, head_dim=32, rotary_dim=16, attention_factor=1.25, base=500000.0,
                                       rope_type="linear")
-    model = rotary_model(freqs, target=target, num_heads=2, max_positions=64 if tables == "constant" else None,
+    model = rotary_model(freqs, target=target, num_heads=2, max_positions=64 if tables == "stored" else None,
                          tables=tables)
     rng = np.random.default_rng(3)
     x = inputs(rng, 4, 2, 5, heads=2, head_dim=32)
@@ -308,8 +308,8 @@ def test_bad_arguments_name_the_argument():
         rotary_model(8, rank=3)
     with pytest.raises(ValueError, match=r"max_positions=64 bounds stored tables, and tables='computed' stores none"):
         rotary_model(8, target="ort", tables="computed", max_positions=64)
-    with pytest.raises(ValueError, match=r"tables='constant' stores max_positions rows: pass max_positions"):
-        rotary_model(8, tables="constant")
+    with pytest.raises(ValueError, match=r"tables='stored' stores max_positions rows: pass max_positions"):
+        rotary_model(8, tables="stored")
     with pytest.raises(ValueError, match=r"target must be one of"):
         rotary_model(8, target="tensorrt")
     with pytest.raises(ValueError, match=r"freqs \(an int head_dim\) must be even"):

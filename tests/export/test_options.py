@@ -74,7 +74,7 @@ def test_defaults_are_the_documented_ones():
     options = ExportOptions()
     resolved = {**DOCUMENTED, "tables": "computed"}  # no bound on the positions: cos/sin computed in the graph
     assert {f.name: getattr(options, f.name) for f in dataclasses.fields(options)} == resolved
-    assert ExportOptions(max_positions=64).tables == "constant"
+    assert ExportOptions(max_positions=64).tables == "stored"
     assert all(ExportOptions.default(name) == value for name, value in DOCUMENTED.items())
     assert rotary_model(16).SerializeToString() == rotary_model(16, **DOCUMENTED).SerializeToString()
 
@@ -131,7 +131,7 @@ def test_a_bounded_model_stores_its_tables():
         ({"num_kv_heads": 2.0, "qk": True}, TypeError, "num_kv_heads must be an int, got 2.0"),
         ({"max_positions": "4096"}, TypeError, "max_positions must be an int, got '4096'"),
         ({"position_ids": 1}, TypeError, "position_ids must be True (an input) or False (positions 0..seq-1), got 1"),
-        ({"tables": "cached"}, ValueError, "tables must be one of ('constant', 'computed'), got 'cached'"),
+        ({"tables": "cached"}, ValueError, "tables must be one of ('stored', 'computed'), got 'cached'"),
         ({"dtype": "int8"}, ValueError, "dtype must be one of ('float32', 'float16', 'bfloat16', 'float64')"),
         ({"qk": "yes"}, TypeError, "qk must be a bool, got 'yes'"),
         ({"runtime": "tensorrt"}, ValueError, "runtime must be one of ('onnxruntime', 'any'), got 'tensorrt'"),
@@ -198,9 +198,9 @@ def test_command_line_flags_agree_with_the_options():
         assert tuple(action.choices or ()) == ExportOptions.choices(name), name
 
 
-@pytest.mark.parametrize("target,dtype,tables", [("onnx23", "float32", "constant"), ("ort", "float16", "constant"),
-                                                 ("portable", "float32", "constant"),
-                                                 ("portable", "float64", "constant")])
+@pytest.mark.parametrize("target,dtype,tables", [("onnx23", "float32", "stored"), ("ort", "float16", "stored"),
+                                                 ("portable", "float32", "stored"),
+                                                 ("portable", "float64", "stored")])
 def test_max_positions_is_checked_against_protobufs_limit_with_the_figures(target, dtype, tables):
     """Refused before any table is computed; the largest max_positions the message offers fits, one more not."""
     import re

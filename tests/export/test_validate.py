@@ -19,16 +19,16 @@ from arrayrope.export import ValidationError, rotary_model, validate  # noqa: E4
 from arrayrope.testing import tolerance_at  # noqa: E402
 
 
-@pytest.mark.parametrize("target,dtype,tables", [("onnx23", "float32", "constant"), ("ort", "float16", "constant"),
-                                                  ("portable", "float16", "constant"),
+@pytest.mark.parametrize("target,dtype,tables", [("onnx23", "float32", "stored"), ("ort", "float16", "stored"),
+                                                  ("portable", "float16", "stored"),
                                                   ("portable", "float32", "computed"),
-                                                  ("portable", "bfloat16", "constant"),
+                                                  ("portable", "bfloat16", "stored"),
                                                   ("portable", "float64", "computed"),
                                                   ("onnx23", "float16", "computed"),
                                                   ("ort", "float32", "computed")])
 def test_validate_passes_good_models(target, dtype, tables):
     model = rotary_model(32, target=target, dtype=dtype, tables=tables, num_heads=2,
-                         max_positions=128 if tables == "constant" else None, layout="interleaved")
+                         max_positions=128 if tables == "stored" else None, layout="interleaved")
     report = validate(model, providers="cpu")
     assert report.ok
     assert any(r.case == "onnx.checker (full)" and r.ok for r in report.rows)

@@ -37,7 +37,7 @@ __all__ = [
 
 Target: TypeAlias = Literal["auto", "onnx23", "ort", "portable"]
 """Which nodes carry the rotation (see :class:`ExportOptions`)."""
-Tables: TypeAlias = Literal["constant", "computed"]
+Tables: TypeAlias = Literal["stored", "computed"]
 """Where cos/sin come from: stored tables, or computed in the graph from the position ids."""
 Runtime: TypeAlias = Literal["onnxruntime", "any"]
 """The runtime a model is for: ``"onnxruntime"`` allows its contrib ops."""
@@ -118,12 +118,13 @@ class ExportOptions:
         (``tables="computed"``), right at every position in ``(-2**30, 2**30)``.
     position_ids : bool
         True: an int64 input ``position_ids`` of shape ``(batch, seq)``. False: positions ``0..seq-1``.
-    tables : {"constant", "computed"}, optional
-        ``"constant"``: the stored tables of ``max_positions`` rows (which it needs).
+    tables : {"stored", "computed"}, optional
+        Where cos/sin come from, in the one vocabulary of every export function:
+        ``"stored"``: tables of ``max_positions`` rows stored in the graph (which it needs).
         ``"computed"``: cos/sin built in the graph from the position ids with the
         exact float32 method (base-1024 digits of each position, digit rotations from
         the core), on every target, so positions are bounded by ``2**30`` instead of a
-        table size. Default: ``"constant"`` when ``max_positions`` is given, else
+        table size. Default: ``"stored"`` when ``max_positions`` is given, else
         ``"computed"``.
     dtype : {"float32", "float16", "bfloat16", "float64"}
         Element type of the rotated tensors and the tables (float64: portable only).
@@ -153,7 +154,7 @@ class ExportOptions:
     ...
     ValueError: layout must be one of ('half', 'interleaved'), got 'halves'
     >>> ExportOptions.choices("tables"), ExportOptions().tables, ExportOptions(max_positions=4096).tables
-    (('constant', 'computed'), 'computed', 'constant')
+    (('stored', 'computed'), 'computed', 'stored')
     """
 
     layout: Layout = "half"
@@ -185,9 +186,9 @@ class ExportOptions:
         if self.rank == 3 and self.num_heads is None:
             raise ValueError("rank=3 input (batch, seq, num_heads * head_dim) needs num_heads")
         if self.tables is None:
-            object.__setattr__(self, "tables", "computed" if self.max_positions is None else "constant")
-        elif self.tables == "constant" and self.max_positions is None:
-            raise ValueError("tables='constant' stores max_positions rows: pass max_positions (the bound of the "
+            object.__setattr__(self, "tables", "computed" if self.max_positions is None else "stored")
+        elif self.tables == "stored" and self.max_positions is None:
+            raise ValueError("tables='stored' stores max_positions rows: pass max_positions (the bound of the "
                              "position ids), or leave tables to its default to compute cos/sin in the graph")
         if self.tables == "computed" and self.max_positions is not None:
             raise ValueError(f"max_positions={self.max_positions} bounds stored tables, and tables='computed' stores "

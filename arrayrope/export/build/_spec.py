@@ -148,6 +148,8 @@ class Spec:
         stored = {name: d[name] for name in STORED if name in d}
         if stored.get("tables") == "computed":  # models of earlier versions stored the unused default bound too
             stored["max_positions"] = None
+        elif stored.get("tables") == "constant":  # the earlier name of stored tables
+            stored["tables"] = "stored"
         return cls(freqs, ExportOptions(**stored))
 
 

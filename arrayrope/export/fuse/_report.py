@@ -34,7 +34,8 @@ class Rotation:
     positions : str or None
         The integer tensor the fused node reads as position ids.
     tables : str
-        ``"exact, N rows"`` (the core's float64 tables stored as caches) or ``"the model's"``.
+        ``"stored, N rows"`` (the core's float64 tables stored in the graph), ``"computed from the position
+        ids"`` (the exact float32 method in the graph) or ``"the model's"``.
     error : float
         Largest difference between the fused and the original rotation in the
         check before it was kept, relative to the largest input (NaN if not run).

@@ -27,8 +27,8 @@ from ._report import Fused, FusionReport, Rotation
 
 FuseTarget: TypeAlias = Literal["onnx23", "ort"]
 """The fused node: the standard ``RotaryEmbedding`` (opset 23) or ONNX Runtime's contrib op."""
-FuseTables: TypeAlias = Literal["exact", "model"]
-"""Where the fused node's cos/sin come from: the core's exact caches, or the model's own computation."""
+FuseTables: TypeAlias = Literal["stored", "computed", "model"]
+"""Where the fused node's cos/sin come from: the core's tables, stored or computed in the graph, or the model's own."""
 
 #: Largest difference from the original rotation (relative to the input) a fusion may show at positions < 256.
 SAME = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
@@ -44,7 +44,7 @@ def fuse_rotary(
     model: ModelSource,
     *,
     target: FuseTarget = "onnx23",
-    tables: FuseTables = "exact",
+    tables: FuseTables | None = None,
     max_positions: int | None = None,
     inputs: Mapping[str, npt.ArrayLike] | None = None,
     validate: bool = True,
@@ -66,13 +66,15 @@ def fuse_rotary(
         ``"onnx23"``: the standard ``RotaryEmbedding`` (the model is converted to
         opset 23 first if it is older). ``"ort"``: ``com.microsoft.RotaryEmbedding``,
         at the model's opset (ONNX Runtime only).
-    tables : {"exact", "model"}
-        ``"exact"``: cos/sin from the core: caches computed in float64 and stored in
-        the model's dtype, read by position ids, with ``max_positions``; without it,
-        computed in the graph from the position ids by the exact float32 method. This
-        also fixes the precision the common
-        float32 recipe loses at long positions, and removes its Cos and Sin. ``"model"``:
-        the model's own cos/sin, computed as before (``"onnx23"`` only).
+    tables : {"stored", "computed", "model"}, optional
+        Where the fused nodes' cos/sin come from, as for :class:`ExportOptions`.
+        ``"stored"``: the core's tables of ``max_positions`` rows, computed in float64
+        and stored in the model's dtype, read by position ids. ``"computed"``: cos/sin
+        computed in the graph from the position ids by the exact float32 method. Both
+        fix the precision the common float32 recipe loses at long positions and remove
+        its Cos and Sin. ``"model"``: the model's own cos/sin, computed as before
+        (``"onnx23"`` only). Default: ``"stored"`` with ``max_positions``, else
+        ``"computed"``.
     max_positions : int, optional
         A bound on the positions: exact caches of this many rows are stored, and
         position ids must stay below it. Default: no bound; the fused nodes read
@@ -121,8 +123,16 @@ def fuse_rotary(
     """
     source = load_model(model)
     target = checks.choice(target, "target", ("onnx23", "ort"))
-    tables = checks.choice(tables, "tables", ("exact", "model"))
     rows = None if max_positions is None else checks.positive_int(max_positions, "max_positions")
+    chosen: FuseTables = checks.choice(tables, "tables", ("stored", "computed", "model")) if tables is not None else (
+        "computed" if rows is None else "stored")
+    tables = chosen
+    if tables == "stored" and rows is None:
+        raise ValueError("tables='stored' stores max_positions rows: pass max_positions (the bound of the position "
+                         "ids), or tables='computed' to compute cos/sin in the graph")
+    if tables == "computed" and rows is not None:
+        raise ValueError(f"max_positions={rows} bounds stored tables, and tables='computed' stores none (it rotates "
+                         "every position below 2**30): pass one of them")
     validate = checks.boolean(validate, "validate")
     opset_before = _opset(source)
     work = source
@@ -132,7 +142,7 @@ def fuse_rotary(
     sites = find_sites(graph)
     feed = sample_inputs(graph) if inputs is None else {k: np.asarray(v) for k, v in inputs.items()}
     longest = max((v.shape[-1] for v in feed.values() if v.ndim and v.dtype.kind in "iu"), default=0)
-    if tables == "exact" and sites and rows is not None and rows < longest:  # before anything runs (ORT's error)
+    if tables == "stored" and sites and rows is not None and rows < longest:  # before anything runs (ORT's error)
         made = "the given inputs" if inputs is not None else "sample inputs"
         raise ValueError(f"max_positions={rows} is below the {longest} positions of the {made} the fusion is "
                          f"checked with (the exact caches must hold a row for every position a model runs at); "
@@ -144,13 +154,13 @@ def fuse_rotary(
         made = "the given inputs" if inputs is not None else "sample inputs made from its input types"
         raise ValueError(f"the model does not run on {made} ({str(exc).splitlines()[0][:200]}); "
                          "pass inputs= with a feed it runs on") from exc
-    job = _Job(graph, target, tables, rows, _opset(work))
+    job = _Job(graph, target, chosen, rows, _opset(work))
     done = [job.fuse(i, site, seen) for i, site in enumerate(sites)]
     rotations = tuple(r for r, _ in done)
     builders = [b for _, b in done if b is not None]
     fused = _rewritten(work, [n for b in builders for n in b.nodes], [t for b in builders for t in b.initializers],
                        {r.output for r in rotations if r.fused}, contrib=target == "ort")
-    report = FusionReport(rotations, target, tables, len(source.graph.node), len(fused.graph.node), opset_before,
+    report = FusionReport(rotations, target, chosen, len(source.graph.node), len(fused.graph.node), opset_before,
                           _opset(fused))
     if validate:
         report = dataclasses.replace(report, validation=_validation(source, fused, feed, providers))
@@ -190,7 +200,7 @@ class _Job:
             raise ValueError(f"already a fused {existing.domain + '.' if existing.domain else ''}RotaryEmbedding node")
         if self.tables == "model" and self.target == "ort":
             raise ValueError("ONNX Runtime's contrib op reads 2-D caches by position, not the model's per-token "
-                             "tables; use tables='exact' or target='onnx23'")
+                             "tables; use tables='stored' or 'computed', or target='onnx23'")
         shape = shapes(site, seen)
         piece = cut(self.graph, site, shape)
         original = SiteRunner(piece)
@@ -203,9 +213,9 @@ class _Job:
         b = Builder(f"arrayrope_fuse/{i}/", taken=self.graph.producer.keys() | self.graph.initializers.keys())
         freqs: RopeFrequencies | None = None
         tables = "the model's"
-        if self.tables == "exact":
+        if self.tables != "model":
             freqs = found.frequencies() if found.matched else _stored(found, dtype, shape.head_dim)
-            tables = ("exact, computed from the position ids" if self.rows is None else f"exact, {self.rows} rows") + (
+            tables = ("computed from the position ids" if self.rows is None else f"stored, {self.rows} rows") + (
                 "" if found.matched else f", the model's {dtype} frequencies")
             if freqs is None:
                 raise ValueError(f"its frequencies follow no known rule ({found.reason}); tables='model' keeps them")
