@@ -98,3 +98,14 @@ def test_docstring_examples_run(name):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
     assert result.failed == 0
 
+
+
+def test_the_torch_floor_is_the_oldest_pytorch_the_export_bridge_is_tested_with():
+    """CI runs the PyTorch tests on each end of TESTED_TORCH; the torch extra's floor is its oldest."""
+    import tomllib
+
+    from arrayrope.export.torch import TESTED_TORCH
+
+    extra = tomllib.loads((pathlib.Path(arrayrope.__file__).parents[1] / "pyproject.toml").read_text())
+    floor = next(d for d in extra["project"]["optional-dependencies"]["torch"] if d.startswith("torch>="))
+    assert floor.split(">=")[1].split(",")[0] == "{}.{}".format(*TESTED_TORCH[0])
