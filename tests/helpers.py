@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 from fractions import Fraction
+from typing import Any
 
 import array_api_compat
 import numpy as np
@@ -51,7 +52,7 @@ def float_dtypes(backend) -> list[str]:
     return [d for d in ("float32", "float64") if d in backend.dtypes]
 
 
-_array_types: dict[str, type] = {}
+_array_types: dict[str, Any] = {}
 
 
 def check_like(out, backend, dtype: str, shape: tuple) -> None:
@@ -202,7 +203,7 @@ def double_uses(model) -> list[str]:
     double = TensorProto.DOUBLE
     with contextlib.suppress(Exception):  # contrib ops: check what the model declares
         model = onnx.shape_inference.infer_shapes(model)
-    found = []
+    found: list[str] = []
 
     def graph(g, where):
         found.extend(f"{where} initializer {t.name}" for t in g.initializer if t.data_type == double)

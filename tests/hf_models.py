@@ -34,12 +34,12 @@ def model(family: str, layers: int = 2, positions: bool = True):
             num_key_value_heads=kv, max_position_embeddings=256, **common)
         net = (tf.LlamaForCausalLM if family == "llama" else tf.Qwen2ForCausalLM)(config)
     elif family == "neox":
-        config = tf.GPTNeoXConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+        config = tf.GPTNeoXConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=layers,  # type: ignore[assignment]
                                   num_attention_heads=4, max_position_embeddings=256, rotary_pct=0.25, **common)
-        net = tf.GPTNeoXForCausalLM(config)
+        net = tf.GPTNeoXForCausalLM(config)  # type: ignore[assignment]
     elif family == "gptj":
-        config = tf.GPTJConfig(n_embd=64, n_layer=layers, n_head=4, rotary_dim=8, n_positions=256, **common)
-        net = tf.GPTJForCausalLM(config)
+        config = tf.GPTJConfig(n_embd=64, n_layer=layers, n_head=4, rotary_dim=8, n_positions=256, **common)  # type: ignore[assignment]
+        net = tf.GPTJForCausalLM(config)  # type: ignore[assignment]
     else:
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
 
@@ -85,7 +85,7 @@ def export(net, exporter: str):
         b, s = torch.export.Dim("batch"), torch.export.Dim("seq")
         program = torch.onnx.export(net, args, dynamo=True, opset_version=opset, verbose=False,
                                     dynamic_shapes={n: {0: b, 1: s} for n in names})
-    return program.model_proto
+    return program.model_proto  # type: ignore[union-attr]
 
 
 def logits(net, feed: dict[str, np.ndarray]) -> np.ndarray:

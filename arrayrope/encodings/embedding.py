@@ -196,15 +196,27 @@ axes='bhsd', rotary_features='trailing')
 
     @overload
     def __call__(
-        self, q: Array, k: Array | None = None, *, positions: Array | None = None, offset: int | Array = 0,
+        self, q: Array, k: None = None, *, positions: Array | None = None, offset: int | Array = 0,
         seq_len: int | None = None, return_freqs: Literal[False] = False,
-    ) -> Array | tuple[Array, Array]: ...
+    ) -> Array: ...
 
     @overload
     def __call__(
-        self, q: Array, k: Array | None = None, *, positions: Array | None = None, offset: int | Array = 0,
+        self, q: Array, k: Array, *, positions: Array | None = None, offset: int | Array = 0,
+        seq_len: int | None = None, return_freqs: Literal[False] = False,
+    ) -> tuple[Array, Array]: ...
+
+    @overload
+    def __call__(
+        self, q: Array, k: None = None, *, positions: Array | None = None, offset: int | Array = 0,
         seq_len: int | None = None, return_freqs: Literal[True],
-    ) -> tuple[Array, RopeFrequencies] | tuple[Array, Array, RopeFrequencies]: ...
+    ) -> tuple[Array, RopeFrequencies]: ...
+
+    @overload
+    def __call__(
+        self, q: Array, k: Array, *, positions: Array | None = None, offset: int | Array = 0,
+        seq_len: int | None = None, return_freqs: Literal[True],
+    ) -> tuple[Array, Array, RopeFrequencies]: ...
 
     def __call__(
         self,

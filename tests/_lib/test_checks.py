@@ -80,9 +80,9 @@ def test_finite_real():
     for bad in (math.inf, -math.inf, math.nan):  # a number, but not a finite one
         with pytest.raises(ValueError, match=f"^center must be a finite number, got {re.escape(repr(bad))}$"):
             checks.finite_real(bad, "center")
-    for bad in ("middle", True, None):  # not a number
-        with pytest.raises(TypeError, match=f"^center must be a finite number, got {re.escape(repr(bad))} "):
-            checks.finite_real(bad, "center")
+    for word in ("middle", True, None):  # not a number
+        with pytest.raises(TypeError, match=f"^center must be a finite number, got {re.escape(repr(word))} "):
+            checks.finite_real(word, "center")
 
 
 def test_boolean():
@@ -136,6 +136,7 @@ def test_int_sequence():
     assert all(type(v) is int for v in checks.int_sequence((np.int64(2),), "s", positive=True))
     with pytest.raises(ValueError, match=r"^sections must contain positive ints, got \[2, 0\]$"):
         checks.int_sequence((2, 0), "sections", positive=True)
+    bad: object
     for bad in ([], (), "16", b"ab", 16, None, np.array([1, 2]), {1, 2}):
         with pytest.raises(TypeError, match=r"^sections must be a non-empty sequence of ints, got "):
             checks.int_sequence(bad, "sections", positive=True)

@@ -49,8 +49,8 @@ def test_arrays_keep_their_namespace_device_and_values(backend):
 def test_sequences_become_arrays_of_the_requested_namespace(backend):
     ns, pos, device = as_positions([[0, 1], [5, 6]], xp=backend.xp, device=backend.device)
     assert ns is backend.xp and device == backend.device
-    check_like(pos, backend, str(pos.dtype).split(".")[-1], (2, 2))
-    assert str(pos.dtype).split(".")[-1] in ("int32", "int64")
+    check_like(pos, backend, str(pos.dtype).split(".")[-1], (2, 2))  # type: ignore[union-attr]
+    assert str(pos.dtype).split(".")[-1] in ("int32", "int64")  # type: ignore[union-attr]
     np.testing.assert_array_equal(to_numpy(pos), [[0, 1], [5, 6]])
 
 
@@ -58,7 +58,7 @@ def test_sequences_follow_like():
     strict = pytest.importorskip("array_api_strict")
     q = strict.ones((2, 3), device=strict.Device("device1"))
     ns, pos, _ = as_positions([1.0, 2.5], like=q)
-    assert ns is strict and pos.device == strict.Device("device1")
+    assert ns is strict and pos.device == strict.Device("device1")  # type: ignore[union-attr]
     np.testing.assert_array_equal(to_numpy(pos), [1.0, 2.5])
 
 
@@ -97,7 +97,7 @@ def test_positions_move_to_the_requested_device():
     strict = pytest.importorskip("array_api_strict")
     x = strict.asarray([1, 2], device=strict.Device("device1"))
     _, pos, device = as_positions(x, device=strict.Device("CPU_DEVICE"))
-    assert pos.device == strict.Device("CPU_DEVICE") and device == strict.Device("CPU_DEVICE")
+    assert pos.device == strict.Device("CPU_DEVICE") and device == strict.Device("CPU_DEVICE")  # type: ignore[union-attr]
     np.testing.assert_array_equal(to_numpy(pos), [1, 2])
 
 

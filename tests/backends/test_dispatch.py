@@ -60,7 +60,7 @@ def _case(backend, lead, head_dim, rotary_dim, pattern, dtype, table_dtype=None)
     elif pattern == "batch":  # (B, 1, S, h): per-row offsets
         tshape = (lead[0],) + (1,) * (len(lead) - 2) + (lead[-1], h)
     else:  # "bshd": (S, 1, h) against (B, S, H, D)
-        tshape = (lead[-2], 1, h)
+        tshape = (lead[-2], 1, h)  # type: ignore[assignment]
     angles = RNG.uniform(-7.0, 7.0, size=tshape)
     x = RNG.standard_normal((*lead, head_dim))
     tdt = table_dtype or _table_dtype(backend, dtype)

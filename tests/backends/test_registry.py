@@ -52,7 +52,7 @@ def test_unknown_names_list_the_known_ones():
                                          r"them: \['torch-cuda', 'jax-cuda', 'array_api_strict-no_float64'\]$"):
         available(["numpy", "nmupy", "torch-mps"])
     with pytest.raises(ValueError, match=r"unknown backends \[3\]"):
-        available([3])
+        available([3])  # type: ignore[list-item]
 
 
 def test_a_library_that_fails_to_load_is_missing_with_its_reason(missing_library):

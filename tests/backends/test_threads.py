@@ -186,9 +186,9 @@ def test_rows_are_prepared_from_their_second_call(lib, layout):
     q = conv(RNG.standard_normal((1, 4, 1, 32)).astype(np.float32))
     expected = rope_by_matrix(np.asarray(q, dtype=np.float64)[0], np.array([9]), rope.freqs.inv_freq, layout)
     first = rope(q, offset=9)
-    assert rope._cache._last[1][2] is _cache._LATER  # one call so far: nothing prepared
+    assert rope._cache._last[1][2] is _cache._LATER  # type: ignore[index]  # one call so far: nothing prepared
     second = rope(q, offset=9)
-    assert rope._cache._last[1][2] is not _cache._LATER and rope._cache._last[1][2] is not None
+    assert rope._cache._last[1][2] is not _cache._LATER and rope._cache._last[1][2] is not None  # type: ignore[index]
     for out in (first, second):
         assert_close(out, expected[None], rtol=3e-6, atol=3e-6, check_namespace=False, check_dtype=False)
 

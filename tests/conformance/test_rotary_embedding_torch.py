@@ -139,7 +139,7 @@ def test_axial_grid(freqs_for, dtype, record):
         inv = bands
     else:
         cos, sin = arrayrope.axial_rope_tables(2 * dim, (h, w), base=100.0, dtype=np.float64)
-        coords = np.stack(np.meshgrid(np.arange(h), np.arange(w), indexing="ij"), -1).reshape(-1, 2)
+        coords = np.stack(np.meshgrid(np.arange(h), np.arange(w), indexing="ij"), -1).reshape(-1, 2)  # type: ignore[assignment]
         inv = arrayrope.rope_frequencies(dim, base=100.0).inv_freq
     angles = np.concatenate([coords[:, :1] * inv, coords[:, 1:] * inv], -1)  # (h*w, dim): axis 0, then axis 1
     x = torch.from_numpy(np.random.default_rng(2).standard_normal((2, h, w, 2 * dim + 4))).to(TORCH[dtype])

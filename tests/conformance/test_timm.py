@@ -123,9 +123,9 @@ def test_vit_rope_with_class_token(name, layout, dtype, record):
     ours = arrayrope.apply_rotary(x, cos, sin, layout=layout)
     assert ours.dtype == lib.dtype == TORCH[dtype]
 
-    ref = kwargs.get("train_grid")
-    coords = _coords(shape, kind, kwargs.get("indexing", "ij"), ref)
-    inv = bands if bands is not None else arrayrope.rope_frequencies(d // 2, base=kwargs["base"]).inv_freq
+    ref = kwargs.get("train_grid")  # type: ignore[attr-defined]
+    coords = _coords(shape, kind, kwargs.get("indexing", "ij"), ref)  # type: ignore[attr-defined]
+    inv = bands if bands is not None else arrayrope.rope_frequencies(d // 2, base=kwargs["base"]).inv_freq  # type: ignore[index]
     angles = np.concatenate([np.zeros((npt, d // 2)), np.concatenate([coords[:, :1] * inv, coords[:, 1:] * inv], -1)])
     xs = _np(x)
     exact = rotate64(xs, angles, layout)

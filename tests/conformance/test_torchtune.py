@@ -97,7 +97,7 @@ def test_rope_modules(name, dtype, record):
     bound = rotation_bound(xs, table, dtype, kwargs["layout"]) + ours_bound
     diff = np.abs(_np(lib) - _np(ours)).transpose(0, 2, 1, 3)
     assert np.all(diff <= bound), float(np.max(diff - bound))
-    record(library="torchtune", family=name, rope_type=kwargs.get("scaling", {}).get("rope_type", "default"),
+    record(library="torchtune", family=name, rope_type=kwargs.get("scaling", {}).get("rope_type", "default"),  # type: ignore[attr-defined]
            layout=kwargs["layout"], compared="rotated x (b, s, h, d), input_pos up to 4095", dtype=dtype,
            max_error=float(diff.max()), library_error=float(np.abs(_np(lib).transpose(0, 2, 1, 3) - exact).max()),
            arrayrope_error=float(ours_err.max()), tolerance=float(bound.max()))
@@ -117,7 +117,7 @@ def test_identify_rope_names_the_module(name, dtype, record):
     assert found.matched, found
     assert (found.layout, found.base, found.offset) == (kwargs["layout"], kwargs["base"], 0)
     assert found.scaling == kwargs.get("scaling")
-    record(library="torchtune", family=name, rope_type=kwargs.get("scaling", {}).get("rope_type", "default"),
+    record(library="torchtune", family=name, rope_type=kwargs.get("scaling", {}).get("rope_type", "default"),  # type: ignore[attr-defined]
            layout=kwargs["layout"], compared="identify_rope on the module (its table ends at 4096)", dtype=dtype,
            max_error=found.max_error, library_error=float("nan"), arrayrope_error=float("nan"),
            tolerance=float("nan"))

@@ -68,7 +68,7 @@ class _Counted:
 def builds(monkeypatch):
     """The number of positions of each table the cache builds, in order."""
     sizes: list[int] = []
-    real = _cache.rope_tables
+    real = _cache.rope_tables  # type: ignore[attr-defined]
 
     def counted(freqs, n, **kwargs):
         sizes.append(n)
@@ -83,7 +83,7 @@ def test_a_decode_step_one_row_past_the_cache(backend, builds):
     if backend.lazy:
         pytest.skip("the cache keeps no traced or lazy tables")
     rope = ar.RotaryEmbedding(D)
-    lock = rope._cache._lock = _Counted()
+    lock = rope._cache._lock = _Counted()  # type: ignore[assignment]
     x = RNG.standard_normal((1, 2, 256, D))
 
     def call(seq, offset):
@@ -160,8 +160,8 @@ def test_threads_waiting_at_the_lock_take_the_table_one_of_them_built(monkeypatc
         rope(np.zeros((1, 1, 1, D), np.float32), offset=cached - 1)
         assert _rows(rope) == cached
     builds.clear()
-    lock = rope._cache._lock = _Counted()
-    counted = _cache.rope_tables
+    lock = rope._cache._lock = _Counted()  # type: ignore[assignment]
+    counted = _cache.rope_tables  # type: ignore[attr-defined]
 
     def slow(freqs, n_rows, **kwargs):
         lock.wait_for(n)

@@ -78,7 +78,7 @@ def export(module, axes="bhsd", with_positions=True, opset=23, dynamo=True):
     args = (torch.randn(sq), torch.randn(sk))
     seq = 2 if axes == "bhsd" else 1
     if with_positions:
-        args += (torch.arange(5).expand(2, 5).contiguous(),)
+        args += (torch.arange(5).expand(2, 5).contiguous(),)  # type: ignore[assignment]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if not dynamo:
@@ -350,7 +350,7 @@ def test_rope_model_default_is_unbounded_too():
 class Decode(Attention):
     """A decode step: q, k and the offset of the step (0-d, one for the batch) or of each row ((B,))."""
 
-    def forward(self, q, k, offset):
+    def forward(self, q, k, offset):  # type: ignore[override]
         return self.rope(q, k, offset=offset)
 
 

@@ -131,7 +131,7 @@ def test_variants_fuse_to_one_node(layout, rotate, partial, axes, x_first, cos_f
     assert model.SerializeToString() == before  # the input is untouched
     ops = collections.Counter(n.op_type for n in fused.graph.node)
     assert ops["RotaryEmbedding"] == 1 and not {"Cos", "Sin", "Neg"} & set(ops) and double_uses(fused) == []
-    assert report.fused == 1 and report.ok and report.validation.rows
+    assert report.fused == 1 and report.ok and report.validation.rows  # type: ignore[union-attr]
     (rotation,) = report.rotations
     assert (rotation.layout, rotation.rotary_dim, rotation.head_dim, rotation.heads, rotation.base) == (
         layout, D // 2 if partial else D, D, N, 10000.0)
@@ -214,8 +214,8 @@ def test_models_past_protobufs_limit_run_from_a_file(monkeypatch):
 def test_validation_names_a_missing_provider_as_skipped(monkeypatch):
     monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
     _, report = fuse_rotary(rope_graph(), providers=["cuda", "cpu"])
-    assert [r.device for r in report.validation.rows] == ["CPU"] and report.ok
-    assert [what for what, _ in report.validation.skipped] == ["onnxruntime CUDA"]
+    assert [r.device for r in report.validation.rows] == ["CPU"] and report.ok  # type: ignore[union-attr]
+    assert [what for what, _ in report.validation.skipped] == ["onnxruntime CUDA"]  # type: ignore[union-attr]
 
 
 def test_bad_arguments():

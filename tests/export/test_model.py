@@ -96,7 +96,7 @@ def test_matrix_against_rotation_matrices(target, layout, rot, rank, with_pos, d
     assert err <= tolerance(expected, x, dtype, target != "portable"), err
     if target != "ort":  # the reference evaluator knows only standard ops
         (y_ref,) = ReferenceEvaluator(model).run(None, feed)
-        err = np.max(np.abs(y_ref.astype(np.float64) - expected))
+        err = np.max(np.abs(y_ref.astype(np.float64) - expected))  # type: ignore[union-attr]
         assert err <= tolerance(expected, x, dtype, target != "portable", 3.0 if target == "onnx23" else 1.5), err
 
 
@@ -419,14 +419,14 @@ def test_what_the_bare_ops_do_with_ids_outside_a_table(op):
     sess = session(model)
     if op == "gather":
         np.testing.assert_array_equal(sess.run(None, feed(-1))[0], sess.run(None, feed(15))[0])
-        np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, feed(-1))[0],
-                                      ReferenceEvaluator(model).run(None, feed(15))[0])
+        np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, feed(-1))[0],  # type: ignore[index]
+                                      ReferenceEvaluator(model).run(None, feed(15))[0])  # type: ignore[index]
         return
     for pid in (-1, 16):
         with pytest.raises(Exception, match=rf"position_ids value {pid} at index 0 is out of range \[0, 16\)"):
             sess.run(None, feed(pid))
     if op == "onnx23":
         ref = ReferenceEvaluator(model)
-        np.testing.assert_array_equal(ref.run(None, feed(-1))[0], ref.run(None, feed(15))[0])
+        np.testing.assert_array_equal(ref.run(None, feed(-1))[0], ref.run(None, feed(15))[0])  # type: ignore[index]
         with pytest.raises(IndexError):
             ref.run(None, feed(16))

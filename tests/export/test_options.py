@@ -213,7 +213,7 @@ def test_max_positions_is_checked_against_protobufs_limit_with_the_figures(targe
                r"model is at most 2.15 GB \(protobuf's 2 GiB limit\); use max_positions <= (\d+), or no max_positions")
     with pytest.raises(ValueError, match=pattern) as info:
         rotary_model(128, max_positions=2**23, **options)
-    largest = int(re.search(r"max_positions <= (\d+)", str(info.value)).group(1))
+    largest = int(re.search(r"max_positions <= (\d+)", str(info.value)).group(1))  # type: ignore[union-attr]
     check_size(make_spec(128, ExportOptions(max_positions=largest, **options)))
     with pytest.raises(ValueError, match="protobuf's 2 GiB limit"):
         check_size(make_spec(128, ExportOptions(max_positions=largest + 1, **options)))

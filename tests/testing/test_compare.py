@@ -144,8 +144,8 @@ def test_values_within_the_bound_pass_and_beyond_it_fail():
     assert_close(desired.astype(np.float64) + bound, desired.astype(np.float64), rtol=4 * EPS["float32"],
                  atol=4 * EPS["float32"])
     actual = desired.copy()
-    actual[1] += np.float32(1e-5)
-    actual[3] += np.float32(1e-4)
+    actual[1] += np.float32(1e-5)  # type: ignore[index]
+    actual[3] += np.float32(1e-4)  # type: ignore[index]
     with pytest.raises(AssertionError, match=r"2 of 5 elements differ beyond rtol=4\.76837e-07, atol=4\.76837e-07 "
                                              r"\(float32\); worst at index \(3,\): actual .*4\.0001.*, desired .*4\.0"):
         assert_close(actual, desired)

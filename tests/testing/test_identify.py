@@ -159,8 +159,8 @@ def test_llama3_scaling_is_named():
 
     found = identify_rope(fn, head_dim=128)
     assert found.matched, found
-    assert found.scaling["rope_type"] == "llama3" and found.scaling["factor"] == 8.0
-    assert found.scaling["original_max_position_embeddings"] == 8192
+    assert found.scaling["rope_type"] == "llama3" and found.scaling["factor"] == 8.0  # type: ignore[index]
+    assert found.scaling["original_max_position_embeddings"] == 8192  # type: ignore[index]
 
 
 # Functions that are no known RoPE: identify_rope says so, and why.

@@ -121,6 +121,6 @@ def test_sum_keeps_rows_in_order_skips_once_and_the_first_title():
 def test_rows_and_reports_are_frozen():
     row = Row("numpy", "cpu", "float32", 0.0, 0.0, 1e-7, True)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        row.ok = False
+        row.ok = False  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        Report((row,)).rows = ()
+        Report((row,)).rows = ()  # type: ignore[misc]
