@@ -153,6 +153,18 @@ def to_interleaved(x: Array, *, rotary_dim: int | None = None) -> Array:
     ``apply_rotary(to_interleaved(x), ..., layout="interleaved") ==
     to_interleaved(apply_rotary(x, ..., layout="half"))``.
 
+    Parameters
+    ----------
+    x : array
+        Features on the last axis, half-split; never modified.
+    rotary_dim : int, optional
+        Leading features that rotate (even, at most ``x.shape[-1]``); default: all.
+
+    Returns
+    -------
+    array
+        A reordered copy of ``x``: same namespace, device, dtype and shape.
+
     Examples
     --------
     >>> import numpy as np, arrayrope
@@ -171,6 +183,21 @@ def to_interleaved(x: Array, *, rotary_dim: int | None = None) -> Array:
 
 def to_half_split(x: Array, *, rotary_dim: int | None = None) -> Array:
     """Reorder features from the interleaved layout to the half-split one (inverse of :func:`to_interleaved`).
+
+    ``out[..., i] = x[..., 2i]`` and ``out[..., i + r/2] = x[..., 2i + 1]`` for the
+    first ``r = rotary_dim`` features (default: all); the rest are kept.
+
+    Parameters
+    ----------
+    x : array
+        Features on the last axis, interleaved; never modified.
+    rotary_dim : int, optional
+        Leading features that rotate (even, at most ``x.shape[-1]``); default: all.
+
+    Returns
+    -------
+    array
+        A reordered copy of ``x``: same namespace, device, dtype and shape.
 
     Examples
     --------
@@ -212,6 +239,26 @@ def permute_rotary_rows(
     ``num_heads=H, head_dim=qk_nope_head_dim + qk_rope_head_dim``, ``kv_a_proj_with_mqa``
     with ``num_heads=1, head_dim=kv_lora_rank + qk_rope_head_dim``, both with
     ``rotary_dim=qk_rope_head_dim``.
+
+    Parameters
+    ----------
+    w : array
+        A weight ``(num_heads * head_dim, in)`` or a bias ``(num_heads * head_dim,)``.
+    num_heads : int
+        Heads whose rows ``w`` holds (``num_kv_heads`` for a grouped-query key projection).
+    head_dim : int
+        Rows per head.
+    rotary_dim : int, optional
+        Rows of each head that rotate (even); default ``head_dim``.
+    to : {"half", "interleaved"}
+        The layout the permuted rows are for.
+    rotary_features : {"leading", "trailing"}
+        Whether the rotary rows are the first ``rotary_dim`` of each head or the last.
+
+    Returns
+    -------
+    array
+        ``w`` with the rows of each head permuted: same namespace, device, dtype and shape.
 
     Examples
     --------

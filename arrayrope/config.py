@@ -53,6 +53,7 @@ def rope_frequencies_from_config(
     Returns
     -------
     RopeFrequencies
+        The frequencies transformers computes for this config (and layer type).
 
     Raises
     ------

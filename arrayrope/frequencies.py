@@ -25,11 +25,11 @@ class RopeFrequencies:
     an even int in ``[2, head_dim]``, ``inv_freq`` finite reals of shape
     ``(rotary_dim // 2,)``, ``attention_factor`` and ``base`` finite reals > 0.
 
-    Attributes
+    Parameters
     ----------
-    inv_freq : numpy.ndarray
-        float64, shape ``(rotary_dim // 2,)``, read-only: pair ``i`` rotates by
-        ``position * inv_freq[i]`` radians.
+    inv_freq : array_like
+        Real numbers, shape ``(rotary_dim // 2,)``; kept as a read-only float64 NumPy
+        array: pair ``i`` rotates by ``position * inv_freq[i]`` radians.
     head_dim : int
         Features per head.
     rotary_dim : int
@@ -40,6 +40,22 @@ class RopeFrequencies:
         The base (``rope_theta``) the frequencies were computed from.
     rope_type : str
         ``"default"`` or the scaling's rope type.
+
+    See Also
+    --------
+    rope_frequencies : The usual way to make them, from a head dim, base and scaling.
+
+    Examples
+    --------
+    Frequencies from elsewhere (a checkpoint's stored ``inv_freq``), keyword arguments only:
+
+    >>> import numpy as np, arrayrope
+    >>> f = arrayrope.RopeFrequencies(inv_freq=[1.0, 0.01], head_dim=8, rotary_dim=4)
+    >>> f.inv_freq.dtype, f.rotary_dim, f.attention_factor
+    (dtype('float64'), 4, 1.0)
+    >>> cos, sin = arrayrope.rope_tables(f, np.array([2]))
+    >>> bool(np.isclose(cos[0, 1], np.cos(0.02)))
+    True
     """
 
     inv_freq: np.ndarray
@@ -121,6 +137,7 @@ def rope_frequencies(
     Returns
     -------
     RopeFrequencies
+        The inverse frequencies (float64) and what they were made from.
 
     Examples
     --------

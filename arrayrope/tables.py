@@ -38,7 +38,7 @@ def rope_tables(
     xp: Namespace | None = None, dtype: DType | None = None, device: Device = None,
     apply_attention_factor: bool = True,
 ) -> tuple[Array, Array]:
-    """Cos and sin of ``positions * inv_freq``, each ``positions.shape + (rotary_dim // 2,)``.
+    """Compute cos and sin of ``positions * inv_freq``, each ``positions.shape + (rotary_dim // 2,)``.
 
     Parameters
     ----------
@@ -52,7 +52,7 @@ def rope_tables(
         Array namespace for an int ``positions`` (default NumPy); inferred from an array.
     dtype : dtype or str, optional
         Real floating dtype of the tables (default float32).
-    device : optional
+    device : device, optional
         Device of the tables (default: the positions' device).
     apply_attention_factor : bool
         Multiply cos and sin by ``freqs.attention_factor`` as Hugging Face does
@@ -60,8 +60,10 @@ def rope_tables(
 
     Returns
     -------
-    cos, sin : arrays
+    cos : array
         On the positions' namespace and device.
+    sin : array
+        The same shape, namespace and device.
 
     Notes
     -----

@@ -65,6 +65,18 @@ def test_export_is_a_subpackage_of_the_core_that_the_core_never_imports():
     assert offenders == []
 
 
+def test_export_takes_its_report_type_from_the_core():
+    """The one verdict type lives in the core; export imports testing only for what fusion measures with it
+    (identify_rope)."""
+    root = pathlib.Path(arrayrope.__file__).resolve().parent / "export"
+    found: set[str] = set()
+    for path in root.rglob("*.py"):
+        for line in path.read_text().splitlines():
+            if re.match(r"\s*from arrayrope\.testing import", line):
+                found.update(n.strip() for n in line.split("import", 1)[1].split(","))
+    assert found <= {"RopeConvention", "identify_rope"}, found
+
+
 def test_private_exporter_modules_only_in_the_version_gated_bridge():
     root = pathlib.Path(arrayrope.__file__).resolve().parent
     users = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "torch.onnx._internal" in p.read_text())

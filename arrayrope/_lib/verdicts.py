@@ -34,12 +34,37 @@ EXIT_STATUS: dict[Status, int] = {"verified": 0, "failed": 1, "not verified": 3}
 class Row:
     """One comparison: a backend (or runtime), device and dtype against the reference.
 
-    ``max_rel_error`` is the largest absolute error divided by the largest absolute
-    reference value (elementwise relative errors are meaningless where the reference
-    crosses zero); ``ok`` means ``max_abs_error <= tolerance`` and that the output had
-    the expected namespace, device, dtype and shape. ``note`` says why a row failed.
-    ``numeric`` is False for a check that compares no values (``onnx.checker``, shape
-    inference): such a row can fail a report but never verifies one.
+    Parameters
+    ----------
+    backend : str
+        The backend or runtime that computed the result (``"numpy"``, ``"onnxruntime"``...).
+    device : str
+        Its device (``"cpu"``, ``"cuda:0"``...).
+    dtype : str
+        The dtype compared.
+    max_abs_error : float
+        The largest absolute difference from the reference (NaN where nothing ran).
+    max_rel_error : float
+        ``max_abs_error`` divided by the largest absolute reference value (elementwise
+        relative errors are meaningless where the reference crosses zero).
+    tolerance : float
+        The absolute error allowed (:func:`tolerance_at`).
+    ok : bool
+        ``max_abs_error <= tolerance``, and the output had the expected namespace,
+        device, dtype and shape.
+    note : str
+        Why a row failed, or what it is.
+    case : str
+        The case compared (a parity case or an export input).
+    numeric : bool
+        False for a check that compares no values (``onnx.checker``, shape inference):
+        such a row can fail a report but never verifies one.
+
+    Examples
+    --------
+    >>> from arrayrope.testing import Row
+    >>> Row("numpy", "cpu", "float32", 1e-7, 1e-7, 5e-7, True).ok
+    True
     """
 
     backend: str
@@ -58,10 +83,20 @@ class Row:
 class Report:
     """Rows of a parity check or of an export validation; prints as a table.
 
-    ``skipped`` lists ``(what, reason)`` for backends, dtypes or runtimes that could
-    not run here; a skip is not a failure, and it verifies nothing. ``title`` says
-    what was checked. Reports combine with ``+``.
+    Reports combine with ``+``.
 
+    Parameters
+    ----------
+    rows : tuple of Row
+        One per comparison that ran.
+    skipped : tuple of (str, str)
+        ``(what, reason)`` for backends, dtypes or runtimes that could not run here; a
+        skip is not a failure, and it verifies nothing.
+    title : str
+        What was checked.
+
+    Notes
+    -----
     ``status`` concludes: ``"failed"`` when a row failed, ``"not verified"`` when no
     numeric row ran (everything was skipped, or only structural checks ran),
     ``"verified"`` otherwise. ``ok`` is ``status == "verified"``: a report in which
@@ -193,8 +228,20 @@ def _line(cells: Sequence[str], widths: Sequence[int]) -> str:
 
 
 def default_tolerance(dtype: Any) -> tuple[float, float]:
-    """``(rtol, atol)`` that a correct result in ``dtype`` meets: ``ULPS[dtype]`` units in the last place.
+    """Give the ``(rtol, atol)`` that a correct result in ``dtype`` meets: ``ULPS[dtype]`` units in the last place.
 
+    Parameters
+    ----------
+    dtype : dtype or str
+        One of float16, bfloat16, float32 and float64 (of any library, or its name).
+
+    Returns
+    -------
+    tuple of float
+        ``(rtol, atol)``, equal.
+
+    Notes
+    -----
     How the figures are derived:
 
     * float16, bfloat16, float32: 4 ulps. Results in these dtypes are best computed in
@@ -241,11 +288,27 @@ def default_tolerance(dtype: Any) -> tuple[float, float]:
 
 
 def tolerance_at(dtype: Any, scale: float, *, rtol: float | None = None, atol: float | None = None) -> float:
-    """The absolute error allowed for results of ``dtype`` whose largest magnitude is ``scale``.
+    """Give the absolute error allowed for results of ``dtype`` whose largest magnitude is ``scale``.
 
     ``atol + rtol * scale``, with :func:`default_tolerance` of ``dtype`` where
     ``rtol`` or ``atol`` is not given: the rule of :func:`~arrayrope.testing.check_parity` rows and of
     :func:`arrayrope.export.validate`.
+
+    Parameters
+    ----------
+    dtype : dtype or str
+        The dtype of the results.
+    scale : float
+        The largest magnitude of the expected values, >= 0.
+    rtol : float, optional
+        Relative tolerance (default: :func:`default_tolerance` of ``dtype``).
+    atol : float, optional
+        Absolute tolerance (default: :func:`default_tolerance` of ``dtype``).
+
+    Returns
+    -------
+    float
+        ``atol + rtol * scale``.
 
     Examples
     --------

@@ -41,7 +41,9 @@ def _no_sync() -> None:
 class Backend:
     """One array library on one device, with what it can do.
 
-    Attributes
+    Backends come from :func:`available`; tests and benchmarks take one per parameter.
+
+    Parameters
     ----------
     name : str
         ``"numpy"``, ``"torch"``, ``"torch-cuda"``, ``"jax"``, ``"jax-cuda"``, ``"dask"``, ``"cupy"``,
@@ -59,6 +61,15 @@ class Backend:
         ``dask.array``, ``array_api_strict``), for code that needs its own API.
     synchronize : callable
         Waits for work queued on the device (a no-op on CPUs).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from arrayrope.testing import available_backends
+    >>> numpy_backend = available_backends("numpy")[0]
+    >>> x = numpy_backend.asarray([1.0, 2.0], dtype="float32")
+    >>> numpy_backend.name, numpy_backend.library, x.dtype
+    ('numpy', 'numpy', dtype('float32'))
     """
 
     name: str
@@ -120,7 +131,25 @@ def library_module(library: str) -> Any:
 
 
 def to_numpy(x: Any) -> np.ndarray:
-    """Copy any backend's array to a NumPy array on the host (bfloat16 becomes float32)."""
+    """Copy any backend's array to a NumPy array on the host (bfloat16 becomes float32).
+
+    Parameters
+    ----------
+    x : array
+        An array of any backend (a NumPy array is returned as it is).
+
+    Returns
+    -------
+    numpy.ndarray
+        The values, on the host.
+
+    Examples
+    --------
+    >>> import array_api_strict as xp
+    >>> from arrayrope.testing import to_numpy
+    >>> to_numpy(xp.asarray([1.0, 2.0])).tolist()
+    [1.0, 2.0]
+    """
     if isinstance(x, np.ndarray):
         return x
     lib = library_of(x)
@@ -180,6 +209,12 @@ def available(
         environment variable, else every library.
     with_reasons : bool
         Also return ``{name: reason}`` for the requested names that are not available.
+
+    Returns
+    -------
+    list of Backend, or (list of Backend, dict)
+        The backends found, in the order of :data:`LIBRARIES`; with ``with_reasons``,
+        also why each requested name that is missing could not be used.
 
     Examples
     --------

@@ -102,16 +102,21 @@ def axial_rope_tables(
         ``base ** (-2i / axis_dim)``: each axis then has ``len(frequencies)`` pairs,
         and ``axis_dims`` defaults to ``2 * len(frequencies)`` each. See
         :func:`pixel_frequencies`.
-    xp, dtype, device
-        As for :func:`~arrayrope.rope_tables`: namespace for a grid (default NumPy),
-        table dtype (default float32), device (default: the coordinates').
+    xp : namespace, optional
+        Array namespace for int or tuple positions (default NumPy); inferred from an array.
+    dtype : dtype or str, optional
+        Real floating dtype of the tables (default float32).
+    device : device, optional
+        Device of the tables (default: the positions' device).
 
     Returns
     -------
-    cos, sin : arrays
+    cos : array
         Shape ``(num_prefix_tokens + prod(grid), rotary_dim // 2)`` for a grid,
         ``positions.shape[:-1] + (rotary_dim // 2,)`` (tokens extended by the prefix)
         for coordinates.
+    sin : array
+        The same shape.
 
     Raises
     ------
@@ -227,12 +232,26 @@ def _bands(frequencies: Any) -> np.ndarray | None:
 
 
 def pixel_frequencies(num_bands: int, max_freq: float, *, spacing: BandSpacing = "linear") -> np.ndarray:
-    """Frequency bands of vision RoPE in pixel mode: from pi to ``pi * max_freq / 2``, in float64.
+    """Make the frequency bands of vision RoPE in pixel mode: from pi to ``pi * max_freq / 2``, in float64.
 
-    ``"linear"``: ``pi * linspace(1, max_freq / 2, num_bands)`` (rotary-embedding-torch's
-    ``freqs_for="pixel"`` with its ``max_freq``, timm's ``linear_bands=True`` with ``max_res``);
-    ``"log"``: ``pi * 2 ** linspace(0, log2(max_freq) - 1, num_bands)`` (timm's default pixel
-    bands). Pair them with coordinates in ``[-1, 1]`` (``grid="pixel"``).
+    Pair them with coordinates in ``[-1, 1]`` (``grid="pixel"`` of :func:`axial_rope_tables`).
+
+    Parameters
+    ----------
+    num_bands : int
+        Bands per axis, >= 1.
+    max_freq : float
+        Twice the highest band over pi, > 0 (rotary-embedding-torch's ``max_freq``,
+        timm's ``max_res``).
+    spacing : {"linear", "log"}
+        ``"linear"``: ``pi * linspace(1, max_freq / 2, num_bands)`` (rotary-embedding-torch's
+        ``freqs_for="pixel"``, timm's ``linear_bands=True``); ``"log"``:
+        ``pi * 2 ** linspace(0, log2(max_freq) - 1, num_bands)`` (timm's default pixel bands).
+
+    Returns
+    -------
+    numpy.ndarray
+        The bands, float64, shape ``(num_bands,)``, in radians per unit of coordinate.
 
     Examples
     --------

@@ -43,8 +43,17 @@ def alibi_slopes(
     ----------
     num_heads : int
         Number of attention heads, >= 1.
-    xp, dtype, device
-        Namespace (default NumPy), real floating dtype (default float32) and device.
+    xp : namespace, optional
+        Array namespace of the result (default NumPy's).
+    dtype : dtype or str, optional
+        Real floating dtype of the result (default float32).
+    device : device, optional
+        Where the result is created (default: the namespace's default device).
+
+    Returns
+    -------
+    array
+        The slopes, float64 values rounded once to ``dtype``.
 
     Examples
     --------
@@ -92,8 +101,17 @@ def alibi_bias(
         Position of the first query (default ``k_len - q_len``). A 0-d integer array
         is one int, kept in the graph under ``jax.jit`` (where it sets the namespace
         and device).
-    xp, dtype, device
-        Namespace (default NumPy), real floating dtype (default float32) and device.
+    xp : namespace, optional
+        Array namespace of the result (default NumPy's).
+    dtype : dtype or str, optional
+        Real floating dtype of the result (default float32).
+    device : device, optional
+        Where the result is created (default: the namespace's default device).
+
+    Returns
+    -------
+    array
+        The bias; ``-inf`` above the diagonal when ``causal``.
 
     Notes
     -----
@@ -135,7 +153,7 @@ def t5_relative_buckets(
     num_buckets: int = 32,
     max_distance: int = 128,
 ) -> Array:
-    """T5's bucket of each relative position ``key - query``; same shape and dtype.
+    """Bucket each relative position ``key - query`` as T5 does; same shape and dtype.
 
     With ``B = num_buckets`` (halved when bidirectional: ``B/2`` buckets per
     direction, positive offsets in the upper half) and distance ``n`` (``|rel|``
@@ -156,6 +174,11 @@ def t5_relative_buckets(
         Distance from which every position shares the last bucket; must exceed ``E``
         and be at most ``2**40`` (where float64 logarithms still tell neighbouring
         distances apart, so that the exact boundaries stay cheap to find).
+
+    Returns
+    -------
+    array
+        The bucket of each position, in ``relative_position``'s namespace, device and dtype.
 
     Notes
     -----
@@ -294,8 +317,10 @@ def t5_relative_bias(
         backend; gathering keeps autograd, so the table trains through the bias.
     q_len, k_len : int
         Query and key counts, >= 1.
-    bidirectional, max_distance
-        As for :func:`t5_relative_buckets` (``num_buckets = table.shape[0]``).
+    bidirectional : bool
+        Encoder (True) or decoder (False) buckets, as for :func:`t5_relative_buckets`.
+    max_distance : int
+        As for :func:`t5_relative_buckets` (whose ``num_buckets`` is ``table.shape[0]``).
     offset : int, optional
         Position of the first query (default ``k_len - q_len``). A 0-d integer array
         is one int, kept in the graph under ``jax.jit``.

@@ -51,10 +51,12 @@ def mixed_rope_tables(
 
     Returns
     -------
-    cos, sin : arrays
+    cos : array
         Shape ``positions.shape[:-2] + (num_heads, N, rotary_dim // 2)`` (``N``
-        including the prefix), in ``freqs``' namespace: they broadcast against
+        including the prefix), in ``freqs``' namespace: it broadcasts against
         queries ``(B, num_heads, N, head_dim)``.
+    sin : array
+        The same shape.
 
     Notes
     -----

@@ -50,14 +50,20 @@ def mrope_tables(
         ``mrope_section``: frequencies per axis, positive, summing to ``rotary_dim // 2``.
     interleaved : bool
         Qwen3-VL's assignment instead of consecutive sections.
-    xp, dtype, device
-        As for :func:`~arrayrope.rope_tables`.
+    xp : namespace, optional
+        Array namespace for int or tuple positions (default NumPy); inferred from an array.
+    dtype : dtype or str, optional
+        Real floating dtype of the tables (default float32).
+    device : device, optional
+        Device of the tables (default: the positions' device).
 
     Returns
     -------
-    cos, sin : arrays
+    cos : array
         Shape ``positions.shape[1:] + (rotary_dim // 2,)``; for queries ``(B, heads, S, d)``
-        index them as ``cos[:, None]``.
+        index it as ``cos[:, None]``.
+    sin : array
+        The same shape.
 
     Examples
     --------

@@ -49,8 +49,18 @@ def sinusoidal_embedding(
         ``"tensor2tensor"``: ``base ** (-i / (dim / 2 - 1))``, timescales log-spaced from 1
         to ``base`` with both ends included (tensor2tensor's ``get_timing_signal_1d`` with
         ``min_timescale=1, max_timescale=base``; use it with ``layout="concat"``).
-    xp, dtype, device
-        As for :func:`rope_tables` (float64 angles where available; default dtype float32).
+    xp : namespace, optional
+        Array namespace for int or tuple positions (default NumPy); inferred from an array.
+    dtype : dtype or str, optional
+        Real floating dtype of the tables (default float32).
+    device : device, optional
+        Device of the tables (default: the positions' device).
+
+    Returns
+    -------
+    array
+        Shape ``positions.shape + (dim,)`` (``(n, dim)`` for a count), angles computed in
+        float64 where the device has it.
 
     Examples
     --------

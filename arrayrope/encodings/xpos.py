@@ -53,13 +53,19 @@ def xpos_scales(
         the scales do: ``zeta_0 ** (-|n - c| / scale_base)`` exceeds float32's range
         once ``|n - c| > 70 * scale_base``; choose ``c`` near the middle of the
         positions in use (torchscale uses the middle of the sequence).
-    xp, dtype, device
-        As for :func:`rope_tables`.
+    xp : namespace, optional
+        Array namespace for int or tuple positions (default NumPy); inferred from an array.
+    dtype : dtype or str, optional
+        Real floating dtype of the tables (default float32).
+    device : device, optional
+        Device of the tables (default: the positions' device).
 
     Returns
     -------
-    q_scale, k_scale : arrays
-        ``k_scale == 1 / q_scale``; computed in float64 where the device has it.
+    q_scale : array
+        The scale of queries, computed in float64 where the device has it.
+    k_scale : array
+        The scale of keys, ``1 / q_scale``.
 
     Examples
     --------
@@ -95,8 +101,39 @@ def xpos_tables(
     """Cos/sin tables with the xPos scales folded in: ``(q_cos, q_sin, k_cos, k_sin)``.
 
     Rotate queries with ``apply_rotary(q, q_cos, q_sin)`` and keys with
-    ``apply_rotary(k, k_cos, k_sin)``; arguments as for :func:`xpos_scales` and
-    :func:`rope_tables`.
+    ``apply_rotary(k, k_cos, k_sin)``.
+
+    Parameters
+    ----------
+    freqs : RopeFrequencies
+        From :func:`rope_frequencies`.
+    positions : int or array
+        As for :func:`rope_tables`.
+    scale_base : float
+        As for :func:`xpos_scales`.
+    gamma : float
+        As for :func:`xpos_scales`.
+    center : float
+        As for :func:`xpos_scales`.
+    xp : namespace, optional
+        Array namespace for int positions (default NumPy); inferred from an array.
+    dtype : dtype or str, optional
+        Real floating dtype of the tables (default float32).
+    device : device, optional
+        Device of the tables (default: the positions' device).
+    apply_attention_factor : bool
+        As for :func:`rope_tables`.
+
+    Returns
+    -------
+    q_cos : array
+        Cos of the rotation, times the query scale: ``positions.shape + (rotary_dim // 2,)``.
+    q_sin : array
+        Sin, times the query scale.
+    k_cos : array
+        Cos, times the key scale.
+    k_sin : array
+        Sin, times the key scale.
 
     Examples
     --------

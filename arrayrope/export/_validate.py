@@ -14,7 +14,7 @@ import onnx
 
 import arrayrope
 from arrayrope._lib import checks
-from arrayrope.testing import Report, Row, tolerance_at
+from arrayrope._lib.verdicts import Report, Row, tolerance_at
 
 from ._graph import ModelSource, load_model, providers_named
 from .build._spec import META_KEY, MS_DOMAIN, Spec, np_dtype
@@ -26,7 +26,24 @@ Runner: TypeAlias = Callable[[Feed], Sequence[npt.NDArray[Any]]]
 
 
 class ValidationError(AssertionError):
-    """An exported model disagrees with the core, or fails a structural check; ``.report`` has every row."""
+    """An exported model disagrees with the core, fails a structural check, or could not run at all.
+
+    Parameters
+    ----------
+    message : str
+        What failed, in one line.
+    report : Report
+        Every row of the validation (also ``.report``).
+
+    Examples
+    --------
+    >>> from arrayrope.export import ValidationError, rotary_model, validate
+    >>> try:
+    ...     validate(rotary_model(8, max_positions=16), providers=[], reference_evaluator=False)
+    ... except ValidationError as exc:
+    ...     exc.report.status
+    'not verified'
+    """
 
     def __init__(self, message: str, report: Report):
         super().__init__(message)

@@ -47,12 +47,24 @@ def _reduced(positions: tuple[int, ...], inv_freq: tuple[float, ...]) -> np.ndar
 
 
 def exact_angles(positions: Any, inv_freq: Any) -> np.ndarray:
-    """The angles ``positions[..., None] * inv_freq`` reduced exactly into ``[0, 2 pi)``, in float64.
+    """Reduce the angles ``positions[..., None] * inv_freq`` exactly into ``[0, 2 pi)``, in float64.
 
-    ``positions`` are integers; the result has their shape plus one axis of
-    ``len(inv_freq)``. Use it (or any exact reduction, or mpmath) for float64
-    references at far positions: ``np.cos(p * theta)`` computed in float64 is off by
-    up to ``|p * theta| * 2**-53`` before the cosine is taken.
+    Use it (or any exact reduction, or mpmath) for float64 references at far
+    positions: ``np.cos(p * theta)`` computed in float64 is off by up to
+    ``|p * theta| * 2**-53`` before the cosine is taken.
+
+    Parameters
+    ----------
+    positions : array_like of int
+        Integer positions of any shape.
+    inv_freq : array_like of float
+        The frequencies (each taken as the float64 number it is).
+
+    Returns
+    -------
+    numpy.ndarray
+        The angles in float64, shape ``positions.shape + (len(inv_freq),)``: each angle correctly
+        rounded after the exact reduction.
 
     Examples
     --------

@@ -41,14 +41,17 @@ _LAYOUT_NAMES = {
 class RopeConvention:
     """What :func:`identify_rope` found.
 
-    Attributes
+    Parameters
     ----------
     matched : bool
         Whether the function is a known RoPE convention (then every field below is set).
+    head_dim : int
+        Features per head.
     layout : {"half", "interleaved"} or None
-    rotary_dim, head_dim : int
-        The rotary dim is the number of features that turn (for ``proportional`` scaling
-        the frequencies span the whole head; the pairs past it keep frequency 0).
+        Which features pair up.
+    rotary_dim : int or None
+        The number of features that turn (for ``proportional`` scaling the
+        frequencies span the whole head; the pairs past it keep frequency 0).
     base : float or None
         The base (``rope_theta``) of ``inv_freq[i] = base ** (-2i / rotary_dim)``.
     offset : int or None
@@ -72,6 +75,15 @@ class RopeConvention:
     rotary_features : {"leading", "trailing"}
         Whether the rotary features are the first ones of the head or the last
         (DeepSeek's ``q_pe`` after ``q_nope``).
+
+    Examples
+    --------
+    >>> import numpy as np, arrayrope
+    >>> from arrayrope.testing import identify_rope
+    >>> rope = arrayrope.RotaryEmbedding(16, base=500000.0)
+    >>> found = identify_rope(lambda x, p: rope(x, positions=p), head_dim=16)
+    >>> found.matched, found.layout, found.base
+    (True, 'half', 500000.0)
     """
 
     matched: bool

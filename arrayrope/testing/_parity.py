@@ -24,7 +24,32 @@ class ParityCase:
     """A named call ``fn(*args)`` with its reference, ready for :func:`check_parity`.
 
     Used by ``arrayrope parity`` and ``arrayrope demo`` for the built-in encodings.
-    ``dtypes`` narrows the dtypes the case runs in (default: all of a backend's).
+
+    Parameters
+    ----------
+    name : str
+        What the case computes; each row of its report carries it.
+    fn : callable
+        As for :func:`check_parity`.
+    args : tuple
+        As for :func:`check_parity`.
+    reference : callable or "float64"
+        As for :func:`check_parity`.
+    dtypes : tuple of str, optional
+        The dtypes the case runs in (default: all of a backend's).
+    rtol : float, optional
+        As for :func:`check_parity`.
+    atol : float, optional
+        As for :func:`check_parity`.
+
+    Examples
+    --------
+    >>> import numpy as np, arrayrope
+    >>> from arrayrope.testing import ParityCase
+    >>> case = ParityCase("tables", lambda p: arrayrope.rope_tables(arrayrope.rope_frequencies(8), p)[0],
+    ...                   (np.arange(4),), dtypes=("float32",))
+    >>> case.run(backends=["numpy"]).status
+    'verified'
     """
 
     name: str

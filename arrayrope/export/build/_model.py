@@ -160,6 +160,7 @@ def rotary_function(
     Returns
     -------
     onnx.FunctionProto
+        The function ``domain.name``, with the inputs and outputs :func:`rotary_model` has.
 
     Examples
     --------

@@ -235,6 +235,13 @@ class SpliceKeywords(TypedDict, total=False):
 
     The others come from the model and the tensors named: ``rank`` (an argument of
     its own, default from the model), ``position_ids``, ``dtype``, ``opset`` and ``qk``.
+
+    Examples
+    --------
+    >>> from arrayrope.export import SpliceKeywords
+    >>> options: SpliceKeywords = {"layout": "interleaved", "max_positions": 4096}
+    >>> sorted(options)
+    ['layout', 'max_positions']
     """
 
     layout: Layout
@@ -250,8 +257,17 @@ class SpliceKeywords(TypedDict, total=False):
 
 
 class ExportKeywords(SpliceKeywords, total=False):
-    """Every option as a keyword of :func:`~arrayrope.export.rotary_model` and
-    :func:`~arrayrope.export.rotary_function` (see :class:`ExportOptions`)."""
+    """Every option as a keyword of :func:`~arrayrope.export.rotary_model` and :func:`~arrayrope.export.rotary_function`.
+
+    The keywords are the fields of :class:`ExportOptions`, typed for checkers.
+
+    Examples
+    --------
+    >>> from arrayrope.export import ExportKeywords, rotary_model
+    >>> options: ExportKeywords = {"target": "portable", "num_heads": 2, "max_positions": 64}
+    >>> rotary_model(16, **options).graph.input[0].name
+    'x'
+    """
 
     rank: Rank
     position_ids: bool

@@ -99,6 +99,7 @@ def add_rotary(
     Returns
     -------
     onnx.ModelProto
+        A copy of ``model`` whose readers of ``q`` (and ``k``) read the rotated tensors.
 
     Examples
     --------

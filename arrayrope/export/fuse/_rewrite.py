@@ -14,8 +14,9 @@ import onnx
 from onnx import NodeProto, TensorProto, helper
 
 from arrayrope._lib import checks
+from arrayrope._lib.verdicts import Report, Row
 from arrayrope.frequencies import RopeFrequencies
-from arrayrope.testing import Report, RopeConvention, Row
+from arrayrope.testing import RopeConvention
 
 from .._graph import ModelSource, ir_version_for, load_model, providers_named, reads, topological
 from ..build._builder import Builder

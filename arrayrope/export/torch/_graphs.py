@@ -54,7 +54,22 @@ OP_NAME = "arrayrope::rotary_embedding"
 
 @dataclasses.dataclass(frozen=True)
 class TorchOptions:
-    """How arrayrope's ops are exported by ``torch.onnx.export`` (see :func:`torch_options`)."""
+    """How arrayrope's ops are exported by ``torch.onnx.export`` (see :func:`torch_options`).
+
+    Parameters
+    ----------
+    target : {"auto", "onnx23", "ort", "portable"}
+        As for :func:`torch_options`.
+    max_positions : int, optional
+        As for :func:`torch_options`.
+
+    Examples
+    --------
+    >>> from arrayrope.export import torch_options
+    >>> with torch_options(max_positions=4096) as chosen:
+    ...     chosen.cache_rows(None), chosen.cache_rows(8192)
+    (4096, 4096)
+    """
 
     target: Target = "auto"
     max_positions: int | None = None
@@ -134,12 +149,21 @@ def _in_effect(chosen: TorchOptions) -> Iterator[TorchOptions]:
 
 
 def torch_translations(opset: int) -> dict[Any, Callable[..., Any]]:
-    """Translations of arrayrope's PyTorch op, for ``torch.onnx.export(..., custom_translation_table=...)``.
+    """Give the translations of arrayrope's PyTorch op, for ``torch.onnx.export(..., custom_translation_table=...)``.
 
     Exports through PyTorch's public API write the same fused nodes that arrayrope
     registers on its own on the PyTorch versions it is tested with: pass this on
-    other versions, or to state the translation explicitly. ``opset`` must be the
-    ``opset_version`` of the export (it picks the target ``"auto"`` stands for).
+    other versions, or to state the translation explicitly.
+
+    Parameters
+    ----------
+    opset : int
+        The ``opset_version`` of the export (it picks the target ``"auto"`` stands for).
+
+    Returns
+    -------
+    dict
+        ``{torch.ops.arrayrope.rotary_embedding.default: translation}``.
 
     Examples
     --------
