@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Hashable
 
 import array_api_compat as compat
+
+from .._lib.types import Array, Device, DType, Namespace
 
 # top-level module of an array type -> the library it belongs to
 _MODULES = {
@@ -31,11 +32,11 @@ _ONE_DEVICE = frozenset({"numpy", "dask"})
 _DEVICE_ATTRIBUTE = frozenset({"torch", "cupy", "array_api_strict"})
 
 _library_of_type: dict[type, str | None] = {}
-_namespace_of_type: dict[type, Any] = {}
-_normalized: dict[int, Any] = {}
-_dtypes_here: dict[tuple[int, Any, str], bool] = {}
-_real_floating: dict[tuple[int, Any], bool] = {}
-_integral: dict[tuple[int, Any], bool] = {}
+_namespace_of_type: dict[type, Namespace] = {}
+_normalized: dict[int, Namespace] = {}
+_dtypes_here: dict[tuple[int, Hashable, str], bool] = {}
+_real_floating: dict[tuple[int, DType], bool] = {}
+_integral: dict[tuple[int, DType], bool] = {}
 
 
 def library_of(x: object) -> str | None:
@@ -58,7 +59,7 @@ def is_array(x: object) -> bool:
     return type(x) in _namespace_of_type or compat.is_array_api_obj(x)
 
 
-def _namespace_of(a: Any) -> Any:
+def _namespace_of(a: Array) -> Namespace:
     t = type(a)
     ns = _namespace_of_type.get(t)
     if ns is None:
@@ -68,14 +69,14 @@ def _namespace_of(a: Any) -> Any:
     return ns
 
 
-def default_namespace() -> Any:
+def default_namespace() -> Namespace:
     """The namespace used when no array says otherwise: NumPy's."""
     import numpy as np
 
     return _namespace_of(np.empty(0))
 
 
-def namespace(*arrays: Any, xp: Any = None, names: tuple[str, ...] = ()) -> Any:
+def namespace(*arrays: Array, xp: Namespace | None = None, names: tuple[str, ...] = ()) -> Namespace:
     """The array namespace of ``arrays``, or ``xp`` normalised to a compliant one.
 
     ``xp`` may be a raw module (``numpy``, ``torch``, ``cupy``, ``dask.array``,
@@ -126,13 +127,13 @@ def namespace(*arrays: Any, xp: Any = None, names: tuple[str, ...] = ()) -> Any:
     return found
 
 
-def library_name(ns: Any) -> str:
+def library_name(ns: Namespace) -> str:
     """A short name of a namespace for messages (``numpy``, ``torch``, ``array_api_strict``...)."""
     name = getattr(ns, "__name__", repr(ns))
     return str(name).replace("array_api_compat.", "")
 
 
-def check_device(xp: Any, device: Any, name: str = "device") -> None:
+def check_device(xp: Namespace, device: Device, name: str = "device") -> None:
     """Raise ``ValueError`` unless ``device`` is None or a device of ``xp`` (an array can be made there)."""
     if device is None:
         return
@@ -146,7 +147,7 @@ def check_device(xp: Any, device: Any, name: str = "device") -> None:
     _dtypes_here[key] = True
 
 
-def device_of(x: Any) -> Any:
+def device_of(x: Array) -> Device:
     """The device of ``x`` (``None`` for a JAX array being traced)."""
     lib = library_of(x)
     if lib in _DEVICE_ATTRIBUTE:
@@ -156,7 +157,7 @@ def device_of(x: Any) -> Any:
     return compat.device(x)
 
 
-def same_device(a: Any, b: Any, name_a: str, name_b: str) -> None:
+def same_device(a: Array, b: Array, name_a: str, name_b: str) -> None:
     """Raise ``ValueError`` when ``a`` and ``b`` live on different devices."""
     if type(a) is type(b):
         lib = library_of(a)
@@ -168,12 +169,12 @@ def same_device(a: Any, b: Any, name_a: str, name_b: str) -> None:
     raise ValueError(f"{name_b} is on device {db} but {name_a} is on device {da}; move one of them")
 
 
-def to_device(x: Any, device: Any) -> Any:
+def to_device(x: Array, device: Device) -> Array:
     """``x`` on ``device`` (itself when it is there already)."""
     return compat.to_device(x, device)
 
 
-def cache_key(obj: Any) -> Any:
+def cache_key(obj: object) -> Hashable:
     """``obj`` itself as part of a cache key where it hashes (devices, dtypes), else its repr."""
     try:
         hash(obj)
@@ -182,17 +183,17 @@ def cache_key(obj: Any) -> Any:
     return obj
 
 
-def has_float64(xp: Any, device: Any) -> bool:
+def has_float64(xp: Namespace, device: Device) -> bool:
     """Whether ``xp`` computes in float64 on ``device`` (JAX without x64, Apple MPS do not)."""
     return _has_dtype(xp, device, "float64", "real floating")
 
 
-def has_int64(xp: Any, device: Any) -> bool:
+def has_int64(xp: Namespace, device: Device) -> bool:
     """Whether ``xp`` has int64 arrays on ``device`` (JAX without x64 does not)."""
     return _has_dtype(xp, device, "int64", "signed integer")
 
 
-def _has_dtype(xp: Any, device: Any, name: str, kind: str) -> bool:
+def _has_dtype(xp: Namespace, device: Device, name: str, kind: str) -> bool:
     key = (id(xp), cache_key(device), name)
     ok = _dtypes_here.get(key)
     if ok is None:
@@ -209,13 +210,14 @@ def _has_dtype(xp: Any, device: Any, name: str, kind: str) -> bool:
     return bool(ok)
 
 
-def lazy_array(x: Any) -> bool:
+def lazy_array(x: object) -> bool:
     """Whether ``x`` is of a kind whose values cannot be inspected without forcing computation (JAX,
     Dask), or at all (PyTorch's ``meta`` tensors); :func:`~arrayrope.backends.concrete` adds traced arrays."""
     return bool(compat.is_lazy_array(x)) or getattr(getattr(x, "device", None), "type", None) == "meta"
 
 
-def _kind(cache: dict[tuple[int, Any], bool], xp: Any, dtype: Any, test: Callable[[Any, Any], Any]) -> bool:
+def _kind(cache: dict[tuple[int, DType], bool], xp: Namespace, dtype: DType, test: Callable[[Namespace, DType], object]
+          ) -> bool:
     """``test(xp, dtype)``, cached per namespace and dtype (False where the namespace cannot tell)."""
     key = (id(xp), dtype)
     try:
@@ -231,12 +233,12 @@ def _kind(cache: dict[tuple[int, Any], bool], xp: Any, dtype: Any, test: Callabl
     return ok
 
 
-def is_real_floating(xp: Any, dtype: Any) -> bool:
+def is_real_floating(xp: Namespace, dtype: DType) -> bool:
     """``xp.isdtype(dtype, "real floating")``, cached per namespace and dtype."""
     return _kind(_real_floating, xp, dtype, lambda ns, dt: ns.isdtype(dt, "real floating"))
 
 
-def is_integral(xp: Any, dtype: Any) -> bool:
+def is_integral(xp: Namespace, dtype: DType) -> bool:
     """Whether ``dtype`` is an integer dtype (bool is not), cached per namespace and dtype."""
     return _kind(_integral, xp, dtype, lambda ns, dt: ns.isdtype(dt, "integral") and not ns.isdtype(dt, "bool"))
 

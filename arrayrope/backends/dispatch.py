@@ -58,12 +58,12 @@ def load_imported() -> None:
                 continue
 
 
-def _of(x: Any) -> Library | None:
+def _of(x: object) -> Library | None:
     name = library_of(x)
     return None if name is None else library(name)
 
 
-def concrete(x: Any) -> bool:
+def concrete(x: object) -> bool:
     """Whether the values of ``x`` exist and may be read now (see :meth:`.Library.concrete`)."""
     module = _of(x)
     return module.concrete(x) if module is not None else not lazy_array(x)
@@ -78,7 +78,7 @@ def tracing(xp: Namespace) -> bool:
     return name is not None and library(name).tracing()
 
 
-def graph_rotary(x: Any) -> Callable[..., Any] | None:
+def graph_rotary(x: Array) -> Callable[..., Any] | None:
     """The rotary embedding registered for graphs of ``x``'s library while one is traced, else None."""
     name = library_of(x)
     if name is None or not library(name).tracing():

@@ -12,11 +12,15 @@ import dataclasses
 import importlib
 import os
 from collections.abc import Callable, Iterable
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
+from .._lib.types import Array, Device, Namespace
 from ._namespace import library_of
+
+if TYPE_CHECKING:
+    from ._protocol import Library
 
 __all__ = ["ENV_VAR", "LIBRARIES", "PROBES", "VARIANTS", "Backend", "available", "to_numpy"]
 
@@ -73,11 +77,11 @@ class Backend:
     """
 
     name: str
-    xp: Any
-    device: Any
+    xp: Namespace
+    device: Device
     dtypes: tuple[str, ...]
     lazy: bool = False
-    native: Any = None
+    native: Any = None  # the library's own module: its API has no static type common to the libraries
     synchronize: Callable[[], None] = dataclasses.field(default=_no_sync, compare=False, repr=False)
 
     @property
@@ -85,7 +89,7 @@ class Backend:
         """The library's name (``torch`` for ``torch-cuda``)."""
         return self.name.split("-")[0]
 
-    def asarray(self, value: Any, dtype: str | None = None) -> Any:
+    def asarray(self, value: object, dtype: str | None = None) -> Array:
         """``value`` (NumPy or Python data) as an array of this backend, on its device."""
         arr = np.asarray(value)
         target = dtype or (arr.dtype.name if arr.dtype.kind == "f" else None)
@@ -125,12 +129,13 @@ def _named(name: str) -> Backend:
     raise ValueError(f"backend {name!r} is not available here: {missing.get(name, 'no such device')}")
 
 
-def library_module(library: str) -> Any:
+def library_module(library: str) -> Library:
     """This package's module for ``library`` (imports the library itself only when it is used)."""
-    return importlib.import_module(f"{__package__}.{library}")
+    module: Library = importlib.import_module(f"{__package__}.{library}")  # every one provides the contract
+    return module
 
 
-def to_numpy(x: Any) -> np.ndarray:
+def to_numpy(x: Array) -> np.ndarray:
     """Copy any backend's array to a NumPy array on the host (bfloat16 becomes float32).
 
     Parameters
