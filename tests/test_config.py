@@ -171,9 +171,9 @@ def test_deepseek_mla_rotates_the_trailing_qk_rope_head_dim():
     f = arrayrope.rope_frequencies_from_config(DEEPSEEK_V3)
     assert (f.head_dim, f.rotary_dim, f.rope_type, f.attention_factor) == (192, 64, "yarn", 1.0)
     assert f.inv_freq[0] == 1.0 and f.inv_freq[-1] == pytest.approx(theta(64, 1e4)[-1] / 40, rel=1e-13)
-    rope = arrayrope.RotaryEmbedding.from_config(dict(DEEPSEEK_V3, rope_interleave=True))
+    rope = arrayrope.RotaryEmbedding.from_config(DEEPSEEK_V3)  # transformers' rope_interleave defaults to true
     assert (rope.head_dim, rope.rotary_dim, rope.rotary_features, rope.layout) == (192, 64, "trailing", "interleaved")
-    assert arrayrope.RotaryEmbedding.from_config(DEEPSEEK_V3).layout == "half"
+    assert arrayrope.RotaryEmbedding.from_config(dict(DEEPSEEK_V3, rope_interleave=False)).layout == "half"
     saved_v5 = dict(DEEPSEEK_V3, head_dim=64)  # transformers 5 writes head_dim = qk_rope_head_dim
     assert arrayrope.rope_frequencies_from_config(saved_v5) == f
 

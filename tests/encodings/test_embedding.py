@@ -244,7 +244,10 @@ def test_rerotate_keeps_a_cache_valid_across_the_dynamic_switch():
 
 def test_from_config_and_errors():
     cfg = {"head_dim": 32, "max_position_embeddings": LMAX, "rope_scaling": {"type": "dynamic", "factor": 2.0}}
-    rope = ar.RotaryEmbedding.from_config(cfg)
+    with pytest.raises(ValueError, match=r"no model_type; pass layout='half'"):  # no family: no layout of its own
+        ar.RotaryEmbedding.from_config(cfg)
+    rope = ar.RotaryEmbedding.from_config(cfg, layout="half")
+    assert ar.RotaryEmbedding.from_config({**cfg, "model_type": "llama"}).layout == "half"
     q = np.ones((1, 1, 2, 32))
     rope(q, offset=LMAX)
     np.testing.assert_allclose(rope.freqs.inv_freq, ntk(32, 1e4, 2.0, LMAX + 2), rtol=1e-14)
