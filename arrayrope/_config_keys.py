@@ -207,7 +207,9 @@ def read(cfg: Mapping[str, Any], where: str, layer_type: str | None, layer_idx: 
     _switched(cfg, fam, where)
     if layer_idx is not None:
         layer_idx = checks.non_negative_int(layer_idx, "layer_idx")
-        layer_type = _layer_type_of(cfg, where, layer_type, layer_idx, fam)
+        own = _layer_type_of(cfg, where, layer_type, layer_idx, fam)
+        if _per_type(cfg, fam):  # the layer's type picks its parameters; with one set it only says what it is
+            layer_type = own
     v = View(cfg, fam, where, layer_idx, layer_type)
     params, layer = _parameters(v, layer_type)
     nested = layer is not None
@@ -283,11 +285,35 @@ def _one_base(cfg: Mapping[str, Any]) -> bool:
     return isinstance(values, (list, tuple)) and base is not None and all(x == base for x in values)
 
 
+def _per_type(cfg: Mapping[str, Any], fam: Family | None) -> bool:
+    """Whether the config (or its family's defaults) keeps rope parameters per layer type."""
+    for params in (cfg.get("rope_scaling") or cfg.get("rope_parameters"),
+                   fam.defaults.get("rope_parameters") if fam is not None else None):
+        if isinstance(params, Mapping) and params and all(isinstance(x, Mapping) or x is None
+                                                          for x in params.values()):
+            return True
+    return False
+
+
+def layer_types(cfg: Mapping[str, Any], fam: Family | None, where: str) -> list[Any]:
+    """The config's ``layer_types``, or the ones its family's config class fills in from its pattern key."""
+    types = cfg.get("layer_types")
+    if isinstance(types, (list, tuple)) and types:
+        return list(types)
+    rule = fam.layer_pattern if fam is not None else {}
+    if not rule:
+        return []
+    v = View(cfg, fam, where)
+    n = v.size("num_hidden_layers")
+    period = checks.positive_int(cfg.get(rule["key"], rule["default"]), f"{where}: {rule['key']}")
+    return [rule["every"] if (i + 1) % period == 0 else rule["else"] for i in range(n)]
+
+
 def _layer_type_of(cfg: Mapping[str, Any], where: str, layer_type: str | None, layer_idx: int,
                    fam: Family | None) -> str | None:
     """The layer type of layer ``layer_idx`` from ``layer_types`` (and that it agrees with ``layer_type``)."""
-    types = cfg.get("layer_types")
-    if not isinstance(types, (list, tuple)) or not types:
+    types = layer_types(cfg, fam, where)
+    if not types:
         return layer_type
     layers = View(cfg, fam, where).get("num_hidden_layers")
     if layers is not None and layers != len(types):
@@ -355,7 +381,7 @@ def _parameters(v: View, layer_type: str | None) -> tuple[dict[str, Any] | None,
         for key, value in (fallback.get(layer_type) or {}).items():
             params.setdefault(key, value)
         return params, layer_type
-    _single_set(cfg, layer_type, where)
+    _single_set(cfg, layer_type, where, fam)
     params = dict(raw) if raw else _legacy(v, "")
     if raw:
         for key, value in _legacy(v, "").items():
@@ -368,10 +394,10 @@ def _parameters(v: View, layer_type: str | None) -> tuple[dict[str, Any] | None,
     return params, None
 
 
-def _single_set(cfg: Mapping[str, Any], layer_type: str | None, where: str) -> None:
+def _single_set(cfg: Mapping[str, Any], layer_type: str | None, where: str, fam: Family | None = None) -> None:
     """A layer type asked of a config with one set of parameters must be one its ``layer_types`` names."""
     if layer_type is not None:
-        declared = cfg.get("layer_types") or ()
+        declared = layer_types(cfg, fam, where)
         if layer_type not in declared:
             raise ValueError(
                 f"{where}: layer_type={layer_type!r} given, but the config has one set of rope parameters and its "
@@ -525,7 +551,7 @@ def _no_rope(v: View, fam: Family | None, layer_idx: int) -> bool:
     if not rule:
         return False
     if "layer_types" in rule:
-        types = v.cfg.get("layer_types")
+        types = layer_types(v.cfg, v.fam, v.where)
         if not types:
             raise ValueError(
                 f"{v.where}: layers of types {rule['layer_types']} use no RoPE in transformers, but the config has no "

@@ -375,6 +375,38 @@ def _fallback(use: hp.Use, p: Probe, nested: bool) -> Any:
     return {}
 
 
+def _layer_pattern(use: hp.Use, p: Probe) -> dict[str, Any]:
+    """How the config class fills in ``layer_types`` a config leaves out: every ``P``-th layer (1-based) of one
+    type, the others of another, ``P`` from a key; checked with two values of the key."""
+    fields = _fields(p.config)
+    if "layer_types" not in fields:
+        return {}
+    popped = _popped_keys(use.config_cls)
+    candidates = sorted({k for k in (*popped, *fields) if re.search("pattern|interval|every|period", k)
+                         and k not in ("no_rope_layer_interval",)})
+    n = 12
+    layers_key = next((k for k in ("num_hidden_layers", "n_layer", "n_layers") if k in fields), "num_hidden_layers")
+    for key in candidates:
+        found = []
+        for period in (3, 5):
+            try:
+                config = hp.tiny_config(use.config_cls, **{**p.values, key: period, layers_key: n, "layer_types": None})
+            except Exception:
+                break
+            types = list(getattr(config, "layer_types", None) or [])
+            if len(types) != n:
+                break
+            every, other = types[period - 1], types[0]
+            if every == other or types != [every if (i + 1) % period == 0 else other for i in range(n)]:
+                break
+            found.append((every, other))
+        if len(found) == 2 and found[0] == found[1]:
+            default = fields.get(key, popped.get(key))
+            if isinstance(default, int):
+                return {"key": key, "default": default, "every": found[0][0], "else": found[0][1]}
+    return {}
+
+
 def _scaling_to(use: hp.Use, p: Probe) -> list[str]:
     """Layer types a flat (v4) ``rope_scaling`` applies to in a family with parameters per layer type."""
     with contextlib.suppress(Exception):
@@ -698,6 +730,11 @@ def _family_variants(use: hp.Use, p: Probe, half: int) -> dict[str, str]:
     return out
 
 
+def nope_layers_by_type(per_type: Mapping[str, Any], p: Probe) -> bool:
+    """Whether some layer type of the default config rotates nothing."""
+    return any(e.get("nope") for e in per_type.values()) or bool(getattr(p.config, "layer_types", None))
+
+
 def facts(use: hp.Use) -> dict[str, Any]:
     """The table entry of one rotary module's model type."""
     scope = _scope(use)
@@ -750,6 +787,9 @@ def facts(use: hp.Use) -> dict[str, Any]:
         entry["legacy"] = legacy
     if nested:
         entry["scaling_to"] = _scaling_to(use, p)
+    pattern = _layer_pattern(use, p) if nested or nope_layers_by_type(per_type, p) else {}
+    if pattern:
+        entry["layer_pattern"] = pattern
     variants = _family_variants(use, p, half)
     if variants:
         entry["variants"] = variants

@@ -55,6 +55,10 @@ class Family:
         (Gemma 3's ``rope_local_base_freq`` -> the sliding layers' ``rope_theta``).
     scaling_to : tuple of str
         Layer types a flat ``rope_scaling`` applies to, for families with parameters per layer type.
+    layer_pattern : mapping
+        How the config class fills in ``layer_types`` a config leaves out: ``{"key":
+        "sliding_window_pattern", "default": 6, "every": "full_attention", "else": "sliding_attention"}``
+        (every ``key``-th layer, 1-based, of one type).
     nope : mapping
         How a config marks layers without RoPE: ``{"key": "no_rope_layers", "rope": 1, "interval_key": ...,
         "interval": 4}``, or ``{"layer_types": [...]}`` for layer types without rope parameters.
@@ -83,6 +87,7 @@ class Family:
     aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
     legacy: Mapping[str, tuple[tuple[str, str], ...]] = dataclasses.field(default_factory=dict)
     scaling_to: tuple[str, ...] = ()
+    layer_pattern: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     nope: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     switches: Mapping[str, Mapping[str, Mapping[str, Any]]] = dataclasses.field(default_factory=dict)
     variants: Mapping[str, str] = dataclasses.field(default_factory=dict)
