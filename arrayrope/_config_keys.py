@@ -231,8 +231,9 @@ def read(cfg: Mapping[str, Any], where: str, layer_type: str | None, layer_idx: 
     prf = params.pop("partial_rotary_factor", None)
     if prf is not None and (isinstance(prf, bool) or not isinstance(prf, numbers.Real)):
         raise TypeError(f"{where}: partial_rotary_factor must be a number in (0, 1], got {prf!r}")
-    entry = rope_type(params)
-    if fam is not None and params.get("rope_type", params.get("type", "default")) != "default":
+    stated = _variant(params, fam)  # the rope type the family's own code computes for these parameters
+    entry = rope_type(stated)
+    if fam is not None and entry.name != "default":
         _check_rope_type(fam, entry.name, where)
 
     head_dim, rotary_dim, features, prf = _dims(v, fam, layer, prf, entry.name)
@@ -240,8 +241,6 @@ def read(cfg: Mapping[str, Any], where: str, layer_type: str | None, layer_idx: 
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral)):
         raise TypeError(f"{where}: max_position_embeddings must be an int, got {max_len!r}")
 
-    stated = _variant(params, fam)
-    entry = rope_type(stated)
     if entry.name == "yarn" and nested and params.get("truncate") is False:
         raise ValueError(
             f"{where}: rope_parameters[{layer!r}]['truncate'] is false, but transformers 5.x reads 'truncate' from the "
