@@ -45,8 +45,16 @@ KEYS: dict[str, str] = {
     "no_rope_layers": "layers without RoPE (1: the layer rotates, 0: it does not); layer_idx= gives the identity there",
     "no_rope_layer_interval": "every interval-th layer has no RoPE where no_rope_layers is missing",
     "text_config": "a multimodal config's language model (the family says where: text_config, thinker_config...)",
-    "rope_interleave": "a switch the family's attention reads (DeepSeek-V3: interleaved q_pe/k_pe, default true)",
+    "rope_interleave": "a switch the family's attention reads (DeepSeek-V3: interleaved q_pe/k_pe, default true); "
+    "for a model type without facts, the pair layout it states",
+    # older keys of one family's config class (arrayrope.families: `legacy`), read for that family only
+    "rope_local_base_freq": "Gemma 3 (v4): the base of the sliding-window layers (layer_type='sliding_attention')",
+    "global_rope_theta": "ModernBERT (v4): the base of the full-attention layers",
+    "local_rope_theta": "ModernBERT (v4): the base of the sliding-window layers",
+    "global_head_dim": "Gemma 4: the head dim of the full-attention layers (default 512)",
 }
+#: Keys of one family's own (read through its facts): a config of no known family that has them is refused.
+_FAMILY_KEYS = frozenset({"rope_local_base_freq", "global_rope_theta", "local_rope_theta", "global_head_dim"})
 # keys that configs of no model type (or of one transformers lacks) may use for the same settings
 _GENERIC_ALIASES = {"hidden_size": ("n_embd",), "num_attention_heads": ("n_head",),
                     "max_position_embeddings": ("n_positions",), "partial_rotary_factor": ("rotary_pct",),
@@ -260,7 +268,7 @@ def read(cfg: Mapping[str, Any], where: str, layer_type: str | None, layer_idx: 
 
 
 def _refuse_unknown(cfg: Mapping[str, Any], where: str, fam: Family | None) -> None:
-    known = set(KEYS) | (set(fam.legacy) | set(fam.switches) if fam is not None else set())
+    known = set(KEYS) | set(fam.legacy) | set(fam.switches) if fam is not None else set(KEYS) - _FAMILY_KEYS
     for key in cfg:
         if cfg[key] is None:
             continue
@@ -268,6 +276,9 @@ def _refuse_unknown(cfg: Mapping[str, Any], where: str, fam: Family | None) -> N
             continue  # transformers 5 saves the base of every layer; one base for all is the base
         if key in _REFUSED_KEYS:
             raise ValueError(f"{where}: {key!r} is not supported: {_REFUSED_KEYS[key]}")
+        if key in _FAMILY_KEYS and key not in known:
+            raise ValueError(f"{where}: {key!r} is a key of one family ({KEYS[key].split(':')[0]}), which reads it its "
+                             f"own way; the config's model_type {cfg.get('model_type')!r} is not one that does")
         if _ROPE_LIKE.search(key) and key not in known and key not in _IGNORED and (
                 fam is None or key not in fam.defaults):
             raise ValueError(

@@ -115,11 +115,13 @@ def _variant_kwargs(model_type: str, variant: str, probe: Any, rotary_half: int)
         rope = _with_rope(probe.config, _longrope(rotary_half, 512))
         return {"max_position_embeddings": 4096, "rope_parameters": rope}
     if variant.startswith("variant "):
+        # every key of the family's own code for this rope type; an original length past the positions compared
+        # (PhiMoE's short regime: beyond it, arrayrope refuses and test_config says why)
         kind, _, key = variant.removeprefix("variant ").partition("+")
-        params = SAMPLES.get(kind) or _longrope(rotary_half, 512)
+        params = {**(SAMPLES.get(kind) or _longrope(rotary_half, 8192)), "original_max_position_embeddings": 8192}
         value = 1000.0 if key == "alpha" else 1.25
         extra = {k.partition("+")[2]: value for k in FAMILIES[model_type]["variants"] if k.startswith(kind + "+")}
-        return {"max_position_embeddings": 4096, "rope_parameters": _with_rope(probe.config, {**params, **extra})}
+        return {"max_position_embeddings": 16384, "rope_parameters": _with_rope(probe.config, {**params, **extra})}
     return {"max_position_embeddings": 2048, "rope_parameters": _with_rope(probe.config, SAMPLES[variant])}
 
 
