@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-kv-heads", type=int, default=None, help="heads of k with --qk (grouped-query attention)")
     parser.add_argument("--rank", type=int, choices=(3, 4), default=4,
                         help="4: (batch, heads, seq, head_dim); 3: (batch, seq, heads*head_dim)")
-    parser.add_argument("--layout", choices=("half", "interleaved"), default="half")
+    parser.add_argument("--layout", choices=("half", "interleaved"), default=None,
+                        help="pair layout (default: the config's family with --config, else half)")
     parser.add_argument("--target", choices=("auto", "onnx23", "ort", "portable"), default="auto")
     parser.add_argument("--max-positions", type=int, default=4096, help="table rows: position ids must be below it")
     parser.add_argument("--base", type=float, default=10000.0, action=_Given, help="rope_theta (or from --config)")
@@ -60,7 +61,18 @@ def _freqs_from_config(path: str, args: argparse.Namespace) -> Any:
             f"--config gives head_dim, rope_theta and the rotary dim; it is not combined with {', '.join(given)} "
             "(edit the config, or pass the flags without --config)"
         )
+    from arrayrope.config import settings
+
     freqs = rope_frequencies_from_config(path)
+    s = settings(path)
+    if s.rotary_features != "leading":
+        raise ValueError(f"--config: transformers' {s.model_type} rotates the trailing features of each head (MLA's "
+                         "q_pe after q_nope), which these graphs do not; export the rotary part alone "
+                         "(--head-dim, --base, --rotary-dim)")
+    if args.layout is None:
+        if s.layout is None:
+            raise ValueError(f"--config: {s.why_no_layout}; pass --layout half or --layout interleaved")
+        args.layout = s.layout
     config = load_config(path)
     text = config.get("text_config")
     if not any(k in config for k in ("head_dim", "hidden_size")) and isinstance(text, dict):
@@ -85,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         if args.head_dim is None:
             raise ValueError("pass --head-dim (or --config config.json)")
+        args.layout = args.layout or "half"
         freqs = args.head_dim
         extra = {"base": args.base, "rotary_dim": args.rotary_dim}
 
