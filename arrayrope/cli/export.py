@@ -22,6 +22,15 @@ class _Given(argparse.Action):
         namespace._given = given | {option_string or self.dest}
 
 
+class _Layout(argparse.Action):
+    """Stores the layout and records that it was given (else a config's family gives it)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.layout_given = True
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head-dim", type=int, default=None, action=_Given,
                         help="features per head (or from --config)")
@@ -29,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-kv-heads", type=int, default=None, help="heads of k with --qk (grouped-query attention)")
     parser.add_argument("--rank", type=int, choices=(3, 4), default=4,
                         help="4: (batch, heads, seq, head_dim); 3: (batch, seq, heads*head_dim)")
-    parser.add_argument("--layout", choices=("half", "interleaved"), default=None,
-                        help="pair layout (default: the config's family with --config, else half)")
+    parser.add_argument("--layout", choices=("half", "interleaved"), default="half", action=_Layout,
+                        help="pair layout (with --config, default: the layout of the config's family)")
     parser.add_argument("--target", choices=("auto", "onnx23", "ort", "portable"), default="auto")
     parser.add_argument("--max-positions", type=int, default=4096, help="table rows: position ids must be below it")
     parser.add_argument("--base", type=float, default=10000.0, action=_Given, help="rope_theta (or from --config)")
@@ -69,7 +78,7 @@ def _freqs_from_config(path: str, args: argparse.Namespace) -> Any:
         raise ValueError(f"--config: transformers' {s.model_type} rotates the trailing features of each head (MLA's "
                          "q_pe after q_nope), which these graphs do not; export the rotary part alone "
                          "(--head-dim, --base, --rotary-dim)")
-    if args.layout is None:
+    if not getattr(args, "layout_given", False):
         if s.layout is None:
             raise ValueError(f"--config: {s.why_no_layout}; pass --layout half or --layout interleaved")
         args.layout = s.layout
@@ -97,7 +106,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         if args.head_dim is None:
             raise ValueError("pass --head-dim (or --config config.json)")
-        args.layout = args.layout or "half"
         freqs = args.head_dim
         extra = {"base": args.base, "rotary_dim": args.rotary_dim}
 
