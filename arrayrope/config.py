@@ -7,11 +7,14 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from ._config_keys import KEYS, Settings, read
+import numpy as np
+
+from ._config_keys import KEYS, Settings, read, text_config
 from ._lib.files import read_regular_file
 from .frequencies import RopeFrequencies, rope_frequencies
 
-__all__ = ["CONFIG_KEYS", "MAX_CONFIG_BYTES", "load_config", "rope_config", "rope_frequencies_from_config", "settings"]
+__all__ = ["CONFIG_KEYS", "MAX_CONFIG_BYTES", "load_config", "no_rope", "rope_config", "rope_frequencies_from_config",
+           "settings"]
 
 #: Every config key transformers reads for rope, and what arrayrope does with it.
 CONFIG_KEYS = KEYS
@@ -25,6 +28,7 @@ def rope_frequencies_from_config(
     *,
     seq_len: int | None = None,
     layer_type: str | None = None,
+    layer_idx: int | None = None,
 ) -> RopeFrequencies:
     """The :class:`RopeFrequencies` a model's config describes, as transformers computes them.
 
@@ -36,8 +40,11 @@ def rope_frequencies_from_config(
         ``partial_rotary_factor``, ``max_position_embeddings``,
         ``original_max_position_embeddings`` and the scaling dict, ``rope_scaling``
         (v4) or ``rope_parameters`` (v5, which may also hold ``rope_theta`` and
-        ``partial_rotary_factor``). A config without these fields but with a
-        ``text_config`` (multimodal models) is read from its ``text_config``.
+        ``partial_rotary_factor``), as the config class of its ``model_type`` reads
+        them (:mod:`arrayrope.families`: aliases such as GPT-J's ``n_embd``, defaults
+        for keys the file leaves out, the family's head-dim and rotary-dim rules). A
+        multimodal config is read from the sub-config its family names
+        (``text_config``, ``thinker_config.text_config``...).
     seq_len : int, optional
         Current sequence length, for the rope types that depend on it (``dynamic``:
         NTK base beyond ``max_position_embeddings``; ``longrope``: long factors
@@ -49,6 +56,11 @@ def rope_frequencies_from_config(
         sliding-window layers have a base of their own (Gemma 3's ``rope_local_base_freq``,
         ModernBERT's ``local_rope_theta``). Such configs require it; a config with one set of
         parameters accepts any layer type its ``layer_types`` lists.
+    layer_idx : int, optional
+        One layer: its layer type from ``layer_types``, and, where the config marks layers
+        without RoPE (``no_rope_layers``, ``no_rope_layer_interval``, a family's layer types
+        without rotation), frequencies of 0 for those layers (``rope_type "none"``: cos 1,
+        sin 0, the identity).
 
     Returns
     -------
@@ -86,13 +98,31 @@ def rope_frequencies_from_config(
     >>> f.rope_type, f.head_dim, f.inv_freq.shape
     ('llama3', 128, (64,))
     """
-    kwargs = rope_config(config, layer_type=layer_type)
-    with warnings.catch_warnings():  # keys the scaling ignores were reported by rope_config
+    s = settings(config, layer_type=layer_type, layer_idx=layer_idx)
+    if s.nope:
+        return no_rope(s.head_dim)
+    with warnings.catch_warnings():  # keys the scaling ignores were reported by settings
         warnings.simplefilter("ignore")
-        return rope_frequencies(**kwargs, seq_len=seq_len)
+        return rope_frequencies(s.head_dim, base=s.base, rotary_dim=s.rotary_dim,
+                                partial_rotary_factor=s.partial_rotary_factor, scaling=s.scaling,
+                                max_position_embeddings=s.max_position_embeddings, seq_len=seq_len)
 
 
-def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: str | None = None) -> dict[str, Any]:
+def no_rope(head_dim: int) -> RopeFrequencies:
+    """The frequencies of a layer without RoPE: every pair turns by 0 (cos 1, sin 0), ``rope_type "none"``.
+
+    Examples
+    --------
+    >>> from arrayrope.config import no_rope
+    >>> f = no_rope(8)
+    >>> f.rope_type, f.inv_freq.tolist()
+    ('none', [0.0, 0.0, 0.0, 0.0])
+    """
+    return RopeFrequencies(inv_freq=np.zeros(head_dim // 2), head_dim=head_dim, rotary_dim=head_dim, rope_type="none")
+
+
+def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: str | None = None,
+                layer_idx: int | None = None) -> dict[str, Any]:
     """The keyword arguments of :func:`rope_frequencies` that a config describes, checked.
 
     ``head_dim``, ``base``, ``rotary_dim``, ``partial_rotary_factor``, ``scaling`` and
@@ -110,7 +140,10 @@ def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_typ
     {'head_dim': 64, 'base': 1000000.0, 'rotary_dim': None, 'partial_rotary_factor': None, 'scaling': None, \
 'max_position_embeddings': None}
     """
-    s = settings(config, layer_type=layer_type)
+    s = settings(config, layer_type=layer_type, layer_idx=layer_idx)
+    if s.nope:
+        raise ValueError(f"layer {layer_idx} of this config has no RoPE; rope_frequencies_from_config gives its "
+                         "identity frequencies")
     return {
         "head_dim": s.head_dim,
         "base": s.base,
@@ -121,7 +154,8 @@ def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_typ
     }
 
 
-def settings(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: str | None = None) -> Settings:
+def settings(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: str | None = None,
+             layer_idx: int | None = None) -> Settings:
     """Everything a config says about its rotary embedding (frequencies, rotary features, layout), checked.
 
     Every value is checked as :func:`rope_frequencies` checks it; a problem is raised with
@@ -129,17 +163,17 @@ def settings(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: 
     """
     if layer_type is not None and not isinstance(layer_type, str):
         raise TypeError(f"layer_type must be a string such as 'full_attention', got {layer_type!r}")
+    if layer_idx is not None and (isinstance(layer_idx, bool) or not isinstance(layer_idx, int)):
+        raise TypeError(f"layer_idx must be an int (the layer's index), got {layer_idx!r}")
     cfg, where = _load(config)
-    if not any(k in cfg for k in ("head_dim", "hidden_size", "n_embd", "qk_rope_head_dim")) and isinstance(
-        cfg.get("text_config"), Mapping
-    ):
-        cfg, where = cfg["text_config"], f"{where}['text_config']"
     try:
-        s = read(cfg, where, layer_type)
-        rope_frequencies(  # every value checked here, so that errors name the file
-            s.head_dim, base=s.base, rotary_dim=s.rotary_dim, partial_rotary_factor=s.partial_rotary_factor,
-            scaling=s.scaling, max_position_embeddings=s.max_position_embeddings,
-        )
+        cfg, where, fam = text_config(cfg, where)
+        s = read(cfg, where, layer_type, layer_idx, fam)
+        if not s.nope:
+            rope_frequencies(  # every value checked here, so that errors name the file
+                s.head_dim, base=s.base, rotary_dim=s.rotary_dim, partial_rotary_factor=s.partial_rotary_factor,
+                scaling=s.scaling, max_position_embeddings=s.max_position_embeddings,
+            )
     except (TypeError, ValueError) as exc:
         message = str(exc)
         message = message if message.startswith(where) else f"{where}: {message}"

@@ -1,8 +1,9 @@
 """Small random Hugging Face transformers models of the RoPE families, and their ONNX exports.
 
 Built from configs (no weights are downloaded): Llama (half-split), Qwen2
-(half-split, grouped-query keys), GPT-NeoX (partial rotary) and GPT-J
-(interleaved partial rotary), hidden size 64. Exported by ``torch.onnx.export``
+(half-split, grouped-query keys), GPT-NeoX (partial rotary), GPT-J
+(interleaved partial rotary) and DeepSeek-V3 (MLA, interleaved q_pe/k_pe written
+in half-split order, dense layers only), hidden size 64. Exported by ``torch.onnx.export``
 with the dynamo exporter (opset 18 or 23) or the TorchScript exporter (opset 17),
 with dynamic batch and sequence. Used by the tests and by ``bench/fusion.py``.
 """
@@ -14,7 +15,7 @@ import warnings
 
 import numpy as np
 
-FAMILIES = ("llama", "qwen2", "neox", "gptj")
+FAMILIES = ("llama", "qwen2", "neox", "gptj", "deepseek_v3")
 EXPORTERS = {"dynamo-18": ("dynamo", 18), "dynamo-23": ("dynamo", 23), "torchscript-17": ("torchscript", 17)}
 VOCAB = 128
 
@@ -40,6 +41,12 @@ def model(family: str, layers: int = 2, positions: bool = True):
     elif family == "gptj":
         config = tf.GPTJConfig(n_embd=64, n_layer=layers, n_head=4, rotary_dim=8, n_positions=256, **common)  # type: ignore[assignment]
         net = tf.GPTJForCausalLM(config)  # type: ignore[assignment]
+    elif family == "deepseek_v3":
+        config = tf.DeepseekV3Config(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
+            num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=16,
+            v_head_dim=16, first_k_dense_replace=layers, max_position_embeddings=256, rope_interleave=True, **common)  # type: ignore[assignment]
+        net = tf.DeepseekV3ForCausalLM(config)  # type: ignore[assignment]
     else:
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
 

@@ -254,9 +254,9 @@ def test_deepseek_mla_rotates_the_trailing_qk_rope_head_dim():
     f = arrayrope.rope_frequencies_from_config(DEEPSEEK_V3)
     assert (f.head_dim, f.rotary_dim, f.rope_type, f.attention_factor) == (192, 64, "yarn", 1.0)
     assert f.inv_freq[0] == 1.0 and f.inv_freq[-1] == pytest.approx(theta(64, 1e4)[-1] / 40, rel=1e-13)
-    rope = arrayrope.RotaryEmbedding.from_config(dict(DEEPSEEK_V3, rope_interleave=True))
+    rope = arrayrope.RotaryEmbedding.from_config(DEEPSEEK_V3)  # transformers' rope_interleave defaults to true
     assert (rope.head_dim, rope.rotary_dim, rope.rotary_features, rope.layout) == (192, 64, "trailing", "interleaved")
-    assert arrayrope.RotaryEmbedding.from_config(DEEPSEEK_V3).layout == "half"
+    assert arrayrope.RotaryEmbedding.from_config(dict(DEEPSEEK_V3, rope_interleave=False)).layout == "half"
     saved_v5 = dict(DEEPSEEK_V3, head_dim=64)  # transformers 5 writes head_dim = qk_rope_head_dim
     assert arrayrope.rope_frequencies_from_config(saved_v5) == f
 
@@ -408,3 +408,105 @@ def test_a_dict_config_names_the_key_and_keeps_the_error_type():
         arrayrope.rope_frequencies_from_config({"head_dim": 64, "partial_rotary_factor": []})
     with pytest.raises(ValueError, match=r"^config: head_dim must be even"):
         arrayrope.rope_frequencies_from_config({"head_dim": 63})
+
+
+# ---- the table of family facts (arrayrope.families, generated from transformers; test_families checks it
+# against transformers itself): a model type's facts, one that transformers lacks, layers without RoPE
+
+
+def test_a_model_type_transformers_lacks_gets_what_its_config_states_and_a_layout_from_the_caller():
+    cfg = {"model_type": "my_remote_model", "head_dim": 64, "rope_theta": 5e5}
+    assert arrayrope.rope_frequencies_from_config(cfg).base == 5e5
+    with pytest.raises(ValueError, match=r"'my_remote_model' is not among transformers 5\.24.*pass layout='half'"):
+        arrayrope.RotaryEmbedding.from_config(cfg)
+    assert arrayrope.RotaryEmbedding.from_config(cfg, layout="interleaved").layout == "interleaved"
+    with pytest.raises(ValueError, match=r"no rope_theta, and model type 'my_remote_model' is not among"):
+        arrayrope.rope_frequencies_from_config({"model_type": "my_remote_model", "head_dim": 64})
+    # a config of no model type: transformers' base default base, the layout from the caller or the config
+    assert arrayrope.rope_frequencies_from_config({"head_dim": 64}).base == 10000.0
+    assert arrayrope.RotaryEmbedding.from_config({"head_dim": 64, "rope_interleave": True}).layout == "interleaved"
+
+
+@pytest.mark.parametrize("model_type, layout", [("glm", "interleaved"), ("glm4", "interleaved"),
+                                                ("ernie4_5", "interleaved"), ("llama", "half"), ("qwen3", "half")])
+def test_pair_layouts_come_from_the_family(model_type, layout):
+    cfg = {"model_type": model_type, "hidden_size": 256, "num_attention_heads": 2, "head_dim": 128}
+    assert arrayrope.RotaryEmbedding.from_config(cfg).layout == layout
+
+
+def test_family_defaults_for_keys_a_config_leaves_out():
+    # Qwen3's class default head_dim is 128 whatever hidden_size // num_attention_heads gives; GLM's default
+    # rope rotates half of the head; DeepSeek-V2 applies its rope in complex form on interleaved pairs
+    qwen3 = arrayrope.rope_frequencies_from_config({"model_type": "qwen3", "hidden_size": 1024,
+                                                    "num_attention_heads": 16})
+    assert (qwen3.head_dim, qwen3.rotary_dim) == (128, 128)
+    glm = arrayrope.rope_frequencies_from_config({"model_type": "glm", "hidden_size": 4096, "num_attention_heads": 32})
+    assert (glm.head_dim, glm.rotary_dim) == (128, 64)
+    np.testing.assert_allclose(glm.inv_freq, theta(64, 1e4), rtol=1e-14)
+    v2 = {"model_type": "deepseek_v2", "hidden_size": 5120, "num_attention_heads": 128, "qk_nope_head_dim": 128,
+          "qk_rope_head_dim": 64, "rope_theta": 10000}
+    rope = arrayrope.RotaryEmbedding.from_config(v2)
+    assert (rope.head_dim, rope.rotary_dim, rope.layout, rope.rotary_features) == (192, 64, "interleaved", "trailing")
+
+
+def test_hunyuan_dynamic_alpha_is_a_fixed_ntk_alpha_stretch_of_the_base():
+    cfg = {"model_type": "hunyuan_v1_dense", "hidden_size": 4096, "num_attention_heads": 32, "head_dim": 128,
+           "max_position_embeddings": 32768, "rope_theta": 10000.0,
+           "rope_scaling": {"type": "dynamic", "alpha": 1000.0, "factor": 1.0}}
+    short, long = (arrayrope.rope_frequencies_from_config(cfg, seq_len=n) for n in (16, 100_000))
+    stretched = 10000.0 * 1000.0 ** (128 / 126)  # the published Hunyuan formula, whatever the length
+    assert short == long and short.rope_type == "ntk_alpha"
+    np.testing.assert_allclose(short.inv_freq, theta(128, stretched), rtol=1e-13)
+
+
+def test_phimoe_longrope_mscales_scale_cos_and_sin_and_refuse_past_the_original_length():
+    factors = [1.0 + i / 32 for i in range(32)]
+    cfg = {"model_type": "phimoe", "hidden_size": 128, "num_attention_heads": 2, "max_position_embeddings": 131072,
+           "rope_theta": 1e4, "rope_scaling": {"type": "longrope", "short_factor": factors, "long_factor": factors,
+                                               "short_mscale": 1.2431, "long_mscale": 1.3,
+                                               "original_max_position_embeddings": 4096}}
+    f = arrayrope.rope_frequencies_from_config(cfg, seq_len=4096)
+    assert (f.rope_type, f.attention_factor) == ("longrope_mscale", 1.2431)  # not sqrt(1 + ln 32 / ln 4096)
+    np.testing.assert_allclose(f.inv_freq, theta(64, 1e4) / np.array(factors), rtol=1e-14)
+    with pytest.raises(ValueError, match=r"transformers keeps short_factor and scales cos and sin by long_mscale"):
+        arrayrope.rope_frequencies_from_config(cfg, seq_len=4097)
+
+
+def test_layers_without_rope_get_the_identity():
+    llama4 = {"model_type": "llama4_text", "head_dim": 128, "num_hidden_layers": 8, "rope_theta": 5e5}
+    none = arrayrope.rope_frequencies_from_config(llama4, layer_idx=3)  # every 4th layer: no_rope_layer_interval 4
+    assert none.rope_type == "none" and not np.any(none.inv_freq) and none.head_dim == 128
+    assert arrayrope.rope_frequencies_from_config(llama4, layer_idx=2).inv_freq[1] == pytest.approx(5e5 ** (-2 / 128))
+    flags = dict(llama4, no_rope_layers=[1, 0, 1, 1, 1, 1, 1, 1])  # 1: the layer rotates (transformers' meaning)
+    assert arrayrope.rope_frequencies_from_config(flags, layer_idx=1).rope_type == "none"
+    assert arrayrope.rope_frequencies_from_config(flags, layer_idx=3).rope_type == "default"
+    rope = arrayrope.RotaryEmbedding.from_config(llama4, layer_idx=7)
+    q = np.random.default_rng(0).standard_normal((1, 2, 5, 128)).astype(np.float32)
+    np.testing.assert_array_equal(rope(q, offset=1000), q)  # cos 1, sin 0: exactly the input
+    # Cohere 2: every 4th layer is full attention, which transformers' Cohere 2 rotates not at all
+    cohere2 = {"model_type": "cohere2", "head_dim": 128, "num_hidden_layers": 8, "rope_theta": 5e4,
+               "sliding_window_pattern": 4}
+    assert arrayrope.rope_frequencies_from_config(cohere2, layer_idx=3).rope_type == "none"
+    assert arrayrope.rope_frequencies_from_config(cohere2, layer_idx=2).rope_type == "default"
+    assert arrayrope.rope_frequencies_from_config(cohere2, layer_type="full_attention").rope_type == "none"
+    with pytest.raises(ValueError, match="layer_idx=8 but layer_types names 8 layers"):
+        arrayrope.rope_frequencies_from_config(cohere2, layer_idx=8)
+
+
+def test_multimodal_configs_are_read_where_their_family_keeps_the_language_model():
+    text = {"hidden_size": 3584, "num_attention_heads": 28, "rope_theta": 1e6}
+    omni = {"model_type": "qwen2_5_omni", "thinker_config": {"text_config": text}}
+    assert arrayrope.rope_frequencies_from_config(omni).head_dim == 128
+    flat = {"model_type": "qwen2_vl", **text}  # older Qwen2-VL files keep the text settings at the top level
+    assert arrayrope.rope_frequencies_from_config(flat).base == 1e6
+    llava = {"model_type": "llava", "text_config": {"model_type": "mistral", "head_dim": 128, "rope_theta": 1e6}}
+    assert arrayrope.RotaryEmbedding.from_config(llava).layout == "half"
+
+
+def test_families_arrayrope_does_not_read_say_why():
+    with pytest.raises(ValueError, match=r"turns each pair the other way.*permute_rotary_rows"):
+        arrayrope.RotaryEmbedding.from_config({"model_type": "nanochat", "head_dim": 128, "rope_theta": 1e4})
+    with pytest.raises(ValueError, match=r"'pixtral' is not read by arrayrope: the 2-D \(axial\) rope"):
+        arrayrope.rope_frequencies_from_config({"model_type": "pixtral", "head_dim": 64})
+    with pytest.raises(ValueError, match=r"learned parameters \['alpha'\]"):
+        arrayrope.rope_frequencies_from_config({"model_type": "mistral_large4_text", "head_dim": 64})

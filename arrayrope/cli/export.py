@@ -23,6 +23,15 @@ class _Given(argparse.Action):
         namespace._given = given | {option_string or self.dest}
 
 
+class _Layout(argparse.Action):
+    """Stores the layout and records that it was given (else a config's family gives it)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.layout_given = True
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head-dim", type=int, default=None, action=_Given,
                         help="features per head (required unless --config gives it)")
@@ -32,8 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="heads of k with --qk (grouped-query attention; default: --num-heads)")
     parser.add_argument("--rank", type=int, choices=(3, 4), default=4,
                         help="4: (batch, heads, seq, head_dim); 3: (batch, seq, heads*head_dim)")
-    parser.add_argument("--layout", choices=("half", "interleaved"), default="half",
-                        help="which features pair up: half-split (Llama's rotate_half) or interleaved (GPT-J)")
+    parser.add_argument("--layout", choices=("half", "interleaved"), default="half", action=_Layout,
+                        help="which features pair up: half-split (Llama's rotate_half) or interleaved (GPT-J); with "
+                             "--config, the layout of the config's family")
     parser.add_argument("--target", choices=("auto", "onnx23", "ort", "portable"), default="auto",
                         help="the nodes: onnx23 (standard RotaryEmbedding), ort (ONNX Runtime's contrib op), portable "
                              "(standard ops); auto: the fastest the other options allow")
@@ -73,7 +83,18 @@ def _freqs_from_config(path: str, args: argparse.Namespace) -> Any:
             f"--config gives head_dim, rope_theta and the rotary dim; it is not combined with {', '.join(given)} "
             "(edit the config, or pass the flags without --config)"
         )
+    from arrayrope.config import settings
+
     freqs = rope_frequencies_from_config(path)
+    s = settings(path)
+    if s.rotary_features != "leading":
+        raise ValueError(f"--config: transformers' {s.model_type} rotates the trailing features of each head (MLA's "
+                         "q_pe after q_nope), which these graphs do not; export the rotary part alone "
+                         "(--head-dim, --base, --rotary-dim)")
+    if not getattr(args, "layout_given", False):
+        if s.layout is None:
+            raise ValueError(f"--config: {s.why_no_layout}; pass --layout half or --layout interleaved")
+        args.layout = s.layout
     config = load_config(path)
     text = config.get("text_config")
     if not any(k in config for k in ("head_dim", "hidden_size")) and isinstance(text, dict):

@@ -129,38 +129,66 @@ class RotaryEmbedding:
         backends.load_imported()
 
     @classmethod
-    def from_config(cls, config: Any, *, layer_type: str | None = None, layout: Layout | None = None,
-                    axes: Axes = "bhsd") -> RotaryEmbedding:
+    def from_config(cls, config: Any, *, layer_type: str | None = None, layer_idx: int | None = None,
+                    layout: Layout | None = None, axes: Axes = "bhsd") -> RotaryEmbedding:
         """A rotary embedding from a Hugging Face config (dict or ``config.json`` path).
 
         See :func:`arrayrope.rope_frequencies_from_config` for the fields read. The rotary
-        features trail the others where the config says so (DeepSeek's ``qk_rope_head_dim``).
-        ``layout`` defaults to the checkpoint's: ``"interleaved"`` for configs with
-        ``rope_interleave`` (DeepSeek-V3) and for the model types transformers applies
-        interleaved (GPT-J, CodeGen, Cohere, Llama 4), else ``"half"``.
+        features, the pair layout and the direction are those transformers' attention of the
+        config's ``model_type`` applies (:mod:`arrayrope.families`): MLA families (DeepSeek)
+        rotate the trailing features, GLM, GPT-J, Cohere, Llama 4, DeepSeek-V2 pair features
+        ``(2i, 2i + 1)``, and a family's switches count (DeepSeek-V3's ``rope_interleave``,
+        default true). For a config of a model type transformers lacks (or of none), pass
+        ``layout=``; a config that states ``rope_interleave`` gives it. An explicit ``layout=``
+        wins over the family's (a checkpoint whose q/k rows were permuted to the other layout,
+        :func:`arrayrope.permute_rotary_rows`). ``layer_idx`` picks one layer: a layer without
+        RoPE gets the identity.
+
+        Raises
+        ------
+        ValueError
+            Everything :func:`~arrayrope.rope_frequencies_from_config` refuses, and a config
+            whose layout arrayrope does not know without ``layout=`` (the message says what to
+            pass: a model type transformers lacks, or none, or a family whose pairs turn the
+            other way).
 
         Examples
         --------
         >>> import arrayrope
-        >>> cfg = {"head_dim": 64, "max_position_embeddings": 2048,
+        >>> cfg = {"model_type": "llama", "head_dim": 64, "max_position_embeddings": 2048,
         ...        "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}
         >>> arrayrope.RotaryEmbedding.from_config(cfg).freqs.rope_type
         'dynamic'
-        >>> ds = {"hidden_size": 7168, "num_attention_heads": 128, "qk_nope_head_dim": 128,
-        ...       "qk_rope_head_dim": 64, "rope_interleave": True, "rope_theta": 10000}
+        >>> ds = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_attention_heads": 128,
+        ...       "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rope_theta": 10000}
         >>> arrayrope.RotaryEmbedding.from_config(ds)
         RotaryEmbedding(head_dim=192, base=10000.0, rotary_dim=64, rope_type='default', layout='interleaved', \
 axes='bhsd', rotary_features='trailing')
+        >>> arrayrope.RotaryEmbedding.from_config({"head_dim": 64, "rope_theta": 1e4}, layout="half").layout
+        'half'
         """
-        from ..config import settings
+        from ..config import no_rope, settings
 
-        s = settings(config, layer_type=layer_type)
+        if layout is not None:
+            layout = checks.layout(layout)
+        s = settings(config, layer_type=layer_type, layer_idx=layer_idx)
+        if s.layout is None and layout is None:
+            raise ValueError(
+                f"the pair layout of this config is not known: {s.why_no_layout}; pass layout='half' (feature i "
+                "pairs with i + rotary_dim/2, rotate_half) or layout='interleaved' (2i with 2i + 1)"
+            )
+        chosen: Layout = layout if layout is not None else checks.layout(s.layout)
+        features = checks.choice(s.rotary_features, "rotary_features", ROTARY_FEATURES)
+        if s.nope:  # a layer without RoPE: every pair turns by 0
+            rope = cls(s.head_dim, layout=chosen, axes=axes, rotary_features=features)
+            rope.freqs = rope._start_freqs = no_rope(s.head_dim)
+            rope._cache = TableCache(rope.freqs)
+            return rope
         rotary = rope_frequencies(s.head_dim, base=s.base, rotary_dim=s.rotary_dim,
                                   partial_rotary_factor=s.partial_rotary_factor).rotary_dim
-        chosen: Layout = layout if layout is not None else ("interleaved" if s.layout == "interleaved" else "half")
         return cls(s.head_dim, base=s.base, rotary_dim=rotary, scaling=s.scaling,
                    max_position_embeddings=s.max_position_embeddings, layout=chosen, axes=axes,
-                   rotary_features=checks.choice(s.rotary_features, "rotary_features", ROTARY_FEATURES))
+                   rotary_features=features)
 
     @property
     def head_dim(self) -> int:

@@ -193,6 +193,63 @@ def _factor_list(params: Mapping[str, Any], key: str, rotary_dim: int) -> np.nda
     return arr
 
 
+@register("ntk_alpha", required=("alpha",), optional=("factor",))
+def _ntk_alpha(
+    inv_freq: np.ndarray, params: Mapping[str, Any], *, base: float, head_dim: int, rotary_dim: int, **context: Any
+) -> tuple[np.ndarray, float]:
+    """Hunyuan: the base stretched once by ``alpha ** (d / (d - 2))`` (``d`` = head dim), whatever the length.
+
+    transformers computes it in the Hunyuan families' own code for a ``dynamic`` dict that has ``alpha``
+    (their configs publish ``{"type": "dynamic", "alpha": 1000}``); ``factor`` is not read.
+    """
+    alpha = real_value(params, "alpha", minimum=0.0, strict_min=True)
+    if rotary_dim != head_dim or head_dim == 2:
+        raise ValueError(
+            f"ntk_alpha: transformers stretches the base over the whole head (head_dim={head_dim}), which it "
+            f"rotates whole; rotary_dim={rotary_dim} is not supported"
+        )
+    d = head_dim
+    stretched = base * alpha ** (d / (d - 2))
+    return stretched ** (-np.arange(0, d, 2, dtype=np.float64) / d), 1.0
+
+
+@register(
+    "longrope_mscale",
+    required=("short_factor", "long_factor", "short_mscale", "long_mscale"),
+    optional=("factor", "original_max_position_embeddings"),
+    length=_longrope_length,
+)
+def _longrope_mscale(
+    inv_freq: np.ndarray,
+    params: Mapping[str, Any],
+    *,
+    rotary_dim: int,
+    max_position_embeddings: int | None,
+    seq_len: int | None,
+    **context: Any,
+) -> tuple[np.ndarray, float]:
+    """PhiMoE: LongRoPE whose attention factor is ``short_mscale`` up to the original length, ``long_mscale`` beyond.
+
+    transformers' PhiMoE applies ``long_mscale`` beyond the original length but keeps the short factors
+    there (its rotary module recomputes the frequencies without the length), while the reference
+    implementation divides by ``long_factor``: beyond the original length arrayrope refuses instead of
+    guessing which one a checkpoint was trained with.
+    """
+    original = original_length(params, max_position_embeddings)
+    short = _factor_list(params, "short_factor", rotary_dim)
+    _factor_list(params, "long_factor", rotary_dim)
+    short_mscale = real_value(params, "short_mscale", minimum=0.0, strict_min=True)
+    real_value(params, "long_mscale", minimum=0.0, strict_min=True)
+    if seq_len is not None and seq_len > original:
+        raise ValueError(
+            f"longrope_mscale (PhiMoE): at length {seq_len} > original_max_position_embeddings={original} "
+            "transformers keeps short_factor and scales cos and sin by long_mscale, while the reference "
+            "implementation divides by long_factor; arrayrope does not guess which one the checkpoint needs. "
+            "Pass scaling= with the rope type and attention_factor you mean (longrope, attention_factor=long_mscale)"
+        )
+    return inv_freq / short, float(short_mscale)
+
+
 @register("llama3", required=("factor", "low_freq_factor", "high_freq_factor"),
           optional=("original_max_position_embeddings",), fit=_fit.llama3)
 def _llama3(

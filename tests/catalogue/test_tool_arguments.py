@@ -35,7 +35,8 @@ SPECS: Specs = {
     "rope_config": (cfg.rope_config, dict(config={"head_dim": 8}), dict(
         config=[None, 3, {"head_dim": 7}, MISSING], layer_type=[3, "x"])),
     "load_config": (cfg.load_config, dict(config={"head_dim": 8}), dict(config=[None, 3, [1], MISSING])),
-    "RotaryEmbedding.from_config": (ar.RotaryEmbedding.from_config, dict(config={"head_dim": 8}), dict(
+    "RotaryEmbedding.from_config": (ar.RotaryEmbedding.from_config, dict(config={"model_type": "llama",
+                                                                                  "head_dim": 8}), dict(
         config=[None, 3, {"head_dim": 7}], layer_type=[3, "x"],
         layout=[v for v in choice("half") if v is not None],  # None: the layout the config names
         axes=choice("bhsd"))),

@@ -59,9 +59,16 @@ def test_export_output_errors(tmp_path):
 def test_export_reads_a_config_folder_and_refuses_flags_it_would_ignore(config, tmp_path):
     pytest.importorskip("onnx")
     out = tmp_path / "rope.onnx"
-    done = arrayrope("export", "--config", str(config.parent), "-o", str(out))
+    # a config of no model type names no pair layout: the command says what to pass
+    one_line_error(arrayrope("export", "--config", str(config.parent), "-o", str(out)), "export",
+                   "the config has no model_type; pass --layout half or --layout interleaved")
+    done = arrayrope("export", "--config", str(config.parent), "--layout", "half", "-o", str(out))
     assert done.returncode == 0 and out.exists(), done.stderr
     assert "head_dim=64" in done.stdout
+    glm = tmp_path / "glm.json"  # GLM pairs features (2i, 2i + 1): the family's layout, not half
+    glm.write_text(json.dumps({"model_type": "glm", "hidden_size": 256, "num_attention_heads": 4}))
+    done = arrayrope("export", "--config", str(glm), "-o", str(out))
+    assert done.returncode == 0 and "interleaved" in done.stdout, done.stdout
     one_line_error(
         arrayrope(
             "export", "--config", str(config), "--head-dim", "32", "--base", "5e5", "--rotary-dim", "16", "-o", str(out)

@@ -24,6 +24,7 @@ from collections import defaultdict
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 HEADING = "### Conformance with other libraries"
+SWEEP_HEADING = "#### Every transformers family"
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 LIBRARIES = ("transformers", "torchtune", "rotary-embedding-torch", "timm")
 
@@ -50,6 +51,7 @@ def _max(values: list[float]) -> float | None:
 
 
 def render(records: list[dict]) -> str:
+    records = [r for r in records if r["compared"] != "sweep"]
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in sorted(records, key=lambda r: LIBRARIES.index(r["library"])):
         groups[(r["library"], r["family"])].append(r)
@@ -83,6 +85,91 @@ def render(records: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+OUTCOMES = ("match", "refused", "out of scope", "transformers fails")
+KINDS = {"as is": "default config, keys a hub config.json states", "saved": "default config as transformers saves it",
+         "partial": "partial_rotary_factor 0.5", "composite": "multimodal config: its language model's settings"}
+
+
+def _kind(variant: str) -> str:
+    if variant in KINDS:
+        return KINDS[variant]
+    if variant.startswith("variant "):
+        return "rope code of the family's own (Hunyuan NTK-alpha, PhiMoE mscales...)"
+    return f"rope type {variant}"
+
+
+def render_sweep(records: list[dict]) -> str:
+    """The sweep over every transformers family: outcomes per kind of case, and every default config refused."""
+    rows = [r for r in records if r["compared"] == "sweep"]
+    if not rows:
+        return ""
+    by_kind: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_kind[_kind(r["rope_type"])].append(r)
+    families = {r["family"] for r in rows}
+    text = {r["family"] for r in rows if r["rope_type"] == "as is" and r["outcome"] in ("match", "refused")}
+    composite = {r["family"] for r in rows if r["rope_type"] == "composite"}
+    scope = {r["family"] for r in rows if r["outcome"] == "out of scope"}
+    lines = [
+        f"The sweep: {len(rows)} cases over {len(families)} model types: {len(text)} with a text rotary embedding of "
+        "their own, "
+        f"{len(composite)} multimodal configs that keep one in a sub-config, {len(scope)} out of scope.",
+        "",
+        "| Case | " + " | ".join(OUTCOMES) + " |",
+        "| --- | " + " | ".join("---:" for _ in OUTCOMES) + " |",
+    ]
+    order = [*KINDS.values()]
+    for kind in sorted(by_kind, key=lambda k: (order.index(k) if k in order else len(order), k)):
+        counts = [sum(r["outcome"] == o for r in by_kind[kind]) for o in OUTCOMES]
+        lines.append(f"| {kind} | " + " | ".join(str(c) for c in counts) + " |")
+    totals = [sum(r["outcome"] == o for r in rows) for o in OUTCOMES]
+    lines.append("| all | " + " | ".join(f"**{c}**" for c in totals) + " |")
+    refused = sorted({(r["family"], r["note"]) for r in rows if r["rope_type"] in ("as is", "saved")
+                      and r["outcome"] == "refused"})
+    reasons: dict[str, list[str]] = defaultdict(list)
+    for fam, note in refused:
+        if fam not in reasons[_short(note)]:
+            reasons[_short(note)].append(fam)
+    lines += ["", "| Default configs refused | Why |", "| --- | --- |"]
+    lines += [f"| {', '.join(f'`{f}`' for f in fams)} | {why} |" for why, fams in sorted(reasons.items(),
+                                                                                         key=lambda kv: kv[1])]
+    out_scope: dict[str, list[str]] = defaultdict(list)
+    for r in rows:
+        if r["outcome"] == "out of scope" and r["family"] not in out_scope[_short(r["note"])]:
+            out_scope[_short(r["note"])].append(r["family"])
+    lines += ["", "| Out of scope | Why |", "| --- | --- |"]
+    lines += [f"| {_names(fams)} | {why} |" for why, fams in sorted(out_scope.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _names(families: list[str], shown: int = 3) -> str:
+    """``a``, ``b``, ``c`` and N more."""
+    names = ", ".join(f"`{f}`" for f in families[:shown])
+    return names + (f" and {len(families) - shown} more" if len(families) > shown else "")
+
+
+def _short(note: str) -> str:
+    """A refusal's reason for the table: without the config's name, one line, no pipes."""
+    note = note.split("\n")[0].replace("|", "/")
+    for prefix in ("config: ",):
+        note = note.removeprefix(prefix)
+    if "is not read by arrayrope: " in note:
+        note = note.split("is not read by arrayrope: ", 1)[1]
+    return note if len(note) <= 200 else note[:197] + "..."
+
+
+def replace_block(text: str, heading: str, block: str, first_line: str) -> str:
+    """``text`` with the generated block after ``heading`` (from its line starting with ``first_line`` to the line
+    before the next heading) replaced by ``block``."""
+    lines = text.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.strip() == heading)
+    first = next(i for i in range(start + 1, len(lines)) if lines[i].startswith(first_line))
+    end = next((i for i in range(first, len(lines)) if lines[i].startswith("#")), len(lines))
+    while end > first and not lines[end - 1].strip():
+        end -= 1
+    return "".join(lines[:first]) + block + "".join(lines[end:])
+
+
 def replace_in_readme(text: str, tables: str) -> str:
     """``text`` with the tables after the heading replaced (from its first table line to the line before the
     next line that starts neither a table nor a note)."""
@@ -98,11 +185,16 @@ def replace_in_readme(text: str, tables: str) -> str:
 
 
 def main() -> None:
-    tables = render(run_suite())
+    records = run_suite()
+    tables, sweep = render(records), render_sweep(records)
     if "--print" in sys.argv:
         print(tables)
+        print(sweep)
         return
-    README.write_text(replace_in_readme(README.read_text(), tables))
+    text = replace_in_readme(README.read_text(), tables)
+    if sweep:
+        text = replace_block(text, SWEEP_HEADING, sweep, "The sweep:")
+    README.write_text(text)
     print(f"rewrote the conformance tables in {README}")
 
 

@@ -384,7 +384,8 @@ def test_every_config_key_transformers_reads_is_compared():
             if isinstance(value, dict):
                 seen |= set(value)
                 seen |= {k for v in value.values() if isinstance(v, dict) for k in v}
-    # hidden_size / num_attention_heads / rope_scaling-with-mrope_section: compared in the tests above as well
-    seen |= {"mrope_section"}
+    # hidden_size / num_attention_heads / rope_scaling-with-mrope_section: compared in the tests above as well;
+    # layer indices, sub-configs and per-layer overrides: in test_families (every family's configs)
+    seen |= {"mrope_section", "no_rope_layer_interval", "per_layer_config", "text_config"}
     missing = sorted(set(KEYS) - seen)
     assert not missing, missing

@@ -230,8 +230,8 @@ def test_dynamic_at_max_position_embeddings_keeps_what_transformers_keeps(call):
     ``max_position_embeddings`` keeps the grown ones (transformers resets only below it); one of length
     ``max_position_embeddings - 1`` takes the original ones back, and one of ``max_position_embeddings + 1``
     grows them again. Each call against transformers' module after the same calls."""
-    cfg = {"hidden_size": 64, "num_attention_heads": 2, "head_dim": 32, "max_position_embeddings": LMAX,
-           "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 2, "head_dim": 32,
+           "max_position_embeddings": LMAX, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}
     hf = _hf_rotary(cfg)
     rope = ar.RotaryEmbedding.from_config(cfg)
     q = np.random.default_rng(3).standard_normal((1, 2, 2, 32))
@@ -257,7 +257,8 @@ def test_longrope_without_an_original_context_switches_at_max_position_embedding
     """A longrope dict without ``original_max_position_embeddings`` takes ``max_position_embeddings`` for it (as
     transformers does when it loads the config): short factors up to that length, long ones one past it."""
     short, long = list(np.linspace(1.0, 1.3, 16)), list(np.linspace(1.0, 20.0, 16))
-    cfg = {"hidden_size": 64, "num_attention_heads": 2, "head_dim": 32, "max_position_embeddings": LMAX,
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 2, "head_dim": 32,
+           "max_position_embeddings": LMAX,
            "rope_scaling": {"rope_type": "longrope", "short_factor": short, "long_factor": long}}
     hf = _hf_rotary(cfg)
     rope = ar.RotaryEmbedding.from_config(cfg)
@@ -330,7 +331,10 @@ def test_rerotate_keeps_a_cache_valid_across_the_dynamic_switch():
 
 def test_from_config_and_errors():
     cfg = {"head_dim": 32, "max_position_embeddings": LMAX, "rope_scaling": {"type": "dynamic", "factor": 2.0}}
-    rope = ar.RotaryEmbedding.from_config(cfg)
+    with pytest.raises(ValueError, match=r"no model_type; pass layout='half'"):  # no family: no layout of its own
+        ar.RotaryEmbedding.from_config(cfg)
+    rope = ar.RotaryEmbedding.from_config(cfg, layout="half")
+    assert ar.RotaryEmbedding.from_config({**cfg, "model_type": "llama"}).layout == "half"
     q = np.ones((1, 1, 2, 32))
     rope(q, offset=LMAX)
     np.testing.assert_allclose(rope.freqs.inv_freq, ntk(32, 1e4, 2.0, LMAX + 2), rtol=1e-14)

@@ -179,6 +179,52 @@ def test_lookalikes_are_left_alone(case):
     assert [n.op_type for n in fused.graph.node] == [n.op_type for n in model.graph.node] and report.ok
 
 
+def mla_graph(passing=0):
+    """DeepSeek's interleaved MLA as torch.onnx.export writes it: ``Concat(a C - b S, b C + a S)`` of the even
+    features ``a`` and the odd ones ``b`` (output in half-split order), after ``passing`` features that pass
+    through (``q_pass``) in the same Concat."""
+    g = Graph()
+    last = g.const([-1])
+    width = D - passing
+    f = g.op("Mul", g.op("Cast", g.op("Unsqueeze", "pos", g.const([2])), to=1),
+             g.const(inv_freq_formula(width, 10000.0).astype(np.float32)))
+    cos, sin = (g.op("Unsqueeze", g.op(op, f), g.const([1])) for op in ("Cos", "Sin"))
+    x = g.op("Slice", "x", g.const([passing]), g.const([D]), last) if passing else "x"
+    a = g.op("Slice", x, g.const([0]), g.const([width]), last, g.const([2]))
+    b = g.op("Slice", x, g.const([1]), g.const([width]), last, g.const([2]))
+    first = g.op("Sub", g.op("Mul", a, cos), g.op("Mul", b, sin))
+    second = g.op("Add", g.op("Mul", b, cos), g.op("Mul", a, sin))
+    parts = [g.op("Slice", "x", g.const([0]), g.const([passing]), last)] if passing else []
+    return g.model(g.op("Concat", *parts, first, second, axis=-1))
+
+
+@pytest.mark.parametrize("passing", [0, 4])
+def test_deepseek_interleaved_mla_fuses_to_a_gather_and_one_node(passing):
+    """The half-split order of its output is a Gather of the input before a half-split fused node."""
+    g = mla_graph(passing)
+    fused, report = fuse_rotary(g, max_positions=64, providers="cpu")
+    assert report.fused == 1 and report.ok, report
+    (rotation,) = report.rotations
+    assert rotation.node.startswith("Gather (interleaved pairs to half-split order)") and rotation.layout == "half"
+    ops = collections.Counter(n.op_type for n in fused.graph.node)
+    assert ops["RotaryEmbedding"] == 1 and ops["Gather"] == 1 and not {"Cos", "Sin", "Sub"} & set(ops)
+    x, pos = sample("bhsd")
+    rotated = oracle(x[..., passing:], pos, "interleaved", D - passing, "bhsd")  # rotary dim over its own width
+    want = np.concatenate([x[..., :passing], rotated[..., 0::2], rotated[..., 1::2]], axis=-1)
+    assert np.max(np.abs(run(fused, x, pos) - want)) <= 1e-5
+
+
+def test_a_cos_table_no_known_rotation_reads_is_reported_with_the_reason():
+    g = Graph()
+    f = g.op("Mul", g.op("Cast", g.op("Unsqueeze", "pos", g.const([2])), to=1),
+             g.const(inv_freq_formula(D, 10000.0).astype(np.float32)))
+    cos, sin = (g.op("Unsqueeze", g.op(op, g.op("Concat", f, f, axis=-1)), g.const([1])) for op in ("Cos", "Sin"))
+    y = g.op("Add", g.op("Mul", "x", cos), g.op("Mul", "x", sin))  # no feature moves: no rotation
+    _, report = fuse_rotary(g.model(y), providers="cpu")
+    assert report.fused == 0 and len(report.rotations) == 1 and report.ok
+    assert "feeds no rotation of a form fuse_rotary knows" in report.rotations[0].reason
+
+
 def test_tables_without_positions_are_left_alone():
     g = Graph()
     angles = g.const(np.random.default_rng(0).uniform(0, 3, (1, 1, 6, D)).astype(np.float32))

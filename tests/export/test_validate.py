@@ -106,8 +106,9 @@ def test_cli_export_from_config(tmp_path, capsys):
     cfg.write_text(json.dumps({"hidden_size": 256, "num_attention_heads": 4, "rope_theta": 500000.0,
                                "partial_rotary_factor": 0.5, "max_position_embeddings": 256}))
     path = tmp_path / "rope.onnx"
-    assert cli.main(["export", "--config", str(cfg), "--rank", "3", "--target", "onnx23", "--max-positions", "256",
-                     "-o", str(path)]) == 0
+    args = ["export", "--config", str(cfg), "--rank", "3", "--target", "onnx23", "--layout", "half", "--max-positions",
+            "256", "-o", str(path)]
+    assert cli.main(args) == 0  # a config of no model type: the layout from the command
     model = onnx.load(path)
     node = model.graph.node[-1]
     attrs = {a.name: a.i for a in node.attribute}

@@ -5,7 +5,9 @@ where ``R(x)`` only moves, splits, joins and negates features of ``x`` (Slice,
 Split, Neg, Concat, Unsqueeze, Reshape..., or a MatMul by a constant signed
 permutation: ``rotate_half`` and ``rotate_every_two`` as exporters and arrayrope's
 portable graph write them), and the tables ``C`` and ``S`` do not depend on the
-values of ``x``. When ``x`` is a leading Slice of a head whose rest is
+values of ``x``; or ``y = Concat(a * C - b * S, b * C + a * S)`` with ``a`` and ``b``
+two parts of ``x`` (the even and odd features of DeepSeek's MLA with ``rope_interleave``,
+whose output is in half-split order). When ``x`` is a leading Slice of a head whose rest is
 concatenated back after ``y`` (partial rotary), the rotation spans the whole
 head. An existing ``RotaryEmbedding`` node (standard or ``com.microsoft``) is a
 rotation too. The positions are the integer tensor that the tables are computed
@@ -151,18 +153,34 @@ class Site:
     sin: str
     positions: str | None
     node: NodeProto | None = None
+    #: a two-part rotation inside a Concat: the Concat's other inputs before and after it, and its two parts
+    parts: tuple[tuple[str, ...], tuple[str, ...], str, str] | None = None
+
+    @property
+    def rotated(self) -> str:
+        """The tensor a fused node writes: the output, or for a two-part rotation a name for its rotated part."""
+        return self.output if self.parts is None else self.output + "/arrayrope_rotated_part"
 
 
 def find_sites(graph: Graph) -> list[Site]:
     """Every rotary application in the graph, in graph order."""
     sites = []
+    inside: set[str] = set()  # the Add of a two-part rotation is no rotation of its own
+    for node in graph.nodes:
+        if node.op_type == "Concat" and len(node.input) >= 2:
+            for k in range(len(node.input) - 1):
+                found = _two_parts(graph, node, k)
+                if found is not None:
+                    sites.append(found)
+                    inside.add(node.input[k + 1])
     for node in graph.nodes:
         found = _existing(graph, node) if node.op_type == "RotaryEmbedding" else None
-        if found is None and node.op_type == "Add" and len(node.input) == 2:
+        if found is None and node.op_type == "Add" and len(node.input) == 2 and node.output[0] not in inside:
             found = _rotation(graph, node)
         if found is not None:
             sites.append(found)
-    return sites
+    order = {n.output[0]: i for i, n in enumerate(graph.nodes) if n.output}
+    return sorted(sites, key=lambda s: order.get(s.output, len(order)))
 
 
 def _existing(graph: Graph, node: NodeProto) -> Site | None:
@@ -199,6 +217,54 @@ def _rotation(graph: Graph, add: NodeProto) -> Site | None:
                 full, out = _whole_head(graph, x, add.output[0])
                 return Site(full, out, cos, sin, positions_of(graph, cos) or positions_of(graph, sin))
     return None
+
+
+def _two_parts(graph: Graph, concat: NodeProto, k: int) -> Site | None:
+    """Inputs ``k``, ``k + 1`` of a Concat on the last axis as ``a * C - b * S``, ``b * C + a * S``, ``a`` and ``b``
+    moved out of one ``x`` (the other inputs pass through, as MLA's ``q_pass`` does); or None."""
+    axis = next((a.i for a in concat.attribute if a.name == "axis"), None)
+    rank = graph.shape(concat.output[0])
+    if axis is None or not (axis == -1 or (rank is not None and axis == len(rank) - 1)):
+        return None
+    first, second = (graph.producer.get(i) for i in concat.input[k : k + 2])
+    if first is None or second is None or first.op_type != "Sub" or second.op_type != "Add":
+        return None
+    pos_a, neg_b = (_mul_operands(graph, i) for i in first.input)
+    pos_b, pos_a2 = (_mul_operands(graph, i) for i in second.input)
+    if None in (pos_a, neg_b, pos_b, pos_a2):
+        return None
+    assert pos_a and neg_b and pos_b and pos_a2
+    for a, cos in (pos_a, pos_a[::-1]):
+        for b, sin in (neg_b, neg_b[::-1]):
+            if a == b or set(pos_b) != {b, cos} or set(pos_a2) != {a, sin}:
+                continue
+            x = _common_source(graph, a, b)
+            if x is None:
+                continue
+            if graph.constant(x) is not None or graph.depends_on(cos, x) or graph.depends_on(sin, x):
+                continue
+            if not _floating(graph, x):
+                continue
+            parts = (tuple(concat.input[:k]), tuple(concat.input[k + 2 :]), concat.input[k], concat.input[k + 1])
+            return Site(x, concat.output[0], cos, sin, positions_of(graph, cos) or positions_of(graph, sin),
+                        parts=parts)
+    return None
+
+
+def _chain(graph: Graph, name: str) -> list[str]:
+    """``name`` and the tensors it is moved out of (first data input of each move), nearest first."""
+    out = [name]
+    node = graph.producer.get(name)
+    while node is not None and node.op_type in _MOVES and node.op_type != "Concat" and node.input:
+        out.append(node.input[0])
+        node = graph.producer.get(node.input[0])
+    return out
+
+
+def _common_source(graph: Graph, a: str, b: str) -> str | None:
+    """The nearest tensor both ``a`` and ``b`` are moved out of (the rotated head), or None."""
+    theirs = _chain(graph, b)
+    return next((v for v in _chain(graph, a)[1:] if v in theirs[1:]), None)
 
 
 def _floating(graph: Graph, name: str) -> bool:
@@ -271,7 +337,7 @@ def site_nodes(graph: Graph, site: Site, stop: Sequence[str]) -> tuple[list[Node
     keep: set[int] = set()
     missing: set[str] = set()
     standins: dict[str, str] = {}
-    stack = [(site.output, False)]
+    stack = [(site.output, False)] if site.parts is None else [(site.parts[2], False), (site.parts[3], False)]
     seen: set[tuple[str, bool]] = set()
     while stack:
         v, size_only = stack.pop()

@@ -43,12 +43,13 @@ _NUMPY_OF = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor
 
 
 def session(model: onnx.ModelProto, providers: Sequence[str] = ("CPUExecutionProvider",)) -> Any:
-    """An ONNX Runtime session of ``model`` with graph optimisations on, quiet (models over protobuf's 2 GB
-    are passed through a temporary file with their tensors beside it)."""
+    """An ONNX Runtime session of ``model`` with graph optimisations on, silent: probes run positions past a
+    model's stored tables on purpose and read the errors as exceptions, which ONNX Runtime would also print
+    (models over protobuf's 2 GB are passed through a temporary file with their tensors beside it)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4  # fatal only: every error reaches the caller as an exception
     if model.ByteSize() < _PROTOBUF_LIMIT:
         return ort.InferenceSession(model.SerializeToString(), opts, providers=list(providers))
     copy = onnx.ModelProto()
@@ -165,6 +166,8 @@ def cut(graph: Graph, site: Site, shape: Shapes) -> Cut:
     """The rotation as a model of its own; ValueError where it reads more than ``x`` and the positions."""
     stops = [site.x] + ([site.positions] if site.positions else [])
     nodes, sized = site_nodes(graph, site, stops)
+    if site.parts is not None:  # a two-part rotation: its parts joined, without what the Concat adds around them
+        nodes = [*nodes, helper.make_node("Concat", [site.parts[2], site.parts[3]], [site.rotated], axis=-1)]
     standins = {name: "x" if like == site.x else "positions" for name, like in sized.items()}
     used = {i for n in nodes for i in n.input}
     inits = [t for name, t in graph.initializers.items() if name in used]
@@ -177,7 +180,8 @@ def cut(graph: Graph, site: Site, shape: Shapes) -> Cut:
     for name, like in standins.items():
         rank = 4 if like == "x" else shape.positions_rank
         inputs.append(helper.make_tensor_value_info(name, graph.elem_type(name) or TensorProto.INT64, [None] * rank))
-    g = helper.make_graph(nodes, "rotation", inputs, [helper.make_tensor_value_info(site.output, x_type, None)], inits)
+    g = helper.make_graph(nodes, "rotation", inputs, [helper.make_tensor_value_info(site.rotated, x_type, None)],
+                          inits)
     m = graph.model
     model = helper.make_model(g, opset_imports=list(m.opset_import), ir_version=m.ir_version,
                               functions=list(m.functions))
@@ -215,11 +219,45 @@ class SiteRunner:
         return first
 
 
-def identify(piece: Cut) -> RopeConvention:
+def identify(piece: Cut, order: npt.NDArray[np.int64] | None = None) -> RopeConvention:
     """The convention the rotation implements, measured in float32 (a half-precision cut is widened to float32:
-    probes read angles far below half precision's resolution)."""
-    runner = SiteRunner(piece, widened(piece.model))
+    probes read angles far below half precision's resolution); for a rotation that writes its features in
+    another ``order`` than it reads them (see :func:`output_order`), that of its input put in that order first."""
+    runner: Probe = SiteRunner(piece, widened(piece.model))
+    if order is not None:
+        back = np.argsort(order)
+        runner = reordered_input(runner, back)
     return identify_rope(runner, head_dim=piece.shape.head_dim, dtype="float32")
+
+
+def output_order(piece: Cut) -> npt.NDArray[np.int64] | None:
+    """Where a rotation writes a permutation of its input at position 0 (DeepSeek's MLA with ``rope_interleave``:
+    the even then the odd features), the input feature each output feature holds; None where it writes them in
+    place."""
+    d = piece.shape.head_dim
+    runner = SiteRunner(piece, widened(piece.model))
+    m0 = np.asarray(runner(np.eye(d, dtype=np.float32)[None, :, None, :], np.zeros(1, np.int64)), np.float64)
+    m0 = m0[0, :, 0, :].T  # column j: the output for unit vector j
+    rounded = np.round(m0)
+    moved = np.max(np.abs(m0 - rounded)) <= 1e-3 and np.all(np.isin(rounded, (0.0, 1.0)))
+    if not (moved and np.all(rounded.sum(0) == 1) and np.all(rounded.sum(1) == 1)) or np.array_equal(
+            rounded, np.eye(d)):
+        return None
+    order: npt.NDArray[np.int64] = np.argmax(rounded, axis=1).astype(np.int64)
+    return order
+
+
+def reordered_input(fn: Probe, order: npt.NDArray[np.int64]) -> Probe:
+    """``fn`` on inputs whose features are first put in ``order``."""
+    def call(x: npt.NDArray[Any], positions: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+        return fn(np.take(np.asarray(x), order, axis=-1), positions)
+
+    return call
+
+
+def reordered(fn: Probe, order: npt.NDArray[np.int64] | None) -> Probe:
+    """``fn`` reading its input in ``order`` (as a fused node after a Gather does), or ``fn`` itself."""
+    return fn if order is None else reordered_input(fn, order)
 
 
 _HALF = {TensorProto.FLOAT16, TensorProto.BFLOAT16}

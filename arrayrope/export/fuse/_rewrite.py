@@ -23,7 +23,19 @@ from ..build._builder import Builder
 from ..build._emit import emitter, heads_spec, rotate_heads
 from ..build._spec import COMPUTED_LIMIT, DTYPE_NAMES, MIN_OPSET, MS_DOMAIN, np_dtype
 from ._match import Graph, Site, find_sites
-from ._probe import Shapes, SiteRunner, compare, cut, identify, reference, run, sample_inputs, shapes
+from ._probe import (
+    Shapes,
+    SiteRunner,
+    compare,
+    cut,
+    identify,
+    output_order,
+    reference,
+    reordered,
+    run,
+    sample_inputs,
+    shapes,
+)
 from ._report import Fused, FusionReport, Rotation
 
 FuseTarget: TypeAlias = Literal["onnx23", "ort"]
@@ -157,7 +169,7 @@ def fuse_rotary(
                          "pass inputs= with a feed it runs on") from exc
     job = _Job(graph, target, chosen, rows, _opset(work))
     done = [job.fuse(i, site, seen) for i, site in enumerate(sites)]
-    rotations = tuple(r for r, _ in done)
+    rotations = tuple(r for r, _ in done) + _unrecognised(graph, sites)
     builders = [b for _, b in done if b is not None]
     fused = _rewritten(work, [n for b in builders for n in b.nodes], [t for b in builders for t in b.initializers],
                        {r.output for r in rotations if r.fused}, contrib=target == "ort")
@@ -166,6 +178,24 @@ def fuse_rotary(
     if validate:
         report = dataclasses.replace(report, validation=_validation(source, fused, feed, providers))
     return Fused(fused, report)
+
+
+def _unrecognised(graph: Graph, sites: Sequence[Site]) -> tuple[Rotation, ...]:
+    """Cos tables that no rotation found reads: each a rotation left alone, with the reason (none is silent)."""
+    used: set[str] = set()
+    for site in sites:
+        for table in (site.cos, site.sin):
+            used |= set(graph.walk(table, lambda v, n: [] if n is None else n.input))
+    out = []
+    for node in graph.nodes:
+        if node.op_type != "Cos" or node.output[0] in used or not graph.consumers.get(node.output[0]):
+            continue
+        reads = [n.output[0] for n in graph.consumers[node.output[0]]]
+        out.append(Rotation(node.input[0], node.output[0], False, reason=(
+            f"its cos table {node.output[0]!r} (read by {reads[:3]}) feeds no rotation of a form fuse_rotary knows "
+            "(x * C + R(x) * S with R moving and negating features of x, or the two parts a * C - b * S and "
+            "b * C + a * S of DeepSeek's interleaved MLA); it was left as it is")))
+    return tuple(out)
 
 
 def _converted(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
@@ -205,7 +235,8 @@ class _Job:
         shape = shapes(site, seen)
         piece = cut(self.graph, site, shape)
         original = SiteRunner(piece)
-        found = identify(piece)
+        order = output_order(piece)  # DeepSeek's MLA: interleaved features in, half-split order out
+        found = identify(piece, order)
         if found.layout is None or found.rotary_dim is None or found.offset is None:
             raise ValueError(f"it is no rotary embedding: {found.reason}")  # before its frequencies were measured
         if found.offset:
@@ -224,20 +255,26 @@ class _Job:
                               heads=shape.heads, max_positions=self.rows, dtype=dtype, opset=self.opset,
                               opset_argument="the model's opset")
             pos = _position_ids(b, self.graph, site, shape, seen)
-            rotate_heads(spec, b, emitter(spec, b), site.x, pos, site.output)
+            rotate_heads(spec, b, emitter(spec, b), _reordered(b, site.x, order), pos, site.rotated)
         else:
             batched = seen[site.cos].shape[0] == seen[site.x].shape[0]
-            _model_tables(b, site, shape, found.layout, found.rotary_dim, batched)
-        fused = SiteRunner(piece, _rewritten(piece.model, b.nodes, b.initializers, {site.output}, self.target == "ort"))
+            _model_tables(b, site, shape, found.layout, found.rotary_dim, batched, _reordered(b, site.x, order))
+        fused = SiteRunner(piece, _rewritten(piece.model, b.nodes, b.initializers, {site.rotated},
+                                             self.target == "ort"))
+        if site.parts is not None:  # the Concat around a two-part rotation, with the fused part in its place
+            before, after, _, _ = site.parts
+            b.op("Concat", [*before, site.rotated, *after], out=site.output, axis=-1)
         limit = COMPUTED_LIMIT if self.rows is None else self.rows
         err = compare(original, fused, shape.head_dim, min(limit, 256))
         if not err <= SAME.get(dtype, 1e-4):
             raise ValueError(f"the fused node differs from it by {err:.2g} (relative), so it was kept as it is")
         if freqs is not None:
-            far = compare(fused, reference(piece, freqs, found.layout), shape.head_dim, limit)
+            far = compare(fused, reordered(reference(piece, freqs, found.layout), order), shape.head_dim, limit)
             if not far <= EXACT.get(dtype, 2e-6):
                 raise ValueError(f"the exact caches differ from the core's rotation by {far:.2g} at far positions")
         node = "RotaryEmbedding" if self.target == "onnx23" else f"{MS_DOMAIN}.RotaryEmbedding"
+        if order is not None:
+            node = f"Gather (interleaved pairs to half-split order) + {node}"
         rotation = dataclasses.replace(
             base, fused=True, node=node, layout=found.layout, rotary_dim=found.rotary_dim, head_dim=shape.head_dim,
             heads=shape.heads, base=found.base if found.matched else None, scaling=found.scaling, tables=tables,
@@ -284,7 +321,15 @@ def _position_ids(b: Builder, graph: Graph, site: Site, shape: Shapes, seen: Map
     return b.op("Expand", [pos, bs])
 
 
-def _model_tables(b: Builder, site: Site, shape: Shapes, layout: str, rotary_dim: int, batched: bool) -> None:
+def _reordered(b: Builder, x: str, order: npt.NDArray[np.int64] | None) -> str:
+    """``x`` with its features in ``order`` (the fused node's input), or ``x`` itself."""
+    if order is None:
+        return x
+    return b.op("Gather", [x, b.ints(order.tolist(), "feature_order")], axis=-1)
+
+
+def _model_tables(b: Builder, site: Site, shape: Shapes, layout: str, rotary_dim: int, batched: bool,
+                  x: str) -> None:
     """``RotaryEmbedding(x, cos, sin)`` on the model's tables, one value per pair: ``(B, S, rotary_dim / 2)``
     (broadcast over the batch of ``x`` unless ``batched``)."""
     head_axis = 1 if shape.axes == "bhsd" else 2
@@ -301,7 +346,7 @@ def _model_tables(b: Builder, site: Site, shape: Shapes, layout: str, rotary_dim
         return b.op("Expand", [t, b.op("Concat", [bs, b.ints([rotary_dim // 2], "half")], axis=0)])
 
     cos, sin = pairs(site.cos), pairs(site.sin)
-    x, out = site.x, site.output
+    out = site.rotated
     flat = shape.axes == "bshd"
     if flat:
         x, out = b.op("Reshape", [x, b.ints([0, 0, -1], "flat")]), b.name("flat_rotated")
@@ -309,7 +354,7 @@ def _model_tables(b: Builder, site: Site, shape: Shapes, layout: str, rotary_dim
              rotary_embedding_dim=rotary_dim if rotary_dim < shape.head_dim else None,
              num_heads=shape.heads if flat else None)
     if flat:
-        b.op("Reshape", [y, b.ints([0, 0, -1, shape.head_dim], "heads")], out=site.output)
+        b.op("Reshape", [y, b.ints([0, 0, -1, shape.head_dim], "heads")], out=site.rotated)
 
 
 def _rewritten(model: onnx.ModelProto, nodes: Sequence[NodeProto], inits: Sequence[TensorProto], replaced: set[str],

@@ -1,0 +1,136 @@
+"""Hugging Face transformers' model families: what a config does not say about its rotary embedding.
+
+A ``config.json`` names its model type and gives sizes and rope parameters; which features pair up,
+which of them rotate, which way, which keys give the head dim and the rotary dim, what transformers
+fills in for keys the file leaves out and where a multimodal config keeps its language model's
+settings are facts of the family's code. They live in one table, :data:`FAMILIES` (``_table.py``),
+written by ``tools/families.py`` from the transformers release :data:`TRANSFORMERS_VERSION` by running
+each family's own rotary module and attention layer, and checked against that release by the tests.
+:func:`family` is the one place they are looked up.
+
+Examples
+--------
+>>> from arrayrope.families import family
+>>> f = family("glm")
+>>> f.layout, f.rotary_dim
+('interleaved', 'partial')
+>>> family("no_such_model") is None
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from ._table import FAMILIES, TRANSFORMERS_VERSION
+
+__all__ = ["FAMILIES", "TRANSFORMERS_VERSION", "Family", "family"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """The facts of one model type (see ``tools/families.py`` for how each is measured).
+
+    Attributes
+    ----------
+    model_type : str
+    layout : {"half", "interleaved"} or None
+        Which features pair up in the apply function its attention calls.
+    direction : {1, -1}
+        -1 where pairs turn by ``-position * inv_freq`` (a ``rotate_half`` of ``(x2, -x1)``).
+    rotary_features : {"leading", "trailing"}
+        Whether the rotary features are the first of each head or the last (MLA's ``q_pe``).
+    head_dim, rotary_dim : str
+        The rules giving the kernel's head dim and the rotary dim from config keys (see
+        :mod:`arrayrope._config_keys`).
+    defaults : mapping
+        What transformers uses for keys a config leaves out (``rope_parameters`` as it standardises an
+        empty one, per layer type where the family keeps several).
+    aliases : mapping
+        Config keys under other names (``{"hidden_size": "n_embd"}``).
+    legacy : mapping
+        Older keys the family's config class converts: key -> ``((layer type or "", parameter), ...)``
+        (Gemma 3's ``rope_local_base_freq`` -> the sliding layers' ``rope_theta``).
+    scaling_to : tuple of str
+        Layer types a flat ``rope_scaling`` applies to, for families with parameters per layer type.
+    layer_pattern : mapping
+        How the config class fills in ``layer_types`` a config leaves out: ``{"key":
+        "sliding_window_pattern", "default": 6, "every": "full_attention", "else": "sliding_attention"}``
+        (every ``key``-th layer, 1-based, of one type).
+    nope : mapping
+        How a config marks layers without RoPE: ``{"key": "no_rope_layers", "rope": 1, "interval_key": ...,
+        "interval": 4}``, or ``{"layer_types": [...]}`` for layer types without rope parameters.
+    switches : mapping
+        Boolean config keys that change the rotation: key -> {value: facts that change}.
+    variants : mapping
+        Rope-dict keys the family's own code reads, and the arrayrope rope type that computes them
+        (an empty string: no arrayrope rope type does).
+    output_order : str or None
+        ``"half"`` where the apply function writes half-split order from interleaved input.
+    config_path : tuple of str
+        Where a composite config keeps its language model's settings (``("text_config",)``).
+    config_model_type : str or None
+        The model type of that sub-config where the file does not name it.
+    refused, out_of_scope : str
+        Why arrayrope does not read this model type ('' when it does).
+    """
+
+    model_type: str
+    layout: str | None = None
+    direction: int = 1
+    rotary_features: str = "leading"
+    head_dim: str = "head_dim"
+    rotary_dim: str = "head_dim"
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    legacy: Mapping[str, tuple[tuple[str, str], ...]] = dataclasses.field(default_factory=dict)
+    scaling_to: tuple[str, ...] = ()
+    layer_pattern: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    nope: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    switches: Mapping[str, Mapping[str, Mapping[str, Any]]] = dataclasses.field(default_factory=dict)
+    variants: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    output_order: str | None = None
+    config_path: tuple[str, ...] = ()
+    config_model_type: str | None = None
+    refused: str = ""
+    out_of_scope: str = ""
+
+    @property
+    def composite(self) -> bool:
+        """Whether the model type's rotary settings live in a sub-config."""
+        return bool(self.config_path)
+
+
+_FIELDS = {f.name for f in dataclasses.fields(Family)}
+_CACHE: dict[str, Family] = {}
+
+
+def family(model_type: object) -> Family | None:
+    """The facts of ``model_type``, or None for a model type transformers :data:`TRANSFORMERS_VERSION` lacks.
+
+    Examples
+    --------
+    >>> from arrayrope.families import family
+    >>> family("qwen2_vl").config_path
+    ('text_config',)
+    """
+    if not isinstance(model_type, str):
+        return None
+    found = _CACHE.get(model_type)
+    if found is None:
+        raw = FAMILIES.get(model_type)
+        if raw is None:
+            return None
+        unknown = set(raw) - _FIELDS
+        if unknown:  # the table and this loader come from one generator
+            raise RuntimeError(f"arrayrope.families: unknown fields {sorted(unknown)} for {model_type!r}")
+        values = dict(raw)
+        for key in ("config_path", "scaling_to"):
+            if key in values:
+                values[key] = tuple(values[key])
+        if "legacy" in values:
+            values["legacy"] = {k: tuple(tuple(x) for x in v) for k, v in values["legacy"].items()}
+        found = _CACHE.setdefault(model_type, Family(model_type, **values))
+    return found

@@ -1,0 +1,901 @@
+"""Write arrayrope's table of transformers' model families from the installed transformers.
+
+    python tools/families.py            # probe every family, rewrite arrayrope/families/_table.py
+    python tools/families.py --check    # probe, print what differs from the shipped table (exit status 1 if any)
+    python tools/families.py --report   # one line per model type: the facts, or why it is refused
+
+Every ``*RotaryEmbedding`` module of ``transformers.models`` is built from its family's default config
+with small sizes and run inside the family's own attention layer (``_hf_probe``). The facts arrayrope
+reads configs with come from those runs, never from a hand-written list:
+
+* the layout, the direction and the offset of the rotation, as :func:`arrayrope.testing.identify_rope`
+  names the apply function the attention calls (measured on unit vectors), and whether that function
+  writes its output in another order than it reads it (DeepSeek's interleaved kernel);
+* which features of the attention kernel's head rotate (leading or trailing), per layer, and which
+  layers rotate nothing (NoPE) with the config key that says so;
+* which config keys give the head dim and the rotary dim (a menu of rules, each checked against the
+  module on variants of the config), whether the default rope reads ``partial_rotary_factor``, the
+  defaults transformers fills in for keys a ``config.json`` leaves out, and the attribute aliases
+  (``n_embd`` for ``hidden_size``...);
+* where a multimodal config keeps the settings of its language model (``text_config``,
+  ``thinker_config.text_config``...).
+
+A model type whose facts cannot be measured is written with the reason, and arrayrope refuses it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import copy
+import dataclasses
+import difflib
+import inspect
+import math
+import pathlib
+import pprint
+import re
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import _hf_probe as hp
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+TABLE = ROOT / "arrayrope" / "families" / "_table.py"
+
+from arrayrope.testing import identify_rope  # noqa: E402
+
+#: Values of published checkpoints for the model types whose default config cannot run its own attention
+#: (the defaults contradict each other); each with the checkpoint it comes from.
+PUBLISHED: dict[str, dict[str, Any]] = {
+    "glm4v_text": {"partial_rotary_factor": 0.5},  # zai-org/GLM-4.1V-9B-Thinking (mrope_section 8/12/12 of 64)
+    "glm_image_text": {"partial_rotary_factor": 0.5},  # zai-org/GLM-Image
+    "glm4v_moe_text": {"head_dim": 128},  # zai-org/GLM-4.5V (4096 / 96 heads is no head dim)
+    "qwen3_omni_moe_text": {"head_dim": 128},  # Qwen/Qwen3-Omni-30B-A3B-Instruct (2048 / 28 heads is no head dim)
+    "glm4_moe": {"head_dim": 128},  # zai-org/GLM-4.5 (4096 / 96 heads is no head dim)
+    "esm": {"position_embedding_type": "rotary"},  # facebook/esm2_t33_650M_UR50D (the default is absolute)
+}
+# config keys that may hold the kernel's head dim, the rotary dim and sizes, as rules of the reader name them
+SIZE_KEYS = ("head_dim", "hidden_size", "num_attention_heads", "rotary_dim", "qk_rope_head_dim", "qk_nope_head_dim",
+             "max_position_embeddings", "original_max_position_embeddings", "num_hidden_layers",
+             "partial_rotary_factor")
+
+
+def _fields(config: Any) -> dict[str, Any]:
+    with hp.quiet():
+        return dict(config.to_dict())
+
+
+def _module_width(rotary: Any, layer_type: str | None) -> int:
+    """Features the rotary module's frequencies turn (twice its nonzero frequencies)."""
+    name = f"{layer_type}_inv_freq" if layer_type else "inv_freq"
+    inv = dict(rotary.named_buffers()).get(name)
+    if inv is None:
+        inv = dict(rotary.named_buffers()).get("inv_freq")
+    if inv is None:  # GPT-J, CodeGen: a table of sin | cos columns
+        table = dict(rotary.named_buffers()).get("embed_positions")
+        if table is None:
+            raise RuntimeError(f"{type(rotary).__name__} has no inv_freq")
+        return int(table.shape[-1])
+    return 2 * int(np.count_nonzero(inv.detach().cpu().numpy()))
+
+
+def _layer_count(config: Any) -> int:
+    """Layers to probe: the config's, at most ``hp.LAYERS``."""
+    for key in ("num_hidden_layers", "n_layer", "n_layers", "decoder_num_hidden_layers"):
+        with contextlib.suppress(Exception):
+            n = getattr(config, key)
+            if isinstance(n, int) and n > 0:
+                return min(n, hp.LAYERS)
+    return 1
+
+
+def _features(rotating: np.ndarray, d: int, width: int) -> str | None:
+    """Where the slice of ``width`` features the attention gives its apply function sits in the head of ``d``
+    (the features that turn lie within it): ``leading``, ``trailing``, or None."""
+    if rotating.size == 0:
+        return None
+    if rotating[-1] < width:
+        return "leading"
+    return "trailing" if rotating[0] >= d - width else None
+
+
+def _convention(layer: hp.Layer) -> tuple[dict[str, Any], str]:
+    """The apply function's convention (layout, direction, offset, rotary width) as identify_rope names it,
+    and why it names none."""
+    width = layer.width
+    found = identify_rope(layer, head_dim=width, seq_len=hp.PROBE_SEQ, dtype="float32")
+    direction = 1
+    if not found.matched and "opposite sign" in found.reason and found.layout is not None:
+        # conjugating by a reflection of each pair's second feature turns the rotation the other way
+        flip = np.ones(width)
+        r = found.rotary_dim or width
+        start = 0 if found.rotary_features == "leading" else width - r
+        second = np.arange(r // 2, r) if found.layout == "half" else np.arange(1, r, 2)
+        flip[start + second] = -1.0
+        found = identify_rope(lambda x, p: flip * layer(flip * x, p), head_dim=width, seq_len=hp.PROBE_SEQ,
+                              dtype="float32")
+        direction = -1
+    if not found.matched:
+        return {}, found.reason
+    facts = {"layout": found.layout, "direction": direction, "offset": found.offset,
+             "apply_width": width, "apply_rotary_dim": found.rotary_dim, "apply_features": found.rotary_features,
+             "base": found.base, "attention_factor": found.attention_factor, "scaling": found.scaling}
+    return facts, ""
+
+
+class Probe:
+    """A family's rotary module and attention layers, on the smallest default config its layers run with."""
+
+    def __init__(self, use: hp.Use) -> None:
+        self.use = use
+        self.values = dict(PUBLISHED.get(use.model_type, {}))
+        self.notes: list[str] = []
+        error: Exception | None = None
+        for config in hp.tiny_configs(use.config_cls, **self.values):
+            self.config = config
+            for i in range(_layer_count(config)):  # the first layer that runs alone (hybrids start with others)
+                try:
+                    hp.rotating_features(self.attention(i))
+                    return
+                except hp.HeadsDiffer:
+                    raise
+                except Exception as exc:
+                    error = error or exc
+        assert error is not None
+        raise error
+
+    def attention(self, layer_idx: int, config: Any = None) -> hp.Attention:
+        config = config if config is not None else self.config
+        try:
+            return hp.Attention(self.use, config, layer_idx)
+        except Exception:
+            # a default config without the head dim its attention needs (published configs state it)
+            if getattr(config, "head_dim", 0) is None:
+                with hp.quiet():
+                    config.head_dim = config.hidden_size // config.num_attention_heads
+                # what published configs state: later variants are built with it
+                self.values["head_dim"] = config.head_dim
+                config.probe_kwargs = {**config.probe_kwargs, "head_dim": config.head_dim}
+                return hp.Attention(self.use, config, layer_idx)
+            raise
+
+    def layers(self) -> list[dict[str, Any]]:
+        """Per layer that runs alone: its layer type, kernel head dim and the features that rotate."""
+        out = []
+        for i in range(_layer_count(self.config)):
+            try:
+                att = self.attention(i)
+                d, rotating = hp.rotating_features(att)
+            except Exception as exc:
+                self.notes.append(f"layer {i} does not run alone ({type(exc).__name__})")
+                continue
+            out.append({"index": i, "layer_type": att.layer_type, "head_dim": d, "rotating": rotating, "att": att})
+        return out
+
+
+class Refused(Exception):
+    """A model type whose facts cannot be measured, with the reason."""
+
+
+def measure(use: hp.Use) -> tuple[Probe, dict[str, dict[str, Any]], list[int]]:
+    """Run a family's attention layers: the convention per layer type and the layers that rotate nothing."""
+    try:
+        p = Probe(use)
+        layers = p.layers()
+    except hp.HeadsDiffer as exc:
+        raise Refused(str(exc)) from None
+    except Exception as exc:
+        raise Refused(f"transformers' default {use.model_type} config does not run its attention layer "
+                      f"({type(exc).__name__}: {str(exc).splitlines()[0][:160]})") from None
+    groups: dict[str | None, list[dict[str, Any]]] = {}
+    for lay in layers:
+        groups.setdefault(lay["layer_type"], []).append(lay)
+    per_type: dict[str, dict[str, Any]] = {}
+    for layer_type, members in groups.items():
+        rotating = [m for m in members if m["rotating"].size]
+        if not rotating:
+            per_type[layer_type or ""] = {"nope": True, "head_dim": members[0]["head_dim"],
+                                          "index": members[0]["index"]}
+            continue
+        first = rotating[0]
+        try:
+            layer = hp.Layer(first["att"])
+            conv, why = _convention(layer)
+        except Exception as exc:
+            raise Refused(f"its attention's rotation could not be measured ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0][:160]})") from None
+        if why:
+            raise Refused(f"identify_rope names no convention for its attention: {why}")
+        d, rot = first["head_dim"], first["rotating"]
+        features = conv["apply_features"] if layer.width == d else _features(rot, d, layer.width)
+        if features is None:
+            raise Refused(f"its attention rotates features {rot.min()}..{rot.max()} of {d}, neither the leading "
+                          "nor the trailing ones")
+        per_type[layer_type or ""] = {"head_dim": d, "rotary_features": features, "index": first["index"],
+                                      "output_order": "half" if layer.permutation is not None else None, **conv}
+    nope = sorted(m["index"] for m in layers if not m["rotating"].size)
+    return p, per_type, nope
+
+
+def _scope(use: hp.Use) -> str:
+    """Why a rotary module is out of scope (not a 1-D rope of positions), or ''."""
+    params = list(inspect.signature(use.rotary.forward).parameters)[1:]
+    if getattr(use.config_cls, "default_rope_type", "default") == "axial":
+        return "the 2-D (axial) rope of a vision encoder's patch grid (arrayrope.axial_rope_tables)"
+    if "position_ids" not in params:
+        return f"its rotary module takes ({', '.join(params)}), no 1-D positions"
+    return ""
+
+
+# ---- reading facts: what a config.json says, checked against the module on variants of the config ----
+
+#: sample dicts of the rope types transformers shares between families (lists sized by the module)
+SAMPLES: dict[str, Callable[[int, int], dict[str, Any]]] = {
+    "linear": lambda half, mp: {"rope_type": "linear", "factor": 4.0},
+    "dynamic": lambda half, mp: {"rope_type": "dynamic", "factor": 2.0},
+    "yarn": lambda half, mp: {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": max(mp // 4, 8)},
+    "longrope": lambda half, mp: {"rope_type": "longrope", "short_factor": [1.0 + i / half for i in range(half)],
+                                  "long_factor": [1.5 + 2 * i / half for i in range(half)],
+                                  "original_max_position_embeddings": max(mp // 4, 8)},
+    "llama3": lambda half, mp: {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                "original_max_position_embeddings": max(mp // 4, 8)},
+    "proportional": lambda half, mp: {"rope_type": "proportional", "partial_rotary_factor": 0.5},
+}
+_GENERIC_ROPE_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor", "mrope_section",
+                      "original_max_position_embeddings", "mrope_interleaved"}
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON-like Python data (tuples as lists, numbers as int/float)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    return str(value)
+
+
+def _aliases(config_cls: type) -> dict[str, str]:
+    amap = getattr(config_cls, "attribute_map", {}) or {}
+    return {k: v for k, v in amap.items() if k in SIZE_KEYS and k != v}
+
+
+def _field_defaults(config_cls: type, aliases: Mapping[str, str]) -> dict[str, Any]:
+    """Class defaults of the size keys (by their canonical names), as the dataclass fields give them."""
+    fields = {f.name: f.default for f in dataclasses.fields(config_cls)} if dataclasses.is_dataclass(config_cls) else {}
+    out = {}
+    for key in (*SIZE_KEYS, "no_rope_layer_interval"):
+        name = aliases.get(key, key)
+        if name in fields and fields[name] is not dataclasses.MISSING:
+            value = fields[name]
+            if value is None or isinstance(value, (bool, int, float)):
+                out[key] = value
+    return out
+
+
+def _rope_defaults(use: hp.Use, p: Probe) -> Any:
+    """``rope_parameters`` as transformers standardises a config that states none."""
+    with hp.quiet():
+        try:
+            config = use.config_cls()
+        except Exception:
+            config = p.config
+    return _plain(copy.deepcopy(getattr(config, "rope_parameters", None) or {}))
+
+
+def _popped_keys(config_cls: type) -> dict[str, Any]:
+    """Keys the config class reads from ``kwargs`` (older names it converts), with their literal defaults."""
+    keys: dict[str, Any] = {}
+    for klass in config_cls.__mro__:
+        if not klass.__module__.startswith("transformers.models."):
+            continue
+        with contextlib.suppress(OSError, TypeError, SyntaxError):
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in ("pop", "get") and isinstance(node.func.value, ast.Name)
+                        and node.func.value.id == "kwargs" and node.args
+                        and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                    default = None
+                    if len(node.args) > 1:
+                        with contextlib.suppress(ValueError):
+                            default = ast.literal_eval(node.args[1])
+                    keys.setdefault(node.args[0].value, default)
+    return keys
+
+
+def _landing(config: Any, value: Any) -> list[list[str]]:
+    """Where ``value`` ended up in a standardised config: ``[layer type or '', parameter]`` pairs."""
+    out = []
+    params = getattr(config, "rope_parameters", None) or {}
+    nested = params and all(isinstance(v, Mapping) or v is None for v in params.values())
+    for layer_type, entry in (params.items() if nested else [("", params)]):
+        out.extend([layer_type, name] for name in ("rope_theta", "partial_rotary_factor")
+                   if isinstance(entry, Mapping) and entry.get(name) == value)
+    types = getattr(config, "layer_types", None) or []
+    with contextlib.suppress(Exception):
+        for idx, over in (_fields(config).get("per_layer_config") or {}).items():
+            if isinstance(over, Mapping) and over.get("head_dim") == value and int(idx) < len(types):
+                pair = [types[int(idx)], "head_dim"]
+                if pair not in out:
+                    out.append(pair)
+    return sorted(out)
+
+
+def _legacy(use: hp.Use, p: Probe, nested: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Older keys the config class converts, where each lands, and their defaults."""
+    keys = _popped_keys(use.config_cls)
+    keys.update({"rope_theta": None, "partial_rotary_factor": None})  # where the top-level keys land
+    legacy, defaults = {}, {}
+    for key, default in sorted(keys.items()):
+        if key in ("rope_scaling", "rope_parameters", "dtype", "torch_dtype"):
+            continue
+        for value in (12345.0, 0.375, 48):
+            try:
+                config = hp.tiny_config(use.config_cls, **{**p.values, key: value})
+            except Exception:
+                continue
+            where = _landing(config, value)
+            if where:
+                legacy[key] = where
+                if default is not None:
+                    defaults[key] = default
+                break
+    return legacy, defaults
+
+
+def _fallback(use: hp.Use, p: Probe, nested: bool) -> Any:
+    """What transformers fills into a stated rope dict that lacks the base and the factor (per layer type)."""
+    rp = getattr(p.config, "rope_parameters", None) or {}
+    bare = {t: ({"rope_type": "default"} if v is not None else None) for t, v in rp.items()} if nested else {
+        "rope_type": "default"}
+    with contextlib.suppress(Exception):
+        config = hp.tiny_config(use.config_cls, **p.values, rope_parameters=bare)
+        got = config.rope_parameters or {}
+
+        def keep(d: Any) -> Any:
+            return {k: v for k, v in d.items() if k in ("rope_theta", "partial_rotary_factor")} if d else d
+
+        return _plain({t: keep(v) for t, v in got.items()} if nested else keep(got))
+    return {}
+
+
+def _layer_pattern(use: hp.Use, p: Probe) -> dict[str, Any]:
+    """How the config class fills in ``layer_types`` a config leaves out: every ``P``-th layer (1-based) of one
+    type, the others of another, ``P`` from a key; checked with two values of the key."""
+    fields = _fields(p.config)
+    if "layer_types" not in fields:
+        return {}
+    popped = _popped_keys(use.config_cls)
+    candidates = sorted({k for k in (*popped, *fields) if re.search("pattern|interval|every|period", k)
+                         and k not in ("no_rope_layer_interval",)})
+    n = 12
+    layers_key = next((k for k in ("num_hidden_layers", "n_layer", "n_layers") if k in fields), "num_hidden_layers")
+    for key in candidates:
+        found = []
+        for period in (3, 5):
+            try:
+                config = hp.tiny_config(use.config_cls, **{**p.values, key: period, layers_key: n, "layer_types": None})
+            except Exception:
+                break
+            types = list(getattr(config, "layer_types", None) or [])
+            if len(types) != n:
+                break
+            every, other = types[period - 1], types[0]
+            if every == other or types != [every if (i + 1) % period == 0 else other for i in range(n)]:
+                break
+            found.append((every, other))
+        if len(found) == 2 and found[0] == found[1]:
+            default = fields.get(key, popped.get(key))
+            if isinstance(default, int):
+                return {"key": key, "default": default, "every": found[0][0], "else": found[0][1]}
+    return {}
+
+
+def _scaling_to(use: hp.Use, p: Probe) -> list[str]:
+    """Layer types a flat (v4) ``rope_scaling`` applies to in a family with parameters per layer type."""
+    with contextlib.suppress(Exception):
+        config = hp.tiny_config(use.config_cls, **p.values, rope_scaling={"rope_type": "linear", "factor": 2.0})
+        params = config.rope_parameters or {}
+        return sorted(t for t, v in params.items() if isinstance(v, Mapping) and v.get("rope_type") == "linear")
+    return []
+
+
+def _rope_types(use: hp.Use, p: Probe, nested: bool, half: int) -> list[str]:
+    """The shared rope types the family's rotary module computes (it records them as its rope_type)."""
+    out = ["default"]
+    mp = int(getattr(p.config, "max_position_embeddings", 4096) or 4096)
+    for name, sample in SAMPLES.items():
+        params = sample(half, mp)
+        base = copy.deepcopy(getattr(p.config, "rope_parameters", None) or {})
+        if nested:
+            rp = {t: ({**v, **params} if isinstance(v, Mapping) else v) for t, v in base.items()}
+        else:
+            rp = {**base, **params}
+        try:
+            config = hp.tiny_config(use.config_cls, **p.values, rope_parameters=rp)
+            with hp.quiet():
+                rot = use.rotary(config)
+        except Exception:
+            continue
+        kind = getattr(rot, "rope_type", None)
+        kinds = set(kind.values()) if isinstance(kind, Mapping) else {kind}
+        if name in kinds:
+            out.append(name)
+    return out
+
+
+def _reader(entry: Mapping[str, Any], use: hp.Use) -> Any:
+    from arrayrope.families import Family
+
+    values = {k: v for k, v in entry.items() if k not in ("refused", "out_of_scope")}
+    for key in ("scaling_to", "config_path"):
+        if key in values:
+            values[key] = tuple(values[key])
+    if "legacy" in values:
+        values["legacy"] = {k: tuple(tuple(x) for x in v) for k, v in values["legacy"].items()}
+    return Family(use.model_type, **values)
+
+
+def _arrayrope_width(fam: Any, cfg: Mapping[str, Any], layer_type: str | None, layer_idx: int | None
+                     ) -> tuple[int, np.ndarray]:
+    """arrayrope's kernel head dim and default-rope frequencies for a config dict, as the reader gives them."""
+    import warnings
+
+    from arrayrope import rope_frequencies
+    from arrayrope._config_keys import read
+
+    s = read(cfg, "config", layer_type, None, fam)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        f = rope_frequencies(s.head_dim, base=s.base, rotary_dim=s.rotary_dim,
+                             partial_rotary_factor=s.partial_rotary_factor, scaling=s.scaling,
+                             max_position_embeddings=s.max_position_embeddings)
+    return s.head_dim, f.inv_freq
+
+
+def _module(use: hp.Use, p: Probe, values: Mapping[str, Any], layer_idx: int) -> tuple[dict[str, Any], int, Any]:
+    """A variant config (its kwargs, as a hub config.json states them), its kernel head dim and its module's
+    inv_freq for layer ``layer_idx``."""
+    kwargs = {**p.config.probe_kwargs, **values}
+    with hp.quiet():
+        config = use.config_cls(**copy.deepcopy(kwargs))
+    config.probe_kwargs = kwargs
+    att = p.attention(layer_idx, config)
+    d, _ = hp.rotating_features(att)
+    name = f"{att.layer_type}_inv_freq" if att.layer_type else "inv_freq"
+    buffers = dict(att.rotary.named_buffers())
+    inv = buffers.get(name, buffers.get("inv_freq"))
+    if inv is None:  # GPT-J, CodeGen: frequencies of a table of sin | cos columns
+        r = _module_width(att.rotary, None)
+        inv = 1.0 / (10000.0 ** (np.arange(0, r, 2) / r))
+    else:
+        inv = inv.detach().double().numpy()
+    hub = {"model_type": use.model_type, **_plain(config.probe_kwargs)}
+    return {"hub": hub, "saved": _plain(config.to_dict()), "config": config, "label": att.layer_type}, d, inv
+
+
+def _variants(use: hp.Use, p: Probe, per_type: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Configs that tell the rules apart: as is, partial rotary, another head dim, hidden size, rotary dim."""
+    fields = _fields(p.config)
+    out: list[dict[str, Any]] = [{}]
+    if "rope_parameters" in fields:  # a config class with rope parameters (GPT-J has none)
+        rp = copy.deepcopy(getattr(p.config, "rope_parameters", None) or {})
+        nested = rp and all(isinstance(v, Mapping) or v is None for v in rp.values())
+        half = {t: {**v, "partial_rotary_factor": 0.5} if isinstance(v, Mapping) else v for t, v in rp.items()} \
+            if nested else {**rp, "partial_rotary_factor": 0.5}
+        out.append({"rope_parameters": half})
+    head = next(iter(per_type.values()))["head_dim"]
+    if "head_dim" in fields and isinstance(fields["head_dim"], int):
+        out.append({"head_dim": fields["head_dim"] + 32})
+    hidden_key = next((k for k in ("hidden_size", "n_embd", "d_model") if isinstance(fields.get(k), int)), None)
+    if hidden_key and fields.get("head_dim") is None:
+        out.append({hidden_key: 2 * fields[hidden_key]})
+    if isinstance(fields.get("rotary_dim"), int):
+        out.append({"rotary_dim": max(2, fields["rotary_dim"] // 2)})
+    if isinstance(fields.get("qk_rope_head_dim"), int):
+        out.append({"qk_rope_head_dim": 32, "qk_nope_head_dim": 64})
+    del head
+    return out
+
+
+def _rules(use: hp.Use, p: Probe, entry: dict[str, Any], per_type: Mapping[str, Any]) -> tuple[str, str, str]:
+    """The head-dim and rotary-dim rules the module follows on every variant, and what was not matched."""
+    from arrayrope._config_keys import HEAD_DIM_RULES, ROTARY_DIM_RULES
+
+    rotating = {t: e for t, e in per_type.items() if not e.get("nope")}
+    measured = []
+    plain: dict[str, Any] = {}
+    for values in _variants(use, p, per_type):
+        for layer_type, e in rotating.items():
+            try:
+                dicts, d, inv = _module(use, p, values, e["index"])
+            except Exception:
+                continue
+            if not values:
+                plain[layer_type] = inv
+            # a partial factor the module ignores: arrayrope refuses it (the config contradicts the code)
+            ignored = "rope_parameters" in values and np.array_equal(inv, plain.get(layer_type))
+            measured.append((values, layer_type or None, e["index"], dicts, d, inv, ignored))
+    if not measured:
+        return "", "", "no variant of its config runs"
+    whys = []
+    for head in HEAD_DIM_RULES:
+        for rotary in ROTARY_DIM_RULES:
+            fam = _reader({**entry, "head_dim": head, "rotary_dim": rotary}, use)
+            reached, bad = _mismatch(fam, measured)
+            if not bad:
+                return head, rotary, ""
+            whys.append((-reached, f"{head}/{rotary}: {bad}"))
+    return "", "", min(whys)[1]  # the rules that matched the most configs: their first difference
+
+
+def _mismatch(fam: Any, measured: list[Any]) -> tuple[int, str]:
+    """How many measured configs arrayrope reads as the module computes them, and the first difference ('')."""
+    for reached, (values, layer_type, idx, dicts, d, inv, ignored) in enumerate(measured):
+        why = _differs(fam, values, layer_type, idx, dicts, d, inv, ignored)
+        if why:
+            return reached, why
+    return len(measured), ""
+
+
+def _differs(fam: Any, values: Any, layer_type: str | None, idx: int, dicts: Mapping[str, Any], d: int,
+             inv: np.ndarray, ignored: bool) -> str:
+    """How arrayrope's reading of one measured config differs from its module ('' where it does not)."""
+    raw = fam.defaults.get("rope_parameters")
+    base = float(raw.get("rope_theta") or 1e4) if isinstance(raw, Mapping) and "rope_theta" in raw else 1e4
+    for form in ("hub", "saved"):
+        try:
+            head, ours = _arrayrope_width(fam, dicts[form], layer_type, idx)
+        except ValueError as exc:
+            if ignored and "partial_rotary_factor" in str(exc):
+                continue
+            return f"{form} config {values}: {type(exc).__name__}: {exc}"
+        except Exception as exc:
+            return f"{form} config {values}: {type(exc).__name__}: {exc}"
+        if head != d:
+            return f"{form} config {values}: head dim {head}, transformers {d}"
+        # the module's buffer may hold them in another order (Ernie 4.5 VL's sections): compare the sets
+        a, b = np.sort(ours[ours != 0]), np.sort(inv[inv != 0])
+        if a.shape != b.shape or not np.allclose(a, b, rtol=4 * 2**-23 * (2 + math.log(max(base, 1e6))), atol=1e-12):
+            return f"{form} config {values}: {a.size} frequencies {a[-3:]}..., transformers {b.size} {b[-3:]}..."
+    return ""
+
+
+def _nope_rule(use: hp.Use, p: Probe, nope: list[int], per_type: Mapping[str, Any]) -> dict[str, Any] | str:
+    """How the config marks layers without RoPE, checked by running every layer; a string says why not known."""
+    fields = _fields(p.config)
+    rule: dict[str, Any] = {}
+    n = _layer_count(p.config)
+
+    def scan(values: Mapping[str, Any]) -> list[int] | None:
+        try:
+            config = hp.tiny_config(use.config_cls, **{**p.values, **values})
+            out = []
+            for i in range(_layer_count(config)):
+                _, rot = hp.rotating_features(p.attention(i, config))
+                if not rot.size:
+                    out.append(i)
+            return out
+        except Exception:
+            return None
+
+    popped = _popped_keys(use.config_cls)
+    if "no_rope_layers" in fields:
+        flags = [0 if i % 3 == 1 else 1 for i in range(n)]
+        got = scan({"no_rope_layers": flags})
+        if got == [i for i in range(n) if not flags[i]]:
+            rule = {"key": "no_rope_layers", "rope": 1}
+        elif got == [i for i in range(n) if flags[i]]:
+            rule = {"key": "no_rope_layers", "rope": 0}
+        else:
+            return f"its layers without RoPE follow no_rope_layers by a rule arrayrope does not know ({got})"
+        if "no_rope_layer_interval" in fields or "no_rope_layer_interval" in popped:
+            got = scan({"no_rope_layer_interval": 3, "no_rope_layers": None})
+            if got == [i for i in range(n) if (i + 1) % 3 == 0]:
+                interval = fields.get("no_rope_layer_interval", popped.get("no_rope_layer_interval"))
+                rule.update(interval_key="no_rope_layer_interval", interval=interval)
+            else:
+                return f"its no_rope_layer_interval leaves RoPE out of layers {got}, by a rule arrayrope does not know"
+        if scan({"no_rope_layers": None}) not in ([], [i for i in range(n) if (i + 1) % rule.get("interval", n + 1)
+                                                        == 0]):
+            return "its default config leaves RoPE out of some layers by a rule arrayrope does not know"
+    if nope and not rule:
+        types = list(getattr(p.config, "layer_types", None) or [])
+        params = getattr(p.config, "rope_parameters", None) or {}
+        if all(i < len(types) and params.get(types[i], {}) is None for i in nope):
+            return rule  # layer types without rope parameters (the config says so)
+        quiet = sorted({types[i] for i in nope if i < len(types)})
+        if len(types) >= n and quiet and all((types[i] in quiet) == (i in nope) for i in range(n)):
+            return {"layer_types": quiet}  # the attention of these layer types applies no rotation
+        return f"its layers {nope} rotate nothing, by a rule arrayrope does not know"
+    return rule
+
+
+def _switches(use: hp.Use, p: Probe, per_type: Mapping[str, Any]) -> dict[str, Any]:
+    """Config keys that change the rotation its attention applies, and how: boolean ones flipped, and the keys
+    the probe set to a published value, at their class default."""
+    fields = _fields(p.config)
+    first = next(e for e in per_type.values() if not e.get("nope"))
+    out: dict[str, Any] = {}
+    trials = [(k, v, not v) for k, v in sorted(fields.items())
+              if isinstance(v, bool) and re.search("rope|rotary|interleave", k)]
+    with hp.quiet():
+        class_default = _fields(use.config_cls())
+    trials += [(k, v, class_default.get(k)) for k, v in sorted(PUBLISHED.get(use.model_type, {}).items())
+               if isinstance(class_default.get(k), (bool, str))]
+    for key, _, other in trials:
+        try:
+            config = hp.tiny_config(use.config_cls, **{**p.values, key: other})
+            att = p.attention(first["index"], config)
+            d, rot = hp.rotating_features(att)
+            if not rot.size:
+                out[key] = {str(other).lower(): {"refused": f"with {key}={other!r} its attention applies no rotary "
+                                                            "embedding"}}
+                continue
+            att = p.attention(first["index"], config)
+            d, rot = hp.rotating_features(att)
+            layer = hp.Layer(att)
+            conv, why = _convention(layer)
+        except Exception:
+            continue
+        if why:
+            out[key] = {str(other).lower(): {"refused": why}}
+            continue
+        features = conv["apply_features"] if layer.width == d else _features(rot, d, layer.width)
+        got = {"layout": conv["layout"], "rotary_features": features,
+               "output_order": "half" if layer.permutation is not None else None}
+        changed = {k: v for k, v in got.items() if v != first.get(k)}
+        if changed:
+            out[key] = {str(other).lower(): changed}
+    return out
+
+
+def _rope_keys(use: hp.Use) -> list[str]:
+    """Keys of the rope dict that the family's rotary module reads in code of its own."""
+    keys: set[str] = set()
+    with contextlib.suppress(OSError, TypeError, SyntaxError):
+        tree = ast.parse(textwrap.dedent(inspect.getsource(use.rotary)))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(
+                    node.slice.value, str) and "rope_parameters" in ast.unparse(node.value):
+                keys.add(node.slice.value)
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                    and "rope_parameters" in ast.unparse(node.func.value) and node.args
+                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                keys.add(node.args[0].value)
+    return sorted(keys - _GENERIC_ROPE_KEYS)
+
+
+def _family_variants(use: hp.Use, p: Probe, half: int) -> dict[str, str]:
+    """Rope keys the family computes in code of its own, each with the arrayrope rope type that reproduces it
+    (checked on the module's frequencies and its cos at position 0), or '' where none does."""
+    import warnings
+
+    from arrayrope import rope_frequencies
+    from arrayrope.scaling import ROPE_TYPES
+
+    own = _rope_keys(use)
+    if not own:
+        return {}
+    out: dict[str, str] = {}
+    mp = int(getattr(p.config, "max_position_embeddings", 4096) or 4096)
+    for name, sample in SAMPLES.items():
+        params = {**sample(half, mp), **dict.fromkeys(own, 1.25)}
+        base = {**(getattr(p.config, "rope_parameters", None) or {}), **params}
+        try:
+            config = hp.tiny_config(use.config_cls, **p.values, rope_parameters=base)
+            with hp.quiet():
+                rot = use.rotary(config)
+                x = torch.zeros(1, 1, 8, dtype=torch.float64)
+                cos = rot(x, torch.zeros(1, 1, dtype=torch.int64))[0]
+            inv = rot.inv_freq.detach().double().numpy()
+            att = float(cos.flatten()[0])
+        except Exception:
+            continue
+        candidates = [t for t, e in ROPE_TYPES.items() if set(own) & e.keys]
+        match = ""
+        for cand in candidates:
+            with contextlib.suppress(Exception), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                f = rope_frequencies(2 * inv.size, base=float(base["rope_theta"]),
+                                     scaling={**params, "rope_type": cand}, max_position_embeddings=mp)
+                if np.allclose(f.inv_freq, inv, rtol=2e-6) and abs(f.attention_factor - att) < 1e-6:
+                    match = cand
+                    break
+        for key in own:
+            with contextlib.suppress(Exception):
+                plain = hp.tiny_config(use.config_cls, **p.values,
+                                       rope_parameters={k: v for k, v in base.items() if k not in own})
+                with hp.quiet():
+                    ref = use.rotary(plain)
+                if np.array_equal(ref.inv_freq.detach().double().numpy(), inv) and not match:
+                    continue  # the key changes nothing for this rope type
+            out[f"{name}+{key}"] = match
+    return out
+
+
+def nope_layers_by_type(per_type: Mapping[str, Any], p: Probe) -> bool:
+    """Whether some layer type of the default config rotates nothing."""
+    return any(e.get("nope") for e in per_type.values()) or bool(getattr(p.config, "layer_types", None))
+
+
+def facts(use: hp.Use) -> dict[str, Any]:
+    """The table entry of one rotary module's model type."""
+    scope = _scope(use)
+    if scope:
+        return {"out_of_scope": scope}
+    try:
+        p, per_type, nope = measure(use)
+    except Refused as exc:
+        return {"refused": str(exc)}
+    rotating = {t: e for t, e in per_type.items() if not e.get("nope")}
+    if not rotating:
+        return {"refused": "none of its attention layers rotates its queries in the default config"}
+    learned = sorted(name for name, _ in p.attention(next(iter(rotating.values()))["index"]).rotary.named_parameters())
+    if learned:
+        return {"refused": f"its rotary module has learned parameters {learned}, which the checkpoint's weights "
+                           "hold, not its config"}
+    conventions = {(e["layout"], e["direction"], e["rotary_features"], e["output_order"], e["offset"])
+                   for e in rotating.values()}
+    if len(conventions) > 1:
+        return {"refused": f"its layer types rotate in different conventions {sorted(map(str, conventions))}"}
+    layout, direction, features, output_order, offset = conventions.pop()
+    if offset:
+        return {"refused": f"its attention rotates by the positions shifted by {offset:+d}"}
+    entry: dict[str, Any] = {"layout": layout, "rotary_features": features}
+    if direction != 1:
+        entry["direction"] = direction
+    if output_order:
+        entry["output_order"] = output_order
+    aliases = _aliases(use.config_cls)
+    if aliases:
+        entry["aliases"] = aliases
+    rope_defaults = _rope_defaults(use, p)
+    nested = bool(rope_defaults) and all(isinstance(v, Mapping) or v is None for v in rope_defaults.values())
+    half = next(iter(rotating.values()))["apply_rotary_dim"] // 2
+    if not rope_defaults:  # a config class without rope parameters: the base its module uses, and nothing else
+        base = {e["base"] for e in rotating.values()}
+        if len(base) != 1:
+            return {"refused": f"its config has no rope parameters and its layers use the bases {sorted(base)}"}
+        rope_defaults = {"rope_type": "default", "rope_theta": base.pop()}
+        rope_types = ["default"]
+    else:
+        rope_types = _rope_types(use, p, nested, half)
+    defaults = {**_field_defaults(use.config_cls, aliases), "rope_parameters": rope_defaults, "rope_types": rope_types}
+    legacy, legacy_defaults = _legacy(use, p, nested)
+    defaults.update(legacy_defaults)
+    if rope_types != ["default"] or _fields(p.config).get("rope_parameters") is not None:
+        defaults["rope_fallback"] = _fallback(use, p, nested)
+    entry["defaults"] = defaults
+    if legacy:
+        entry["legacy"] = legacy
+    if nested:
+        entry["scaling_to"] = _scaling_to(use, p)
+    pattern = _layer_pattern(use, p) if nested or nope_layers_by_type(per_type, p) else {}
+    if pattern:
+        entry["layer_pattern"] = pattern
+    variants = _family_variants(use, p, half)
+    if variants:
+        entry["variants"] = variants
+    nope_rule = _nope_rule(use, p, nope, per_type)
+    if isinstance(nope_rule, str):
+        return {"refused": nope_rule}
+    if nope_rule:
+        entry["nope"] = nope_rule
+    switches = _switches(use, p, per_type)
+    if switches:
+        entry["switches"] = switches
+        with hp.quiet():
+            class_default = _fields(use.config_cls())
+        defaults.update({key: class_default.get(key) for key in switches})
+    head, rotary, why = _rules(use, p, entry, per_type)
+    if why:
+        return {"refused": f"arrayrope's reading of its config differs from its rotary module: {why}"}
+    if head != "head_dim":
+        entry["head_dim"] = head
+    if rotary != "head_dim":
+        entry["rotary_dim"] = rotary
+    return _plain(entry)
+
+
+def composites(uses: list[hp.Use]) -> dict[str, dict[str, Any]]:
+    """Model types whose config keeps a text model with a rotary module in a sub-config: where, and its type."""
+    from transformers import CONFIG_MAPPING
+
+    text = {u.model_type for u in uses if not _scope(u)}
+    out: dict[str, dict[str, Any]] = {}
+    for model_type in sorted(CONFIG_MAPPING.keys()):
+        if model_type in text:
+            continue
+        with hp.quiet():
+            try:
+                config = CONFIG_MAPPING[model_type]()
+            except Exception:
+                continue
+            paths = [(path, sub.model_type) for path, sub in hp.sub_configs(config)
+                     if getattr(sub, "model_type", None) in text]
+        if not paths:
+            continue
+        paths.sort(key=lambda ps: (not ps[0][-1].startswith("text"), "talker" in ".".join(ps[0]), len(ps[0]), ps[0]))
+        path, sub_type = paths[0]
+        out[model_type] = {"config_path": list(path), "config_model_type": sub_type}
+    return out
+
+
+def generate(only: list[str] | None = None, log: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
+    """Every model type's entry."""
+    uses = [u for u in hp.rotary_uses() if u.model_type]  # a sub-model without a model type of its own: no key
+    table: dict[str, dict[str, Any]] = {}
+    for use in uses:
+        if only and use.family not in only and use.model_type not in only:
+            continue
+        t = time.time()
+        entry = facts(use)
+        if log:
+            log(f"{use.model_type:28s} {time.time() - t:5.2f}s {entry}")
+        if use.model_type in table and table[use.model_type] != entry:
+            previous = table[use.model_type]
+            if "refused" in previous or "out_of_scope" in previous:
+                table[use.model_type] = entry
+            elif "refused" not in entry and "out_of_scope" not in entry:
+                table[use.model_type] = {"refused": "its rotary modules differ between the models that share it"}
+            continue
+        table[use.model_type] = entry
+    if not only:
+        table.update(composites(uses))
+    return dict(sorted(table.items()))
+
+
+def render(table: Mapping[str, Any]) -> str:
+    """The table module's source."""
+    import transformers
+
+    body = pprint.pformat(dict(table), width=116, sort_dicts=True, indent=1)
+    return (
+        '"""Generated by ``python tools/families.py`` from transformers '
+        f'{transformers.__version__}: do not edit (see arrayrope.families)."""\n\n'
+        "from typing import Any\n\n"
+        f'TRANSFORMERS_VERSION = "{transformers.__version__}"\n'
+        f"FAMILIES: dict[str, dict[str, Any]] = {body}\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="print the differences, write nothing")
+    parser.add_argument("--report", action="store_true", help="one line per model type, write nothing")
+    parser.add_argument("--only", nargs="*", help="probe these families or model types only (implies --report)")
+    args = parser.parse_args(argv)
+    t0 = time.time()
+    log = print if args.report or args.only else None
+    table = generate(args.only, log)
+    source = render(table)
+    shipped = TABLE.read_text(encoding="utf-8") if TABLE.exists() else ""
+    if args.check:
+        diff = list(difflib.unified_diff(shipped.splitlines(True), source.splitlines(True), "shipped", "fresh"))
+        sys.stdout.writelines(diff)
+        return 1 if diff else 0
+    if not (args.report or args.only):
+        TABLE.write_text(source, encoding="utf-8")
+        print(f"wrote {len(table)} model types to {TABLE.relative_to(ROOT)} in {time.time() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
