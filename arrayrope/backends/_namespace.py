@@ -8,9 +8,8 @@ an array's type or dtype are cached, so that a call costs dictionary lookups, no
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import array_api_compat as compat
@@ -32,10 +31,11 @@ _DEVICE_ATTRIBUTE = frozenset({"torch", "cupy", "array_api_strict"})
 
 _library_of_type: dict[type, str | None] = {}
 _namespace_of_type: dict[type, Any] = {}
-_normalized: dict[int, Any] = {}
-_dtypes_here: dict[tuple[int, Any, str], bool] = {}
-_real_floating: dict[tuple[int, Any], bool] = {}
-_integral: dict[tuple[int, Any], bool] = {}
+_normalized: dict[Hashable, Any] = {}
+_dtypes_here: dict[tuple[Hashable, Any, str], bool] = {}
+# per namespace, then per dtype: torch.compile before PyTorch 2.9 reads no dict with NumPy dtypes among its keys
+_real_floating: dict[Hashable, dict[Any, bool]] = {}
+_integral: dict[Hashable, dict[Any, bool]] = {}
 
 
 def library_of(x: object) -> str | None:
@@ -55,16 +55,31 @@ def library_of(x: object) -> str | None:
 
 def is_array(x: object) -> bool:
     """Whether ``x`` is an array of an Array API library."""
-    return type(x) in _namespace_of_type or compat.is_array_api_obj(x)
+    return type(x) in _namespace_of_type or _torch_namespace(x) is not None or compat.is_array_api_obj(x)
 
 
 def _namespace_of(a: Any) -> Any:
     t = type(a)
     ns = _namespace_of_type.get(t)
     if ns is None:
-        ns = compat.array_namespace(a)
+        ns = _torch_namespace(a) or compat.array_namespace(a)
         if library_of(a) is not None:  # a namespace that depends on the type alone
             _namespace_of_type[t] = ns
+    return ns
+
+
+def _torch_namespace(x: object) -> Any:
+    """array_api_compat's PyTorch namespace for a tensor (None for anything else), by import statements and
+    ``issubclass``: the first tensor arrayrope sees may be inside ``torch.compile``, whose tracer runs those
+    as they are (it warns on array_api_compat's cached type checks, and refuses ``importlib`` calls)."""
+    if library_of(x) != "torch":
+        return None
+    import torch
+
+    if not issubclass(type(x), torch.Tensor):
+        return None
+    import array_api_compat.torch as ns
+
     return ns
 
 
@@ -85,7 +100,7 @@ def namespace(*arrays: Any, xp: Any = None, names: tuple[str, ...] = ()) -> Any:
     """
     ns = None
     if xp is not None:
-        ns = _normalized.get(id(xp))
+        ns = _normalized.get(namespace_key(xp))
         if ns is None:
             try:
                 ns = _namespace_of(xp.asarray(0))
@@ -94,7 +109,7 @@ def namespace(*arrays: Any, xp: Any = None, names: tuple[str, ...] = ()) -> Any:
                     f"xp must be an array namespace (numpy, torch, cupy, jax.numpy, dask.array, array_api_strict "
                     f"or a compliant namespace), got {xp!r}"
                 ) from None
-            _normalized[id(xp)] = ns
+            _normalized[namespace_key(xp)] = ns
     found = None
     first_name = ""
     for i, a in enumerate(arrays):
@@ -104,7 +119,7 @@ def namespace(*arrays: Any, xp: Any = None, names: tuple[str, ...] = ()) -> Any:
         t = type(a)
         this = _namespace_of_type.get(t)
         if this is None:
-            if not compat.is_array_api_obj(a):
+            if _torch_namespace(a) is None and not compat.is_array_api_obj(a):
                 raise TypeError(
                     f"{name} must be an array (NumPy, PyTorch, CuPy, JAX, Dask...), got {type(a).__name__}"
                 )
@@ -126,6 +141,13 @@ def namespace(*arrays: Any, xp: Any = None, names: tuple[str, ...] = ()) -> Any:
     return found
 
 
+def namespace_key(xp: Any) -> Hashable:
+    """The key of caches per namespace: its module name (``torch.compile`` before PyTorch 2.9 traces no ``id()``
+    of a module), else its ``id``."""
+    name = getattr(xp, "__name__", None)
+    return name if isinstance(name, str) else id(xp)
+
+
 def library_name(ns: Any) -> str:
     """A short name of a namespace for messages (``numpy``, ``torch``, ``array_api_strict``...)."""
     name = getattr(ns, "__name__", repr(ns))
@@ -136,7 +158,7 @@ def check_device(xp: Any, device: Any, name: str = "device") -> None:
     """Raise ``ValueError`` unless ``device`` is None or a device of ``xp`` (an array can be made there)."""
     if device is None:
         return
-    key = (id(xp), cache_key(device), "device")
+    key = (namespace_key(xp), cache_key(device), "device")
     if key in _dtypes_here:
         return
     try:
@@ -175,11 +197,18 @@ def to_device(x: Any, device: Any) -> Any:
 
 def cache_key(obj: Any) -> Any:
     """``obj`` itself as part of a cache key where it hashes (devices, dtypes), else its repr."""
+    if obj is None or _HASHABLE.get(type(obj), False):  # torch.compile before PyTorch 2.9 traces no hash() of a device
+        return obj
     try:
         hash(obj)
     except TypeError:
         return repr(obj)
+    _HASHABLE[type(obj)] = True
     return obj
+
+
+#: Types whose objects hash, as :func:`cache_key` found (devices and dtypes are of a few types).
+_HASHABLE: dict[type, bool] = {str: True, int: True}
 
 
 def has_float64(xp: Any, device: Any) -> bool:
@@ -193,7 +222,7 @@ def has_int64(xp: Any, device: Any) -> bool:
 
 
 def _has_dtype(xp: Any, device: Any, name: str, kind: str) -> bool:
-    key = (id(xp), cache_key(device), name)
+    key = (namespace_key(xp), cache_key(device), name)
     ok = _dtypes_here.get(key)
     if ok is None:
         try:
@@ -215,20 +244,20 @@ def lazy_array(x: Any) -> bool:
     return bool(compat.is_lazy_array(x)) or getattr(getattr(x, "device", None), "type", None) == "meta"
 
 
-def _kind(cache: dict[tuple[int, Any], bool], xp: Any, dtype: Any, test: Callable[[Any, Any], Any]) -> bool:
+def _kind(cache: dict[Hashable, dict[Any, bool]], xp: Any, dtype: Any, test: Callable[[Any, Any], Any]) -> bool:
     """``test(xp, dtype)``, cached per namespace and dtype (False where the namespace cannot tell)."""
-    key = (id(xp), dtype)
-    try:
-        return cache[key]
-    except (KeyError, TypeError):  # not seen yet, or an unhashable dtype
-        pass
-    try:
-        ok = bool(test(xp, dtype))
-    except Exception:
-        ok = False
-    with contextlib.suppress(TypeError):  # an unhashable dtype is not cached
-        cache[key] = ok
-    return ok
+    of_namespace = cache.get(namespace_key(xp))
+    if of_namespace is None:
+        of_namespace = cache[namespace_key(xp)] = {}
+    key = cache_key(dtype)
+    found = of_namespace.get(key)  # no exception on the way: torch.compile before PyTorch 2.9 catches few
+    if found is None:
+        try:
+            found = bool(test(xp, dtype))
+        except Exception:
+            found = False
+        of_namespace[key] = found
+    return found
 
 
 def is_real_floating(xp: Any, dtype: Any) -> bool:

@@ -115,7 +115,16 @@ def _named(name: str) -> Backend:
 
 
 def library_module(library: str) -> Any:
-    """This package's module for ``library`` (imports the library itself only when it is used)."""
+    """This package's module for ``library`` (imports the library itself only when it is used).
+
+    PyTorch's module loads by an ``import`` statement: the first tensor arrayrope sees may be inside
+    ``torch.compile``, whose tracer runs import statements eagerly, outside the graph, but refuses to
+    trace ``importlib`` calls.
+    """
+    if library == "torch":
+        from . import torch as module
+
+        return module
     return importlib.import_module(f"{__package__}.{library}")
 
 
