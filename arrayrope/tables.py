@@ -94,9 +94,11 @@ def rope_tables(
                 return fast
         bits = max(pos - 1, 0).bit_length()
         pos = xp.arange(pos, dtype=index_dtype(xp, device), device=device)
-    # graphs that an ONNX exporter traces carry no float64: the exact float32 method
-    cos, sin = cos_sin(xp, freqs.inv_freq, pos, device, exact=dtype == xp.float64, bits=bits,
-                       float64=not backends.tracing(xp))
+    # traced graphs (torch.compile, torch.export, ONNX exporters) carry no float64 unless the tables are float64:
+    # the exact float32 method; the frequencies go as bytes, which tracers take as a constant
+    wide = dtype == xp.float64
+    cos, sin = cos_sin(xp, freqs._inv_freq_bytes, pos, device, exact=wide, bits=bits,
+                       float64=wide or not backends.tracing(xp))
     if factor != 1.0:
         cos, sin = cos * factor, sin * factor
     return xp.astype(cos, dtype, copy=False), xp.astype(sin, dtype, copy=False)

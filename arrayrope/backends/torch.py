@@ -29,8 +29,10 @@ elementwise ops themselves. Nothing created while tracing is kept afterwards.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+import threading
+import types
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
     from .registry import Backend
 
 __all__ = [
-    "arange_tables", "concrete", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy", "tracing",
+    "arange_tables", "concrete", "constant", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy", "tracing",
 ]
 
 #: Elements below which PyTorch runs an op on the calling thread (ATen's ``GRAIN_SIZE``).
@@ -123,6 +125,72 @@ def tracing() -> bool:
 def concrete(x: torch.Tensor) -> bool:
     """A plain tensor outside any trace, with storage: not a fake, functional or meta tensor of a tracer."""
     return type(x) is torch.Tensor and x.device.type != "meta" and not tracing()
+
+
+#: Host constants kept on their devices (digit rotations, turns), per maker, arguments and device; the oldest
+#: goes when a new one would exceed this many.
+CONSTANTS_KEPT = 64
+#: key -> (slot, tensor), oldest first; a slot names the function that hands the tensor to a graph
+_constants: dict[tuple[Any, ...], tuple[int, torch.Tensor]] = {}
+_constants_lock = threading.Lock()
+
+
+def constant(xp: Any, make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: Any) -> torch.Tensor:
+    """``make(*args)`` on ``device``, made once; a constant of the graph under ``torch.compile`` and ``torch.export``.
+
+    dynamo calls the functions marked with ``torch.compiler.assume_constant_result`` eagerly while it traces,
+    outside the graph, and keeps their tensors as constants of the graph; torch.export's non-strict mode and
+    TorchScript tracing call them as they are, and take the tensors as constants too. Up to PyTorch 2.14,
+    dynamo names such a constant after the function's code, and two different tensors of one graph under one
+    name fail in inductor ("already in seen_sources"): each kept tensor comes from a function of its own
+    (a slot), which :func:`_slot` picks.
+    """
+    found: torch.Tensor = _SLOTS[_slot(make, args, device)](make, args, device)
+    return found
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _at_trace_time(fn: _F) -> _F:
+    """``fn`` marked for dynamo to call while it traces, its result a constant of the graph."""
+    marked: _F = torch.compiler.assume_constant_result(fn)  # type: ignore[no-untyped-call]
+    return marked
+
+
+@_at_trace_time
+def _slot(make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: Any) -> int:
+    """The slot whose function returns this constant, made and kept now if it is new (0 if it cannot be kept)."""
+    key = (make, args, device)
+    entry = _constants.get(key)
+    if entry is not None:
+        return entry[0]
+    tensor = torch.tensor(make(*args), device=device)
+    if type(tensor) is not torch.Tensor or tensor.device.type == "meta":  # a tracer's fake (non-strict export)
+        return 0
+    with _constants_lock:
+        entry = _constants.get(key)
+        if entry is None:
+            while len(_constants) >= CONSTANTS_KEPT:
+                _constants.pop(next(iter(_constants)))
+            used = {slot for slot, _ in _constants.values()}
+            entry = _constants[key] = (min(set(range(len(_SLOTS))) - used), tensor)
+    return entry[0]
+
+
+def _kept(make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: Any) -> torch.Tensor:
+    entry = _constants.get((make, args, device))
+    return entry[1] if entry is not None else torch.tensor(make(*args), device=device)
+
+
+def _slot_function(i: int) -> Callable[[Callable[..., np.ndarray], tuple[Hashable, ...], Any], torch.Tensor]:
+    """:func:`_kept` under a name of its own (the name of the graph's constant)."""
+    code = _kept.__code__.replace(co_name=f"arrayrope_constant_{i}")
+    return _at_trace_time(types.FunctionType(code, _kept.__globals__, code.co_name))
+
+
+#: More slots than kept tensors: a new one always finds a free slot.
+_SLOTS = [_slot_function(i) for i in range(2 * CONSTANTS_KEPT)]
 
 
 def prepare(cos: torch.Tensor, sin: torch.Tensor, layout: str) -> tuple[torch.Tensor, ...] | None:
