@@ -9,7 +9,7 @@ an array's type or dtype are cached, so that a call costs dictionary lookups, no
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 import array_api_compat as compat
@@ -29,8 +29,11 @@ _ONE_DEVICE = frozenset({"numpy", "dask"})
 # libraries whose arrays carry their device as ``.device`` (compat.device would return it)
 _DEVICE_ATTRIBUTE = frozenset({"torch", "cupy", "array_api_strict"})
 
-_library_of_type: dict[type, str | None] = {}
-_namespace_of_type: dict[type, Any] = {}
+# Keyed by strings (a type's module and name, a namespace's name): torch.compile's tracer guards a dict keyed
+# by classes or modules as a whole (any new entry anywhere would recompile every graph that read it), one
+# keyed by strings on the entries read alone.
+_library_of_module: dict[str, str | None] = {}
+_namespace_of_type: dict[str, Any] = {}
 _normalized: dict[Hashable, Any] = {}
 _dtypes_here: dict[tuple[Hashable, Any, str], bool] = {}
 # per namespace, then per dtype: torch.compile before PyTorch 2.9 reads no dict with NumPy dtypes among its keys
@@ -44,27 +47,29 @@ def library_of(x: object) -> str | None:
     Decided by the array's type alone (cached per type): the one place where a
     module name tells which library an object comes from.
     """
-    t = type(x)
-    try:
-        return _library_of_type[t]
-    except KeyError:
-        lib = _MODULES.get(t.__module__.split(".")[0])
-        _library_of_type[t] = lib
-        return lib
+    module = type(x).__module__
+    lib = _library_of_module.get(module, "")
+    if lib == "":
+        lib = _library_of_module[module] = _MODULES.get(module.split(".")[0])
+    return lib
+
+
+def _type_key(t: type) -> str:
+    return f"{t.__module__}:{t.__qualname__}"
 
 
 def is_array(x: object) -> bool:
     """Whether ``x`` is an array of an Array API library."""
-    return type(x) in _namespace_of_type or _torch_namespace(x) is not None or compat.is_array_api_obj(x)
+    return _type_key(type(x)) in _namespace_of_type or _torch_namespace(x) is not None or compat.is_array_api_obj(x)
 
 
 def _namespace_of(a: Any) -> Any:
-    t = type(a)
-    ns = _namespace_of_type.get(t)
+    key = _type_key(type(a))
+    ns = _namespace_of_type.get(key)
     if ns is None:
         ns = _torch_namespace(a) or compat.array_namespace(a)
         if library_of(a) is not None:  # a namespace that depends on the type alone
-            _namespace_of_type[t] = ns
+            _namespace_of_type[key] = ns
     return ns
 
 
@@ -116,8 +121,7 @@ def namespace(*arrays: Any, xp: Any = None, names: tuple[str, ...] = ()) -> Any:
         name = names[i] if i < len(names) else f"argument {i}"
         if a is None:
             raise TypeError(f"{name} must be an array (NumPy, PyTorch, CuPy, JAX, Dask...), got None")
-        t = type(a)
-        this = _namespace_of_type.get(t)
+        this = _namespace_of_type.get(_type_key(type(a)))
         if this is None:
             if _torch_namespace(a) is None and not compat.is_array_api_obj(a):
                 raise TypeError(
@@ -197,18 +201,19 @@ def to_device(x: Any, device: Any) -> Any:
 
 def cache_key(obj: Any) -> Any:
     """``obj`` itself as part of a cache key where it hashes (devices, dtypes), else its repr."""
-    if obj is None or _HASHABLE.get(type(obj), False):  # torch.compile before PyTorch 2.9 traces no hash() of a device
+    key = _type_key(type(obj))
+    if obj is None or _HASHABLE.get(key, False):  # torch.compile before PyTorch 2.9 traces no hash() of a device
         return obj
     try:
         hash(obj)
     except TypeError:
         return repr(obj)
-    _HASHABLE[type(obj)] = True
+    _HASHABLE[key] = True
     return obj
 
 
 #: Types whose objects hash, as :func:`cache_key` found (devices and dtypes are of a few types).
-_HASHABLE: dict[type, bool] = {str: True, int: True}
+_HASHABLE: dict[str, bool] = {_type_key(str): True, _type_key(int): True}
 
 
 def has_float64(xp: Any, device: Any) -> bool:
@@ -273,3 +278,20 @@ def is_integral(xp: Any, dtype: Any) -> bool:
 def known(n: object) -> bool:
     """Whether a shape entry is known (the standard says None, Dask gives NaN)."""
     return n is not None and not (isinstance(n, float) and math.isnan(n))
+
+
+def warm(x: Any, dtypes: Iterable[Any], devices: Iterable[Any]) -> None:
+    """Answer now what the code running on arrays like ``x`` asks here: their namespace, the kinds of
+    ``dtypes``, what ``devices`` hold. Inside ``torch.compile`` a lookup that misses makes the graph depend on
+    the whole table (any later entry would recompile it); one that hits depends on its entry alone."""
+    xp = namespace(x)
+    namespace(x, xp=xp)
+    for dtype in dtypes:
+        cache_key(dtype)
+        is_real_floating(xp, dtype)
+        is_integral(xp, dtype)
+    for device in devices:
+        cache_key(device)
+        check_device(xp, device)
+        has_float64(xp, device)
+        has_int64(xp, device)

@@ -143,10 +143,12 @@ def constant(xp: Any, make: Callable[..., np.ndarray], args: tuple[Hashable, ...
     TorchScript tracing call them as they are, and take the tensors as constants too. Up to PyTorch 2.14,
     dynamo names such a constant after the function's code, and two different tensors of one graph under one
     name fail in inductor ("already in seen_sources"): each kept tensor comes from a function of its own
-    (a slot), which :func:`_slot` picks.
+    (a slot), which :func:`_slot` picks. The tensor comes as a view of its shape: dynamo reads no ``.shape``
+    of such a constant where the graph is traced with dynamic shapes.
     """
-    found: torch.Tensor = _SLOTS[_slot(make, args, device)](make, args, device)
-    return found
+    slot, shape = _slot(make, args, device)
+    found: torch.Tensor = _SLOTS[slot](make, args, device)
+    return found.view(shape)
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -159,23 +161,23 @@ def _at_trace_time(fn: _F) -> _F:
 
 
 @_at_trace_time
-def _slot(make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: Any) -> int:
-    """The slot whose function returns this constant, made and kept now if it is new (0 if it cannot be kept)."""
+def _slot(make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: Any) -> tuple[int, tuple[int, ...]]:
+    """The slot whose function returns this constant, made and kept now if it is new (0 if it cannot be kept),
+    and the constant's shape."""
     key = (make, args, device)
     entry = _constants.get(key)
-    if entry is not None:
-        return entry[0]
-    tensor = torch.tensor(make(*args), device=device)
-    if type(tensor) is not torch.Tensor or tensor.device.type == "meta":  # a tracer's fake (non-strict export)
-        return 0
-    with _constants_lock:
-        entry = _constants.get(key)
-        if entry is None:
-            while len(_constants) >= CONSTANTS_KEPT:
-                _constants.pop(next(iter(_constants)))
-            used = {slot for slot, _ in _constants.values()}
-            entry = _constants[key] = (min(set(range(len(_SLOTS))) - used), tensor)
-    return entry[0]
+    if entry is None:
+        tensor = torch.tensor(make(*args), device=device)
+        if type(tensor) is not torch.Tensor or tensor.device.type == "meta":  # a tracer's fake (non-strict export)
+            return 0, tuple(tensor.shape)
+        with _constants_lock:
+            entry = _constants.get(key)
+            if entry is None:
+                while len(_constants) >= CONSTANTS_KEPT:
+                    _constants.pop(next(iter(_constants)))
+                used = {slot for slot, _ in _constants.values()}
+                entry = _constants[key] = (min(set(range(len(_SLOTS))) - used), tensor)
+    return entry[0], tuple(entry[1].shape)
 
 
 def _kept(make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: Any) -> torch.Tensor:
@@ -387,4 +389,22 @@ def _complex_view_ok(t: torch.Tensor) -> bool:
     return s[-1] == 1 and all(v % 2 == 0 for v in s[:-1]) and t.storage_offset() % 2 == 0
 
 
+def _warm() -> None:
+    """Fill the lookups that the core's code reads on tensors, before a trace of it reads them (see
+    :func:`._namespace.warm`: a miss inside dynamo's trace would recompile the graph at the next new entry)."""
+    from . import _namespace, dispatch
+
+    devices = [torch.device("cpu")]
+    if torch.cuda.is_available():
+        devices += [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    if torch.backends.mps.is_available():
+        devices.append(torch.device("mps"))
+    dtypes = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+              torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    x = torch.empty(0)
+    _namespace.warm(x, dtypes, devices)
+    dispatch.tracing(_namespace.namespace(x))
+
+
+_warm()
 integrations.load("torch")  # packages built on the core plug into PyTorch's tracers now (the first tensor seen)
