@@ -31,8 +31,7 @@ _DEVICE_ATTRIBUTE = frozenset({"torch", "cupy", "array_api_strict"})
 
 # Keyed by strings (a type's module and name, a namespace's name): torch.compile's tracer guards a dict keyed
 # by classes or modules as a whole (any new entry anywhere would recompile every graph that read it), one
-# keyed by strings on the entries read alone.
-_library_of_module: dict[str, str | None] = {}
+# keyed by strings on the entries read alone. Tensors take none of the type caches (see _torch_namespace).
 _namespace_of_type: dict[str, Any] = {}
 _normalized: dict[Hashable, Any] = {}
 _dtypes_here: dict[tuple[Hashable, Any, str], bool] = {}
@@ -44,14 +43,10 @@ _integral: dict[Hashable, dict[Any, bool]] = {}
 def library_of(x: object) -> str | None:
     """``"numpy"``, ``"torch"``, ``"jax"``, ``"dask"``, ``"cupy"``, ``"array_api_strict"`` or None.
 
-    Decided by the array's type alone (cached per type): the one place where a
-    module name tells which library an object comes from.
+    Decided by the module of the array's type alone: the one place where a module name tells which
+    library an object comes from.
     """
-    module = type(x).__module__
-    lib = _library_of_module.get(module, "")
-    if lib == "":
-        lib = _library_of_module[module] = _MODULES.get(module.split(".")[0])
-    return lib
+    return _MODULES.get(type(x).__module__.split(".", 1)[0])
 
 
 def _type_key(t: type) -> str:
@@ -60,32 +55,35 @@ def _type_key(t: type) -> str:
 
 def is_array(x: object) -> bool:
     """Whether ``x`` is an array of an Array API library."""
-    return _type_key(type(x)) in _namespace_of_type or _torch_namespace(x) is not None or compat.is_array_api_obj(x)
+    return _torch_namespace(x) is not None or _type_key(type(x)) in _namespace_of_type or compat.is_array_api_obj(x)
 
 
 def _namespace_of(a: Any) -> Any:
+    ns = _torch_namespace(a)
+    if ns is not None:
+        return ns
     key = _type_key(type(a))
     ns = _namespace_of_type.get(key)
     if ns is None:
-        ns = _torch_namespace(a) or compat.array_namespace(a)
+        ns = compat.array_namespace(a)
         if library_of(a) is not None:  # a namespace that depends on the type alone
             _namespace_of_type[key] = ns
     return ns
 
 
 def _torch_namespace(x: object) -> Any:
-    """array_api_compat's PyTorch namespace for a tensor (None for anything else), by import statements and
-    ``issubclass``: the first tensor arrayrope sees may be inside ``torch.compile``, whose tracer runs those
-    as they are (it warns on array_api_compat's cached type checks, and refuses ``importlib`` calls)."""
-    if library_of(x) != "torch":
-        return None
-    import torch
+    """array_api_compat's PyTorch namespace for a tensor, None for anything else; asked first, of every array.
 
-    if not issubclass(type(x), torch.Tensor):
+    The first tensor arrayrope sees may be inside ``torch.compile``. The import statement loads arrayrope's
+    PyTorch module (a lookup in ``sys.modules`` after the first time), whose loading fills the lookups that
+    the code on tensors reads, before any is read: dynamo runs an import statement as it is, but fails a
+    graph for which a lookup it read changed while it traced (and refuses ``importlib`` calls).
+    """
+    if type(x).__module__.split(".", 1)[0] != "torch":
         return None
-    import array_api_compat.torch as ns
+    from . import torch as backend
 
-    return ns
+    return backend.namespace_of(x)
 
 
 def default_namespace() -> Any:
@@ -121,9 +119,11 @@ def namespace(*arrays: Any, xp: Any = None, names: tuple[str, ...] = ()) -> Any:
         name = names[i] if i < len(names) else f"argument {i}"
         if a is None:
             raise TypeError(f"{name} must be an array (NumPy, PyTorch, CuPy, JAX, Dask...), got None")
-        this = _namespace_of_type.get(_type_key(type(a)))
+        this = _torch_namespace(a)
         if this is None:
-            if _torch_namespace(a) is None and not compat.is_array_api_obj(a):
+            this = _namespace_of_type.get(_type_key(type(a)))
+        if this is None:
+            if not compat.is_array_api_obj(a):
                 raise TypeError(
                     f"{name} must be an array (NumPy, PyTorch, CuPy, JAX, Dask...), got {type(a).__name__}"
                 )

@@ -34,6 +34,7 @@ import types
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import array_api_compat.torch as _xp
 import numpy as np
 import torch
 
@@ -67,16 +68,19 @@ _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
 def probe() -> list[Backend]:
     """PyTorch on the CPU, and on CUDA when a GPU is present."""
-    import array_api_compat.torch as xp
-
     from .registry import Backend
 
     dtypes = ("float16", "bfloat16", "float32", "float64")
-    found = [Backend("torch", xp, torch.device("cpu"), dtypes, native=torch)]
+    found = [Backend("torch", _xp, torch.device("cpu"), dtypes, native=torch)]
     if torch.cuda.is_available():
-        found.append(Backend("torch-cuda", xp, torch.device("cuda"), dtypes, native=torch,
+        found.append(Backend("torch-cuda", _xp, torch.device("cuda"), dtypes, native=torch,
                              synchronize=torch.cuda.synchronize))
     return found
+
+
+def namespace_of(x: object) -> Any:
+    """array_api_compat's PyTorch namespace for a tensor, else None."""
+    return _xp if isinstance(x, torch.Tensor) else None
 
 
 def to_numpy(x: torch.Tensor) -> np.ndarray:
