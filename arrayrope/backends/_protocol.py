@@ -64,6 +64,14 @@ class Library(Protocol):
         """
         ...
 
+    def host(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """``fn(*args)``, a value computed on the host from constant arguments (frequencies, index maps).
+
+        A graph compiler of the library runs it while it traces, outside the graph, and keeps the result
+        as a constant of the graph (``torch.compile`` refuses host NumPy inside a trace).
+        """
+        ...
+
     def rotate(self, xp: Namespace, x: Array, cos: Array, sin: Array, layout: str) -> Array:
         """``x`` rotated as :func:`arrayrope._lib.rotation.rotate_reference` does, by this library's fast path."""
         ...

@@ -7,13 +7,14 @@ from typing import TYPE_CHECKING, Any
 import array_api_strict as xp
 import numpy as np
 
-from ._defaults import arange_tables, concrete, constant, prepare, rotate, rotate_prepared, tracing
+from ._defaults import arange_tables, concrete, constant, host, prepare, rotate, rotate_prepared, tracing
 
 if TYPE_CHECKING:
     from .registry import Backend
 
 __all__ = [
-    "arange_tables", "concrete", "constant", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy", "tracing",
+    "arange_tables", "concrete", "constant", "host", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy",
+    "tracing",
 ]
 
 

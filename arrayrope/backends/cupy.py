@@ -14,13 +14,14 @@ import cupy
 import numpy as np
 
 from .._lib.rotation import rotate_reference
-from ._defaults import arange_tables, concrete, constant, prepare, rotate_prepared, tracing
+from ._defaults import arange_tables, concrete, constant, host, prepare, rotate_prepared, tracing
 
 if TYPE_CHECKING:
     from .registry import Backend
 
 __all__ = [
-    "arange_tables", "concrete", "constant", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy", "tracing",
+    "arange_tables", "concrete", "constant", "host", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy",
+    "tracing",
 ]
 
 # One thread per pair: i runs over x.shape[:-1] + (h,); row = i / h, pair j = i % h. Features a and b

@@ -13,15 +13,15 @@ functions below are what the core calls:
 * :func:`tracing`: whether a graph of that library is being traced (no float64 then).
 * :func:`graph_rotary`: the rotary embedding a package built on the core registered
   for graphs of that library (:mod:`.integrations`), while one is traced.
-* :func:`constant`: an array computed on the host, which a graph compiler takes as a
-  constant of the graph (the tables' digit rotations and turns).
+* :func:`constant`, :func:`host`: an array or a value computed on the host, which a graph
+  compiler takes as a constant of the graph (the tables' digit rotations and turns, frequencies).
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -33,7 +33,8 @@ from ._protocol import Library
 from .registry import LIBRARIES, library_module
 
 __all__ = [
-    "arange_tables", "concrete", "constant", "graph_rotary", "library", "load_imported", "prepare", "rotate", "tracing",
+    "arange_tables", "concrete", "constant", "graph_rotary", "host", "library", "load_imported", "prepare", "rotate",
+    "tracing",
 ]
 
 _modules: dict[str, Library] = {}
@@ -125,3 +126,13 @@ def constant(xp: Namespace, make: Callable[..., np.ndarray], args: tuple[Hashabl
     if short in LIBRARIES:
         return library(short).constant(xp, make, args, device)
     return xp.asarray(make(*args), device=device)
+
+
+_T = TypeVar("_T")
+
+
+def host(xp: Namespace, fn: Callable[..., _T], args: tuple[Any, ...]) -> _T:
+    """``fn(*args)`` computed on the host (see :meth:`.Library.host`): a constant of the graph being traced."""
+    short = library_name(xp).split(".")[0]
+    found: _T = library(short).host(fn, args) if short in LIBRARIES else fn(*args)
+    return found

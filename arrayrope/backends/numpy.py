@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._lib.rotation import rotate_reference
-from ._defaults import concrete, constant, tracing
+from ._defaults import concrete, constant, host, tracing
 from .blocks import period as _period
 from .blocks import row_blocks
 
@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from .registry import Backend
 
 __all__ = [
-    "arange_tables", "concrete", "constant", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy", "tracing",
+    "arange_tables", "concrete", "constant", "host", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy",
+    "tracing",
 ]
 
 #: Bytes of x per block of the blocked kernel (three such blocks fit in a 1 MiB L2).

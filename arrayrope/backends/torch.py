@@ -46,7 +46,8 @@ if TYPE_CHECKING:
     from .registry import Backend
 
 __all__ = [
-    "arange_tables", "concrete", "constant", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy", "tracing",
+    "arange_tables", "concrete", "constant", "host", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy",
+    "tracing",
 ]
 
 #: Elements below which PyTorch runs an op on the calling thread (ATen's ``GRAIN_SIZE``).
@@ -182,6 +183,16 @@ def _slot(make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: A
                 used = {slot for slot, _ in _constants.values()}
                 entry = _constants[key] = (min(set(range(len(_SLOTS))) - used), tensor)
     return entry[0], tuple(entry[1].shape)
+
+
+def host(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """``fn(*args)``; under ``torch.compile`` and ``torch.export`` run while dynamo traces, the result a constant."""
+    return _host(fn, args)
+
+
+@_at_trace_time
+def _host(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    return fn(*args)
 
 
 def _kept(make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: Any) -> torch.Tensor:

@@ -273,12 +273,12 @@ axes='bhsd', rotary_features='trailing')
             checks.boolean(return_freqs, "return_freqs")
         graph = backends.graph_rotary(q)  # registered for graphs of q's library (ONNX export), while one is traced
         if graph is not None:
-            fused = graph(q, k, freqs=self._fixed_freqs(seq_len), positions=positions, offset=offset,
+            fused = graph(q, k, freqs=lambda: self._fixed_freqs(seq_len), positions=positions, offset=offset,
                           layout=self.layout, axes=self.axes, max_positions=self.max_position_embeddings)
             if fused is not None:
                 return fused
         where = self._positions(xp, q, positions, offset, seq_len)
-        freqs = self._select(where.length) if self._resize is not None else self._start_freqs
+        freqs = self._select(xp, where.length) if self._resize is not None else self._start_freqs
         # The tables are built here to broadcast against q and k: no need to check them again.
         cos, sin, prepared = self._tables(xp, q, freqs, where, q_dtype)
         q_rot = rotate_features(xp, q, cos, sin, self.layout, self.rotary_features, prepared)
@@ -403,9 +403,12 @@ axes='bhsd', rotary_features='trailing')
             self.freqs = self._resize(length)
             return self.freqs
 
-    def _select(self, length: int | None) -> RopeFrequencies:
-        """The frequencies for a call of length ``length`` (dynamic, longrope); updates ``freqs``."""
+    def _select(self, xp: Namespace, length: int | None) -> RopeFrequencies:
+        """The frequencies for a call of length ``length`` (dynamic, longrope); updates ``freqs``, except in a
+        graph being traced (``torch.compile``, ``torch.export``), which keeps the frequencies of its length."""
         assert self._resize is not None and length is not None
+        if backends.tracing(xp):
+            return self._resize.traced(xp, length)
         with self._lock:
             self.freqs = self._resize(length)
             return self.freqs
