@@ -186,12 +186,16 @@ def _slot(make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: A
 
 
 def host(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    """``fn(*args)``; under ``torch.compile`` and ``torch.export`` run while dynamo traces, the result a constant."""
-    return _host(fn, args)
+    """``fn(*args)``; under ``torch.compile`` and ``torch.export`` run while dynamo traces, the result a constant.
+
+    The arguments go one by one: dynamo fixes a dynamic int to its value as an argument of its own (with a
+    guard), not inside a tuple.
+    """
+    return _host(fn, *args)
 
 
 @_at_trace_time
-def _host(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+def _host(fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 

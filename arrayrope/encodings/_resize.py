@@ -56,9 +56,11 @@ class Resizer:
         current = self.rule(length, self.start_length, self.max_len, self.original)
         if current == self.start_length:
             return self.start
-        s = self.start
+        s, most = self.start, self.max_position_embeddings
+        # plain ints and floats (a traced int's value is fixed here: the graph holds one length's frequencies)
         found: RopeFrequencies = backends.host(xp, _frequencies, (
-            s.head_dim, s.base, s.rotary_dim, self.scaling, self.max_position_embeddings, operator.index(current)))
+            operator.index(s.head_dim), float(s.base), operator.index(s.rotary_dim), self.scaling,
+            None if most is None else operator.index(most), operator.index(current)))
         return found
 
     def _frequencies(self, length: int) -> RopeFrequencies:
