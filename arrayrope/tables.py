@@ -13,9 +13,10 @@ MPS, array_api_strict's ``no_float64`` device) the positions are split into 10-b
 digits, ``p = sum(d_k * 1024**k)``; the rotation of each digit comes from a small
 table computed exactly on the host, and the digit rotations are composed with the
 angle-addition formula in float32: within 1.5e-7 at every position (float32
-angles reach 6e-2 at 2**20). Graphs that ``torch.onnx.export`` traces take the float32
-method too: they carry no float64, which GPU, TensorRT and NPU execution providers run slowly
-or not at all.
+angles reach 6e-2 at 2**20). Graphs being traced (``torch.compile``, ``torch.export``,
+``torch.onnx.export``) take the float32 method too unless the tables are float64: they carry no
+float64, which GPU, TensorRT and NPU execution providers run slowly or not at all, and what the
+method needs from the host enters them as constants (:func:`arrayrope.backends.constant`).
 """
 
 from __future__ import annotations

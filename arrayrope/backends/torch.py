@@ -24,6 +24,11 @@ Calls that autograd records, and calls being traced or compiled (``torch.compile
 ``out=`` ops are not differentiable, the reference has no branch on the size of ``x``
 (exports with a dynamic batch or sequence stay dynamic) and the compilers fuse its
 elementwise ops themselves. Nothing created while tracing is kept afterwards.
+
+Host data that the tables need (:func:`constant`, :func:`host`) reaches a graph that dynamo traces
+(``torch.compile``, strict ``torch.export``) as a constant computed while it traces, outside the graph,
+through ``torch.compiler.assume_constant_result``; the lookups the core's code reads on tensors are filled
+when this module loads, so that inside a trace they hit (see :func:`._namespace.warm`).
 """
 
 from __future__ import annotations

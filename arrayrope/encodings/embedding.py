@@ -82,6 +82,15 @@ class RotaryEmbedding:
     the set of the latest call of any thread; ``return_freqs=True`` returns the set
     a call used, which is what ``rerotate`` needs when threads share an instance.
 
+    Under ``torch.compile`` (``fullgraph=True`` holds) and ``torch.export`` a call traces
+    whole: its tables are computed from its positions inside the graph (int offsets
+    too, which dynamo makes dynamic at their second value: a decode loop compiles
+    twice), by the exact float32 method unless the inputs are float64, so the graph
+    of a float32 model holds no float64 and is right at every position; the cache is
+    neither read nor filled. A graph keeps the frequencies of its length, from the
+    starting state (nothing changes while tracing): dynamic NTK compiles a graph per
+    length beyond ``max_position_embeddings``.
+
     An instance holds no parameters or buffers. Copies (``copy.copy``, ``copy.deepcopy``,
     ``pickle``, ``torch.save`` of a model that holds it) keep the configuration, the
     frequencies and the sequence-length state; each gets a lock and an empty cache of
