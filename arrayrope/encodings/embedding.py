@@ -335,10 +335,10 @@ axes='bhsd', rotary_features='trailing')
             if offset < 0:
                 raise ValueError(f"offset must be >= 0, got {offset}")
             # a trace keeps its own tables (nothing created while tracing may outlive it, and no cache keeps
-            # lazy arrays), and a traced sequence length may be symbolic: no comparison of it may run (dynamo
-            # turns one into a bound on the dimension, which torch.export refuses for a dynamic one)
+            # lazy arrays), and a graph compiler's sequence length may be symbolic: no comparison of it may run
+            # (dynamo turns one into a bound on the dimension, which torch.export refuses for a dynamic one)
             traced = not backends.concrete(q)
-            if not traced and isinstance(seq, int) and offset + seq > 2**31 and offset + seq - 1 > (
+            if not backends.tracing(xp) and isinstance(seq, int) and offset + seq > 2**31 and offset + seq - 1 > (
                 limit := int(xp.iinfo(index_dtype(xp, device)).max)
             ):
                 raise ValueError(
