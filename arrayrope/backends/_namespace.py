@@ -34,8 +34,9 @@ _DEVICE_ATTRIBUTE = frozenset({"torch", "cupy", "array_api_strict"})
 # keyed by strings on the entries read alone. Tensors take none of the type caches (see _torch_namespace).
 _namespace_of_type: dict[str, Any] = {}
 _normalized: dict[Hashable, Any] = {}
-_dtypes_here: dict[tuple[Hashable, Any, str], bool] = {}
-# per namespace, then per dtype: torch.compile before PyTorch 2.9 reads no dict with NumPy dtypes among its keys
+# per namespace, then per dtype or device: torch.compile before PyTorch 2.9 reads no dict with other libraries'
+# dtypes or devices among its keys
+_dtypes_here: dict[Hashable, dict[tuple[Any, str], bool]] = {}
 _real_floating: dict[Hashable, dict[Any, bool]] = {}
 _integral: dict[Hashable, dict[Any, bool]] = {}
 
@@ -162,14 +163,15 @@ def check_device(xp: Any, device: Any, name: str = "device") -> None:
     """Raise ``ValueError`` unless ``device`` is None or a device of ``xp`` (an array can be made there)."""
     if device is None:
         return
-    key = (namespace_key(xp), cache_key(device), "device")
-    if key in _dtypes_here:
+    known = _of_namespace(_dtypes_here, xp)
+    key = (cache_key(device), "device")
+    if key in known:
         return
     try:
         xp.asarray(0, device=device)
     except Exception as exc:
         raise ValueError(f"{name}={device!r} is not a device of {library_name(xp)}: {exc}") from None
-    _dtypes_here[key] = True
+    known[key] = True
 
 
 def device_of(x: Any) -> Any:
@@ -227,8 +229,9 @@ def has_int64(xp: Any, device: Any) -> bool:
 
 
 def _has_dtype(xp: Any, device: Any, name: str, kind: str) -> bool:
-    key = (namespace_key(xp), cache_key(device), name)
-    ok = _dtypes_here.get(key)
+    known = _of_namespace(_dtypes_here, xp)
+    key = (cache_key(device), name)
+    ok = known.get(key)
     if ok is None:
         try:
             info = xp.__array_namespace_info__()
@@ -239,7 +242,7 @@ def _has_dtype(xp: Any, device: Any, name: str, kind: str) -> bool:
                 ok = xp.asarray(1, dtype=dtype, device=device).dtype == dtype
             except Exception:
                 ok = False
-        _dtypes_here[key] = bool(ok)
+        known[key] = bool(ok)
     return bool(ok)
 
 
@@ -249,11 +252,17 @@ def lazy_array(x: Any) -> bool:
     return bool(compat.is_lazy_array(x)) or getattr(getattr(x, "device", None), "type", None) == "meta"
 
 
+def _of_namespace(cache: dict[Hashable, dict[Any, bool]], xp: Any) -> dict[Any, bool]:
+    """The part of ``cache`` that holds ``xp``'s entries."""
+    found = cache.get(namespace_key(xp))
+    if found is None:
+        found = cache[namespace_key(xp)] = {}
+    return found
+
+
 def _kind(cache: dict[Hashable, dict[Any, bool]], xp: Any, dtype: Any, test: Callable[[Any, Any], Any]) -> bool:
     """``test(xp, dtype)``, cached per namespace and dtype (False where the namespace cannot tell)."""
-    of_namespace = cache.get(namespace_key(xp))
-    if of_namespace is None:
-        of_namespace = cache[namespace_key(xp)] = {}
+    of_namespace = _of_namespace(cache, xp)
     key = cache_key(dtype)
     found = of_namespace.get(key)  # no exception on the way: torch.compile before PyTorch 2.9 catches few
     if found is None:
