@@ -64,6 +64,9 @@ class RopeFrequencies:
     attention_factor: float = 1.0
     base: float = 10000.0
     rope_type: str = "default"
+    #: ``inv_freq``'s float64 bytes: the key of the tables made from them on the host, and a value that graph
+    #: tracers (``torch.compile``) take as a constant, where they refuse NumPy arrays
+    _inv_freq_bytes: bytes = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         head_dim = checks.positive_int(self.head_dim, "head_dim", even=True)
@@ -77,6 +80,7 @@ class RopeFrequencies:
         if not np.all(np.isfinite(inv)):
             raise ValueError("inv_freq must be finite")
         inv.flags.writeable = False
+        object.__setattr__(self, "_inv_freq_bytes", inv.tobytes())
         if not isinstance(self.rope_type, str):
             raise TypeError(f"rope_type must be a string, got {self.rope_type!r}")
         values = {
@@ -102,7 +106,7 @@ class RopeFrequencies:
 
     def __reduce__(self) -> tuple[functools.partial[RopeFrequencies], tuple[()]]:
         # copies and unpickled sets go through the checks again, which also makes their inv_freq read-only
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
         return functools.partial(type(self), **fields), ()
 
 

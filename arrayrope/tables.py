@@ -13,9 +13,10 @@ MPS, array_api_strict's ``no_float64`` device) the positions are split into 10-b
 digits, ``p = sum(d_k * 1024**k)``; the rotation of each digit comes from a small
 table computed exactly on the host, and the digit rotations are composed with the
 angle-addition formula in float32: within 1.5e-7 at every position (float32
-angles reach 6e-2 at 2**20). Graphs that ``torch.onnx.export`` traces take the float32
-method too: they carry no float64, which GPU, TensorRT and NPU execution providers run slowly
-or not at all.
+angles reach 6e-2 at 2**20). Graphs being traced (``torch.compile``, ``torch.export``,
+``torch.onnx.export``) take the float32 method too unless the tables are float64: they carry no
+float64, which GPU, TensorRT and NPU execution providers run slowly or not at all, and what the
+method needs from the host enters them as constants (:func:`arrayrope.backends.constant`).
 """
 
 from __future__ import annotations
@@ -96,9 +97,11 @@ def rope_tables(
                 return fast
         bits = max(pos - 1, 0).bit_length()
         pos = xp.arange(pos, dtype=index_dtype(xp, device), device=device)
-    # graphs that an ONNX exporter traces carry no float64: the exact float32 method
-    cos, sin = cos_sin(xp, freqs.inv_freq, pos, device, exact=dtype == xp.float64, bits=bits,
-                       float64=not backends.tracing(xp))
+    # traced graphs (torch.compile, torch.export, ONNX exporters) carry no float64 unless the tables are float64:
+    # the exact float32 method; the frequencies go as bytes, which tracers take as a constant
+    wide = dtype == xp.float64
+    cos, sin = cos_sin(xp, freqs._inv_freq_bytes, pos, device, exact=wide, bits=bits,
+                       float64=wide or not backends.tracing(xp))
     if factor != 1.0:
         cos, sin = cos * factor, sin * factor
     return xp.astype(cos, dtype, copy=False), xp.astype(sin, dtype, copy=False)

@@ -17,7 +17,7 @@ DEFAULT_BACKENDS = ("numpy", "torch", "jax", "dask", "cupy")
 #: Thread settings of one run: a count pinned before libraries load, or the libraries' own default.
 DEFAULT_THREADS = ("1", "default")
 #: Every section; the first thread setting runs all, the others those whose figures depend on threads.
-SECTIONS = ("apply", "embedding", "memory", "dask", "tables", "sweep", "far", "startup")
+SECTIONS = ("apply", "embedding", "compile", "memory", "dask", "tables", "sweep", "far", "startup")
 THREADED_SECTIONS = ("apply", "embedding", "tables", "sweep")
 #: Environment variables that fix the thread pools of OpenMP, MKL, OpenBLAS and numexpr.
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -40,6 +40,7 @@ class Config:
     batch_s: float = 2e-3
     rss: bool = True  # peak RSS of PyTorch calls, each in a fresh process (seconds each)
     far_offsets: tuple[int, ...] = (10**6, 2**31, 2**62)  # first positions of fresh RotaryEmbeddings ("far")
+    compiler: str = "inductor"  # torch.compile's backend in the compile section ("eager": dynamo alone)
     threads: str = "1"
     backends: tuple[str, ...] = DEFAULT_BACKENDS
     sections: tuple[str, ...] = SECTIONS
@@ -71,6 +72,7 @@ MODES: dict[str, Config] = {
     "tiny": Config(
         "tiny", _DECODE[:1], ((1, 2, 16, 128), (2, 2, 8, 128)), (1, 2, 16, 128), _STEPS[:1],
         (1, 16), 1 << 10, (1, 2, 16, 128), 2, rounds=1, batch_s=1e-4, rss=False, far_offsets=(10_000,),
+        compiler="eager",
     ),
 }
 

@@ -1,7 +1,7 @@
 """The measurements of one process under one thread setting: rotary application, decode steps, the sweep.
 
 Imported by :mod:`bench._worker` after the thread settings are made; the other
-sections live in :mod:`._memory`, :mod:`._dask` and :mod:`._tables`.
+sections live in :mod:`._compile`, :mod:`._memory`, :mod:`._dask` and :mod:`._tables`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import arrayrope
 from arrayrope._lib.rotation import rotate_reference
 
-from . import _dask, _far, _machine, _memory, _ort, _startup, _tables
+from . import _compile, _dask, _far, _machine, _memory, _ort, _startup, _tables
 from ._config import Config, Shape, thread_count
 from ._libs import Lib, naive, naive_complex, select
 from ._records import LAYOUTS, Layout, Record, Say, Tables, host_tables, naive_tables, ratios, record
@@ -41,6 +41,9 @@ def run(config: Config, say: Say) -> tuple[dict[str, Any], list[Record]]:
         for lib in eager:
             records.extend(embedding_decode(lib, step, layout, config, say)
                            for step in config.steps for layout in LAYOUTS)
+    if "compile" in config.sections:
+        for lib in eager:
+            records.extend(_compile.compile_cases(lib, config, say))
     if "memory" in config.sections:
         records.extend(_memory.memory(eager, config, say))
     if "dask" in config.sections:

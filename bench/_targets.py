@@ -145,6 +145,13 @@ def _user_targets(records: list[Record], add: Add) -> None:
             f"{plugin:+.0f} ms against -p no:arrayrope (pytest {r['seconds']['pytest'] * 1e3:.0f} ms); "
             f"loads {', '.join(r['plugin_loads']) or 'neither arrayrope nor numpy'}",
             plugin <= 40 and not r["plugin_loads"])
+    for r in _find(records, section="compile", phase="decode", shape=[STEP[0], STEP[1], 1, 128]):
+        ratio = r["x_eager"].get("compiled", math.nan)
+        graphs = r["graphs"].get("compiled", 0)
+        add(f"Compiled decode step ({r['backend']}, {r['compiler']})",
+            "torch.compile(fullgraph=True) step with a new offset each call ≤ eager; ≤ 2 graphs",
+            f"{_fmt(ratio)}× eager; {graphs} graph{'s' if graphs != 1 else ''} for every offset",
+            ratio <= 1.0 and graphs <= 2)
     for r in _find(records, section="far"):
         ratio = r["x_warm"].get(f"fresh, offset {r['offset']}", math.nan)
         peak = r.get("peak_MB")

@@ -57,8 +57,9 @@ def _finite(ratios: dict) -> bool:
 def test_every_section_and_workload_is_recorded(tiny_run):
     config, meta, records = tiny_run
     dask = {"dask"} if importlib.util.find_spec("dask") else set()  # the Dask section needs Dask
+    torch = {"compile"} if importlib.util.find_spec("torch") else set()  # torch.compile's section
     assert {r["section"] for r in records} == {"apply", "embedding", "memory", "tables", "sweep", "far",
-                                              "startup"} | dask
+                                              "startup"} | dask | torch
     assert all(r["threads"] == "default" for r in records)
     eager = [b for b in ("numpy", "torch") if b not in meta["missing"] and any(r["backend"] == b for r in records)]
     assert "numpy" in eager
@@ -93,6 +94,12 @@ def test_decode_and_other_records_have_their_ratios(tiny_run):
             assert set(r["x_naive"]) == {"copy q and k", "naive q and k", "naive twice", "RotaryEmbedding",
                                          "RotaryEmbedding, new step", "apply_rotary twice"}, r
             assert r["x_naive"]["naive q and k"] == 1.0 and _finite(r["x_naive"]) and _finite(r["x_copy"]), r
+        elif r["section"] == "compile":
+            assert set(r["x_eager"]) == {"eager", "compiled", "naive", "naive compiled"}, r
+            assert r["x_eager"]["eager"] == 1.0 and _finite(r["x_eager"]) and _finite(r["x_naive"]), r
+            # a decode step moves to a new offset on every call: one graph, and one more once dynamo makes the
+            # int offset dynamic at its second value, whatever the number of calls
+            assert 1 <= r["graphs"]["compiled"] <= 2, r
         elif r["section"] == "sweep":
             assert {"arrayrope half", "arrayrope interleaved", "naive half"} <= set(r["x_copy"]), r
             assert _finite(r["x_copy"]), r

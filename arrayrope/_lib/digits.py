@@ -71,28 +71,39 @@ def _turns(theta: float, shift: int) -> int:
     return (scaled >> (q - shift - exp - _FRACTION_BITS)) & ((1 << _FRACTION_BITS) - 1)
 
 
+def _key(inv_freq: np.ndarray | bytes) -> bytes:
+    """The frequencies as the bytes of their float64 values (the form the host caches are keyed by)."""
+    if isinstance(inv_freq, bytes):
+        return inv_freq
+    return np.ascontiguousarray(inv_freq, dtype=np.float64).tobytes()
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
 @functools.lru_cache(maxsize=256)
-def _pieces(inv_freq: bytes, shift: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    a, b, c = [], [], []
-    for theta in np.frombuffer(inv_freq, dtype=np.float64).tolist():
+def _pieces(inv_freq: bytes, shift: int) -> np.ndarray:
+    """Rows ``a``, ``b``, ``c`` of :func:`turn_pieces`, one array ``(3, len(inv_freq))``."""
+    out = np.empty((3, len(inv_freq) // 8))
+    for i, theta in enumerate(np.frombuffer(inv_freq, dtype=np.float64).tolist()):
         g = _turns(theta, shift)
-        a.append(math.ldexp(g >> 127, -33))
-        b.append(math.ldexp((g >> 94) & ((1 << 33) - 1), -66))
-        c.append(math.ldexp(g & ((1 << 94) - 1), -160))
-    out = (np.array(a), np.array(b), np.array(c))
-    for piece in out:
-        piece.flags.writeable = False
-    return out
+        out[0, i] = math.ldexp(g >> 127, -33)
+        out[1, i] = math.ldexp((g >> 94) & ((1 << 33) - 1), -66)
+        out[2, i] = math.ldexp(g & ((1 << 94) - 1), -160)
+    return _frozen(out)
 
 
-def turn_pieces(inv_freq: np.ndarray, shift: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def turn_pieces(inv_freq: np.ndarray | bytes, shift: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per frequency, ``frac(2**shift * theta / (2 pi)) = a + b + c``: ``a`` and ``b`` of 33 bits, float64."""
-    return _pieces(np.ascontiguousarray(inv_freq, dtype=np.float64).tobytes(), shift)
+    a, b, c = _pieces(_key(inv_freq), shift)
+    return a, b, c
 
 
-def _host_turns(d: np.ndarray, inv_freq: np.ndarray, shift: int) -> np.ndarray:
+def _host_turns(d: np.ndarray, inv_freq: bytes, shift: int) -> np.ndarray:
     """``frac(d * 2**shift * theta / (2 pi))`` reduced to ``[-1/2, 1/2]``, for integers ``|d| <= 2**20``."""
-    a, b, c = turn_pieces(inv_freq, shift)
+    a, b, c = _pieces(inv_freq, shift)
     d = d[:, None]
     whole = d * a  # exact: at most 20 + 33 bits
     t: np.ndarray = (whole - np.floor(whole)) + (d * b + d * c)
@@ -101,17 +112,36 @@ def _host_turns(d: np.ndarray, inv_freq: np.ndarray, shift: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=64)
 def _rotations(inv_freq: bytes, level: int) -> tuple[np.ndarray, np.ndarray]:
-    theta = np.frombuffer(inv_freq, dtype=np.float64)
-    angles = 2 * np.pi * _host_turns(np.arange(1 << DIGIT_BITS, dtype=np.float64), theta, DIGIT_BITS * level)
-    out = (np.cos(angles), np.sin(angles))
-    for t in out:
-        t.flags.writeable = False
-    return out
+    angles = 2 * np.pi * _host_turns(np.arange(1 << DIGIT_BITS, dtype=np.float64), inv_freq, DIGIT_BITS * level)
+    return _frozen(np.cos(angles)), _frozen(np.sin(angles))
 
 
-def digit_rotations(inv_freq: np.ndarray, level: int) -> tuple[np.ndarray, np.ndarray]:
+def digit_rotations(inv_freq: np.ndarray | bytes, level: int) -> tuple[np.ndarray, np.ndarray]:
     """cos/sin of ``d * 1024**level * inv_freq`` for ``d < 1024``, float64 within 1e-15, ``(1024, len(inv_freq))``."""
-    return _rotations(np.ascontiguousarray(inv_freq, dtype=np.float64).tobytes(), level)
+    return _rotations(_key(inv_freq), level)
+
+
+# What the device takes from the host, through backends.constant: plain functions (tracers take those as
+# constants, not functools' cache wrappers), each array made once by the host caches above.
+
+
+def _digit_table(inv_freq: bytes, level: int) -> np.ndarray:
+    """:func:`digit_rotations` rounded once to float32, cos then sin along the rows: ``(1024, 2 * len(inv_freq))``."""
+    return _float32_digit_table(inv_freq, level)
+
+
+@functools.lru_cache(maxsize=64)
+def _float32_digit_table(inv_freq: bytes, level: int) -> np.ndarray:
+    return _frozen(np.concatenate(_rotations(inv_freq, level), axis=1).astype(np.float32))
+
+
+def _turn_pieces(inv_freq: bytes, shift: int) -> np.ndarray:
+    """:func:`turn_pieces` as one array ``(3, len(inv_freq))``."""
+    return _pieces(inv_freq, shift)
+
+
+def _frequencies(inv_freq: bytes, dtype: str) -> np.ndarray:
+    return np.frombuffer(inv_freq, dtype=np.float64).astype(dtype)
 
 
 def _shifts(bits: int, digit: int, spare: int) -> range:
@@ -140,7 +170,7 @@ def _digit(xp: Namespace, n: Array, shift: int, bits: int, top: bool, work: Any)
 
 def cos_sin(
     xp: Namespace,
-    inv_freq: np.ndarray,
+    inv_freq: np.ndarray | bytes,
     pos: Array,
     device: Device,
     *,
@@ -155,38 +185,50 @@ def cos_sin(
     :func:`float64_turns`, as do all positions when ``exact`` (float64 tables: within a
     few ulps at every position). Without float64, :func:`float32_digits`. ``bits``
     bounds the magnitudes, ``|p| < 2**bits`` (default: read from ``pos``, see
-    :func:`~arrayrope._lib.positions.magnitude_bits`).
+    :func:`~arrayrope._lib.positions.magnitude_bits`). ``inv_freq`` may be given as the
+    bytes of its float64 values (:attr:`RopeFrequencies._inv_freq_bytes`): what the host
+    computes from it reaches the device through :func:`arrayrope.backends.constant`, so
+    that a graph compiler tracing this code meets no NumPy.
     """
+    key = _key(inv_freq)
     if bits is None:
         bits = magnitude_bits(xp, pos)
     if not (float64 and backends.has_float64(xp, device)):
-        return float32_digits(xp, inv_freq, pos, device, bits)
+        return float32_digits(xp, key, pos, device, bits)
     if exact or bits > WIDE_BITS:
-        return float64_turns(xp, inv_freq, pos, device, bits)
-    angles = xp.astype(pos, xp.float64)[..., None] * xp.asarray(np.array(inv_freq), device=device)
+        return float64_turns(xp, key, pos, device, bits)
+    angles = xp.astype(pos, xp.float64)[..., None] * backends.constant(xp, _frequencies, (key, "float64"), device)
     return xp.cos(angles), xp.sin(angles)
 
 
-def float64_turns(xp: Namespace, inv_freq: np.ndarray, pos: Array, device: Device, bits: int) -> tuple[Array, Array]:
+def float64_turns(
+    xp: Namespace, inv_freq: np.ndarray | bytes, pos: Array, device: Device, bits: int
+) -> tuple[Array, Array]:
     """float64 cos/sin of ``pos * inv_freq`` for positions ``|p| < 2**bits``, exact turns per 20-bit digit."""
+    key = _key(inv_freq)
     f64 = xp.float64
     n, rest = _split(xp, pos, f64)
     total: Any = None
     shifts = _shifts(bits, WIDE_BITS, 0)
     for shift in shifts:
         d = _digit(xp, n, shift, WIDE_BITS, shift == shifts[-1], f64)[..., None]
-        a, b, c = (xp.asarray(np.array(v), device=device) for v in turn_pieces(inv_freq, shift))
+        pieces = backends.constant(xp, _turn_pieces, (key, shift), device)
+        a, b, c = pieces[0, :], pieces[1, :], pieces[2, :]
         whole = d * a
         t = (whole - xp.floor(whole)) + (d * b + d * c)
         total = t if total is None else total + t
     angle = (total - xp.round(total)) * (2 * math.pi)
     if rest is not None:
-        angle = angle + rest[..., None] * xp.asarray(np.array(inv_freq), device=device)
+        angle = angle + rest[..., None] * backends.constant(xp, _frequencies, (key, "float64"), device)
     return xp.cos(angle), xp.sin(angle)
 
 
-def float32_digits(xp: Namespace, inv_freq: np.ndarray, pos: Array, device: Device, bits: int) -> tuple[Array, Array]:
+def float32_digits(
+    xp: Namespace, inv_freq: np.ndarray | bytes, pos: Array, device: Device, bits: int
+) -> tuple[Array, Array]:
     """float32 cos/sin of ``pos * inv_freq`` for positions ``|p| < 2**bits``, by 10-bit digit rotations."""
+    key = _key(inv_freq)
+    h = len(key) // 8
     f32 = xp.float32
     n, rest = _split(xp, pos, f32)
     shape = tuple(n.shape)
@@ -198,20 +240,18 @@ def float32_digits(xp: Namespace, inv_freq: np.ndarray, pos: Array, device: Devi
         top = shift == shifts[-1]
         d = _digit(xp, flat, shift, DIGIT_BITS, top, f32)
         index = xp.astype(xp.abs(d) if top else d, xp.int32)
-        c_tab, s_tab = digit_rotations(inv_freq, level)
-        c = xp.take(xp.asarray(c_tab.astype(np.float32), device=device), index, axis=0)
-        s = xp.take(xp.asarray(s_tab.astype(np.float32), device=device), index, axis=0)
+        rows = xp.take(backends.constant(xp, _digit_table, (key, level), device), index, axis=0)
+        c, s = rows[:, :h], rows[:, h:]
         if top:
             s = xp.where((d < 0)[:, None], -s, s)
         if cos is None:
             cos, sin = c, s
         else:
             cos, sin = cos * c - sin * s, sin * c + cos * s
-    h = inv_freq.shape[0]
     cos = xp.reshape(cos, (*shape, h))
     sin = xp.reshape(sin, (*shape, h))
     if rest is not None:
-        fa = rest[..., None] * xp.asarray(inv_freq.astype(np.float32), device=device)
+        fa = rest[..., None] * backends.constant(xp, _frequencies, (key, "float32"), device)
         fc, fs = xp.cos(fa), xp.sin(fa)
         cos, sin = cos * fc - sin * fs, sin * fc + cos * fs
     return cos, sin

@@ -2,7 +2,8 @@
 
 * Tables default to float32 on every backend (:data:`DEFAULT_TABLE`).
 * Angles are computed in float64 where the namespace and device have it, else by
-  the exact float32 method of :mod:`.digits` (:func:`work_dtype`).
+  the exact float32 method of :mod:`.digits` (:func:`work_dtype`); graphs being traced
+  carry no float64 unless their tables are float64.
 * Inputs are rotated by tables of float64 when they are float64, else float32:
   half-precision inputs are rotated in float32 and rounded once (:func:`table_dtype_for`).
 """
@@ -39,8 +40,12 @@ def table_dtype(xp: Namespace, dtype: DType | None, device: Any) -> DType:
     return dtype
 
 
-def work_dtype(xp: Namespace, device: Any) -> DType:
-    """float64 where ``xp`` has it on ``device``, else float32."""
+def work_dtype(xp: Namespace, device: Any, dtype: DType | None = None) -> DType:
+    """float64 where ``xp`` has it on ``device``, else float32; float32 as well in a graph being traced
+    (``torch.compile``, ``torch.export``) unless ``dtype``, the result's, is float64: traced graphs carry no
+    other float64."""
+    if backends.tracing(xp) and dtype != xp.float64:
+        return xp.float32
     return xp.float64 if backends.has_float64(xp, device) else xp.float32
 
 

@@ -36,7 +36,18 @@ from ._namespace import (
     same_device,
     to_device,
 )
-from .dispatch import arange_tables, concrete, graph_rotary, library, load_imported, prepare, rotate, tracing
+from .dispatch import (
+    arange_tables,
+    concrete,
+    constant,
+    graph_rotary,
+    host,
+    library,
+    load_imported,
+    prepare,
+    rotate,
+    tracing,
+)
 from .registry import ENV_VAR, LIBRARIES, VARIANTS, Backend, available, to_numpy
 
 __all__ = [
@@ -49,11 +60,13 @@ __all__ = [
     "cache_key",
     "check_device",
     "concrete",
+    "constant",
     "default_namespace",
     "device_of",
     "graph_rotary",
     "has_float64",
     "has_int64",
+    "host",
     "is_array",
     "is_integral",
     "is_real_floating",

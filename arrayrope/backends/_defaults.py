@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
+from typing import Any
+
 import numpy as np
 
 from .._lib.rotation import rotate_reference
-from .._lib.types import Array, DType, Namespace
+from .._lib.types import Array, Device, DType, Namespace
 from ._namespace import lazy_array
 from ._protocol import Prepared
 
-__all__ = ["arange_tables", "concrete", "prepare", "rotate", "rotate_prepared", "tracing"]
+__all__ = ["arange_tables", "concrete", "constant", "host", "prepare", "rotate", "rotate_prepared", "tracing"]
 
 
 def concrete(x: Array) -> bool:
@@ -20,6 +23,16 @@ def concrete(x: Array) -> bool:
 def tracing() -> bool:
     """No graph compiler or exporter of its own."""
     return False
+
+
+def constant(xp: Namespace, make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: Device) -> Array:
+    """A fresh array (the host side keeps its own caches; tracers such as ``jax.jit`` take it as a constant)."""
+    return xp.asarray(make(*args), device=device)
+
+
+def host(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """``fn(*args)`` as it is (tracers such as ``jax.jit`` run host code as it is)."""
+    return fn(*args)
 
 
 def rotate(xp: Namespace, x: Array, cos: Array, sin: Array, layout: str) -> Array:

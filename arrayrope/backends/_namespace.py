@@ -8,9 +8,8 @@ an array's type or dtype are cached, so that a call costs dictionary lookups, no
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 
 import array_api_compat as compat
 
@@ -31,42 +30,62 @@ _ONE_DEVICE = frozenset({"numpy", "dask"})
 # libraries whose arrays carry their device as ``.device`` (compat.device would return it)
 _DEVICE_ATTRIBUTE = frozenset({"torch", "cupy", "array_api_strict"})
 
-_library_of_type: dict[type, str | None] = {}
-_namespace_of_type: dict[type, Namespace] = {}
-_normalized: dict[int, Namespace] = {}
-_dtypes_here: dict[tuple[int, Hashable, str], bool] = {}
-_real_floating: dict[tuple[int, DType], bool] = {}
-_integral: dict[tuple[int, DType], bool] = {}
+# Keyed by strings (a type's module and name, a namespace's name): torch.compile's tracer guards a dict keyed
+# by classes or modules as a whole (any new entry anywhere would recompile every graph that read it), one
+# keyed by strings on the entries read alone. Tensors take none of the type caches (see _torch_namespace).
+_namespace_of_type: dict[str, Namespace] = {}
+_normalized: dict[Hashable, Namespace] = {}
+# per namespace, then per dtype or device: torch.compile before PyTorch 2.9 reads no dict with other libraries'
+# dtypes or devices among its keys
+_dtypes_here: dict[Hashable, dict[Hashable, bool]] = {}
+_real_floating: dict[Hashable, dict[Hashable, bool]] = {}
+_integral: dict[Hashable, dict[Hashable, bool]] = {}
 
 
 def library_of(x: object) -> str | None:
     """``"numpy"``, ``"torch"``, ``"jax"``, ``"dask"``, ``"cupy"``, ``"array_api_strict"`` or None.
 
-    Decided by the array's type alone (cached per type): the one place where a
-    module name tells which library an object comes from.
+    Decided by the module of the array's type alone: the one place where a module name tells which
+    library an object comes from.
     """
-    t = type(x)
-    try:
-        return _library_of_type[t]
-    except KeyError:
-        lib = _MODULES.get(t.__module__.split(".")[0])
-        _library_of_type[t] = lib
-        return lib
+    return _MODULES.get(type(x).__module__.split(".", 1)[0])
+
+
+def _type_key(t: type) -> str:
+    return f"{t.__module__}:{t.__qualname__}"
 
 
 def is_array(x: object) -> bool:
     """Whether ``x`` is an array of an Array API library."""
-    return type(x) in _namespace_of_type or compat.is_array_api_obj(x)
+    return _torch_namespace(x) is not None or _type_key(type(x)) in _namespace_of_type or compat.is_array_api_obj(x)
 
 
 def _namespace_of(a: Array) -> Namespace:
-    t = type(a)
-    ns = _namespace_of_type.get(t)
+    ns = _torch_namespace(a)
+    if ns is not None:
+        return ns
+    key = _type_key(type(a))
+    ns = _namespace_of_type.get(key)
     if ns is None:
         ns = compat.array_namespace(a)
         if library_of(a) is not None:  # a namespace that depends on the type alone
-            _namespace_of_type[t] = ns
+            _namespace_of_type[key] = ns
     return ns
+
+
+def _torch_namespace(x: object) -> Namespace | None:
+    """array_api_compat's PyTorch namespace for a tensor, None for anything else; asked first, of every array.
+
+    The first tensor arrayrope sees may be inside ``torch.compile``. The import statement loads arrayrope's
+    PyTorch module (a lookup in ``sys.modules`` after the first time), whose loading fills the lookups that
+    the code on tensors reads, before any is read: dynamo runs an import statement as it is, but fails a
+    graph for which a lookup it read changed while it traced (and refuses ``importlib`` calls).
+    """
+    if type(x).__module__.split(".", 1)[0] != "torch":
+        return None
+    from . import torch as backend
+
+    return backend.namespace_of(x)
 
 
 def default_namespace() -> Namespace:
@@ -86,7 +105,7 @@ def namespace(*arrays: Array, xp: Namespace | None = None, names: tuple[str, ...
     """
     ns = None
     if xp is not None:
-        ns = _normalized.get(id(xp))
+        ns = _normalized.get(namespace_key(xp))
         if ns is None:
             try:
                 ns = _namespace_of(xp.asarray(0))
@@ -95,15 +114,16 @@ def namespace(*arrays: Array, xp: Namespace | None = None, names: tuple[str, ...
                     f"xp must be an array namespace (numpy, torch, cupy, jax.numpy, dask.array, array_api_strict "
                     f"or a compliant namespace), got {xp!r}"
                 ) from None
-            _normalized[id(xp)] = ns
+            _normalized[namespace_key(xp)] = ns
     found = None
     first_name = ""
     for i, a in enumerate(arrays):
         name = names[i] if i < len(names) else f"argument {i}"
         if a is None:
             raise TypeError(f"{name} must be an array (NumPy, PyTorch, CuPy, JAX, Dask...), got None")
-        t = type(a)
-        this = _namespace_of_type.get(t)
+        this = _torch_namespace(a)
+        if this is None:
+            this = _namespace_of_type.get(_type_key(type(a)))
         if this is None:
             if not compat.is_array_api_obj(a):
                 raise TypeError(
@@ -127,6 +147,13 @@ def namespace(*arrays: Array, xp: Namespace | None = None, names: tuple[str, ...
     return found
 
 
+def namespace_key(xp: Namespace) -> Hashable:
+    """The key of caches per namespace: its module name (``torch.compile`` before PyTorch 2.9 traces no ``id()``
+    of a module), else its ``id``."""
+    name = getattr(xp, "__name__", None)
+    return name if isinstance(name, str) else id(xp)
+
+
 def library_name(ns: Namespace) -> str:
     """A short name of a namespace for messages (``numpy``, ``torch``, ``array_api_strict``...)."""
     name = getattr(ns, "__name__", repr(ns))
@@ -137,14 +164,15 @@ def check_device(xp: Namespace, device: Device, name: str = "device") -> None:
     """Raise ``ValueError`` unless ``device`` is None or a device of ``xp`` (an array can be made there)."""
     if device is None:
         return
-    key = (id(xp), cache_key(device), "device")
-    if key in _dtypes_here:
+    known = _of_namespace(_dtypes_here, xp)
+    key = (cache_key(device), "device")
+    if key in known:
         return
     try:
         xp.asarray(0, device=device)
     except Exception as exc:
         raise ValueError(f"{name}={device!r} is not a device of {library_name(xp)}: {exc}") from None
-    _dtypes_here[key] = True
+    known[key] = True
 
 
 def device_of(x: Array) -> Device:
@@ -176,11 +204,19 @@ def to_device(x: Array, device: Device) -> Array:
 
 def cache_key(obj: object) -> Hashable:
     """``obj`` itself as part of a cache key where it hashes (devices, dtypes), else its repr."""
+    key = _type_key(type(obj))
+    if obj is None or _HASHABLE.get(key, False):  # torch.compile before PyTorch 2.9 traces no hash() of a device
+        return obj
     try:
         hash(obj)
     except TypeError:
         return repr(obj)
+    _HASHABLE[key] = True
     return obj
+
+
+#: Types whose objects hash, as :func:`cache_key` found (devices and dtypes are of a few types).
+_HASHABLE: dict[str, bool] = {_type_key(str): True, _type_key(int): True}
 
 
 def has_float64(xp: Namespace, device: Device) -> bool:
@@ -194,8 +230,9 @@ def has_int64(xp: Namespace, device: Device) -> bool:
 
 
 def _has_dtype(xp: Namespace, device: Device, name: str, kind: str) -> bool:
-    key = (id(xp), cache_key(device), name)
-    ok = _dtypes_here.get(key)
+    known = _of_namespace(_dtypes_here, xp)
+    key = (cache_key(device), name)
+    ok = known.get(key)
     if ok is None:
         try:
             info = xp.__array_namespace_info__()
@@ -206,7 +243,7 @@ def _has_dtype(xp: Namespace, device: Device, name: str, kind: str) -> bool:
                 ok = xp.asarray(1, dtype=dtype, device=device).dtype == dtype
             except Exception:
                 ok = False
-        _dtypes_here[key] = bool(ok)
+        known[key] = bool(ok)
     return bool(ok)
 
 
@@ -216,21 +253,27 @@ def lazy_array(x: object) -> bool:
     return bool(compat.is_lazy_array(x)) or getattr(getattr(x, "device", None), "type", None) == "meta"
 
 
-def _kind(cache: dict[tuple[int, DType], bool], xp: Namespace, dtype: DType, test: Callable[[Namespace, DType], object]
-          ) -> bool:
+def _of_namespace(cache: dict[Hashable, dict[Hashable, bool]], xp: Namespace) -> dict[Hashable, bool]:
+    """The part of ``cache`` that holds ``xp``'s entries."""
+    found = cache.get(namespace_key(xp))
+    if found is None:
+        found = cache[namespace_key(xp)] = {}
+    return found
+
+
+def _kind(cache: dict[Hashable, dict[Hashable, bool]], xp: Namespace, dtype: DType,
+          test: Callable[[Namespace, DType], object]) -> bool:
     """``test(xp, dtype)``, cached per namespace and dtype (False where the namespace cannot tell)."""
-    key = (id(xp), dtype)
-    try:
-        return cache[key]
-    except (KeyError, TypeError):  # not seen yet, or an unhashable dtype
-        pass
-    try:
-        ok = bool(test(xp, dtype))
-    except Exception:
-        ok = False
-    with contextlib.suppress(TypeError):  # an unhashable dtype is not cached
-        cache[key] = ok
-    return ok
+    of_namespace = _of_namespace(cache, xp)
+    key = cache_key(dtype)
+    found = of_namespace.get(key)  # no exception on the way: torch.compile before PyTorch 2.9 catches few
+    if found is None:
+        try:
+            found = bool(test(xp, dtype))
+        except Exception:
+            found = False
+        of_namespace[key] = found
+    return found
 
 
 def is_real_floating(xp: Namespace, dtype: DType) -> bool:
@@ -246,3 +289,20 @@ def is_integral(xp: Namespace, dtype: DType) -> bool:
 def known(n: object) -> bool:
     """Whether a shape entry is known (the standard says None, Dask gives NaN)."""
     return n is not None and not (isinstance(n, float) and math.isnan(n))
+
+
+def warm(x: Array, dtypes: Iterable[DType], devices: Iterable[Device]) -> None:
+    """Answer now what the code running on arrays like ``x`` asks here: their namespace, the kinds of
+    ``dtypes``, what ``devices`` hold. Inside ``torch.compile`` a lookup that misses makes the graph depend on
+    the whole table (any later entry would recompile it); one that hits depends on its entry alone."""
+    xp = namespace(x)
+    namespace(x, xp=xp)
+    for dtype in dtypes:
+        cache_key(dtype)
+        is_real_floating(xp, dtype)
+        is_integral(xp, dtype)
+    for device in devices:
+        cache_key(device)
+        check_device(xp, device)
+        has_float64(xp, device)
+        has_int64(xp, device)

@@ -10,11 +10,12 @@ its import list. :func:`arrayrope.backends.dispatch.library` is the one lookup.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import numpy as np
 
-from .._lib.types import Array, DType, Namespace
+from .._lib.types import Array, Device, DType, Namespace
 
 if TYPE_CHECKING:
     from .registry import Backend
@@ -50,6 +51,24 @@ class Library(Protocol):
 
         Tables computed then carry no float64 (the exact float32 method): the graph runs
         wherever it is deployed, and the export layer's graphs carry none either.
+        """
+        ...
+
+    def constant(self, xp: Namespace, make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: Device
+                 ) -> Array:
+        """``make(*args)``, a NumPy array computed on the host from hashable arguments, as an array on ``device``.
+
+        What the tables need from the host (digit rotations, turns, frequencies) comes through here: a
+        graph compiler of the library takes the result as a constant of the graph, computed outside it
+        and never from traced values (``torch.compile`` refuses host NumPy inside a trace).
+        """
+        ...
+
+    def host(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """``fn(*args)``, a value computed on the host from constant arguments (frequencies, index maps).
+
+        A graph compiler of the library runs it while it traces, outside the graph, and keeps the result
+        as a constant of the graph (``torch.compile`` refuses host NumPy inside a trace).
         """
         ...
 

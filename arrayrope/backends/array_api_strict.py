@@ -7,12 +7,15 @@ from typing import TYPE_CHECKING, Any
 import array_api_strict as xp
 import numpy as np
 
-from ._defaults import arange_tables, concrete, prepare, rotate, rotate_prepared, tracing
+from ._defaults import arange_tables, concrete, constant, host, prepare, rotate, rotate_prepared, tracing
 
 if TYPE_CHECKING:
     from .registry import Backend
 
-__all__ = ["arange_tables", "concrete", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy", "tracing"]
+__all__ = [
+    "arange_tables", "concrete", "constant", "host", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy",
+    "tracing",
+]
 
 
 def probe() -> list[Backend]:

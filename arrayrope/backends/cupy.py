@@ -14,12 +14,15 @@ import cupy
 import numpy as np
 
 from .._lib.rotation import rotate_reference
-from ._defaults import arange_tables, concrete, prepare, rotate_prepared, tracing
+from ._defaults import arange_tables, concrete, constant, host, prepare, rotate_prepared, tracing
 
 if TYPE_CHECKING:
     from .registry import Backend
 
-__all__ = ["arange_tables", "concrete", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy", "tracing"]
+__all__ = [
+    "arange_tables", "concrete", "constant", "host", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy",
+    "tracing",
+]
 
 # One thread per pair: i runs over x.shape[:-1] + (h,); row = i / h, pair j = i % h. Features a and b
 # of the pair are j and j + h (half-split) or 2j and 2j + 1 (interleaved) within a row of d features.

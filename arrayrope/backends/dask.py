@@ -14,12 +14,15 @@ import dask.array as da
 import numpy as np
 
 from .._lib.rotation import rotate_reference
-from ._defaults import arange_tables, concrete, prepare, rotate_prepared, tracing
+from ._defaults import arange_tables, concrete, constant, host, prepare, rotate_prepared, tracing
 
 if TYPE_CHECKING:
     from .registry import Backend
 
-__all__ = ["arange_tables", "concrete", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy", "tracing"]
+__all__ = [
+    "arange_tables", "concrete", "constant", "host", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy",
+    "tracing",
+]
 
 
 def probe() -> list[Backend]:

@@ -13,27 +13,32 @@ functions below are what the core calls:
 * :func:`tracing`: whether a graph of that library is being traced (no float64 then).
 * :func:`graph_rotary`: the rotary embedding a package built on the core registered
   for graphs of that library (:mod:`.integrations`), while one is traced.
+* :func:`constant`, :func:`host`: an array or a value computed on the host, which a graph
+  compiler takes as a constant of the graph (the tables' digit rotations and turns, frequencies).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 import numpy as np
 
 from .._lib.rotation import rotate_reference
-from .._lib.types import Array, DType, Namespace
+from .._lib.types import Array, Device, DType, Namespace
 from . import integrations
-from ._namespace import lazy_array, library_name, library_of
+from ._namespace import lazy_array, library_name, library_of, namespace_key
 from ._protocol import Library
 from .registry import LIBRARIES, library_module
 
-__all__ = ["arange_tables", "concrete", "graph_rotary", "library", "load_imported", "prepare", "rotate", "tracing"]
+__all__ = [
+    "arange_tables", "concrete", "constant", "graph_rotary", "host", "library", "load_imported", "prepare", "rotate",
+    "tracing",
+]
 
 _modules: dict[str, Library] = {}
-_library_of_namespace: dict[int, str | None] = {}
+_library_of_namespace: dict[Hashable, str | None] = {}
 
 
 def library(name: str) -> Library:
@@ -71,10 +76,11 @@ def concrete(x: object) -> bool:
 
 def tracing(xp: Namespace) -> bool:
     """Whether a graph compiler or exporter of namespace ``xp``'s library is tracing (no float64 then)."""
-    name = _library_of_namespace.get(id(xp), "")
+    key = namespace_key(xp)
+    name = _library_of_namespace.get(key, "")
     if name == "":
         short = library_name(xp).split(".")[0]
-        name = _library_of_namespace[id(xp)] = short if short in LIBRARIES else None
+        name = _library_of_namespace[key] = short if short in LIBRARIES else None
     return name is not None and library(name).tracing()
 
 
@@ -109,3 +115,24 @@ def arange_tables(xp: Namespace, inv_freq: np.ndarray, n: int, dtype: DType, fac
     """cos/sin for positions ``0..n-1`` from the fast path of ``xp``'s library, or None."""
     short = library_name(xp).split(".")[0]
     return library(short).arange_tables(inv_freq, n, dtype, factor) if short in LIBRARIES else None
+
+
+def constant(xp: Namespace, make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: Device) -> Array:
+    """``make(*args)`` (host NumPy from hashable arguments) as an array of ``xp`` on ``device``.
+
+    See :meth:`.Library.constant`: graph compilers take it as a constant of the graph.
+    """
+    short = library_name(xp).split(".")[0]
+    if short in LIBRARIES:
+        return library(short).constant(xp, make, args, device)
+    return xp.asarray(make(*args), device=device)
+
+
+_T = TypeVar("_T")
+
+
+def host(xp: Namespace, fn: Callable[..., _T], args: tuple[Any, ...]) -> _T:
+    """``fn(*args)`` computed on the host (see :meth:`.Library.host`): a constant of the graph being traced."""
+    short = library_name(xp).split(".")[0]
+    found: _T = library(short).host(fn, args) if short in LIBRARIES else fn(*args)
+    return found

@@ -29,7 +29,9 @@ def register_graph_rotary(library: str, fn: Callable[..., Any]) -> None:
     """Trace ``fn`` in place of :class:`~arrayrope.RotaryEmbedding`'s computation in graphs of ``library``.
 
     ``fn(q, k, *, freqs, positions, offset, layout, axes, max_positions)`` returns the
-    rotated ``q`` (and ``k``), or None to let the core compute them.
+    rotated ``q`` (and ``k``), or None to let the core compute them; ``freqs()`` gives the
+    frequencies the graph keeps (it raises for the rope types that follow the sequence length
+    when the call gives no ``seq_len``), to be called only by a ``fn`` that rotates.
     """
     _graph_rotaries[library] = fn
 

@@ -10,12 +10,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._lib.rotation import rotate_reference
-from ._defaults import arange_tables, prepare, rotate_prepared, tracing
+from ._defaults import arange_tables, constant, host, prepare, rotate_prepared, tracing
 
 if TYPE_CHECKING:
     from .registry import Backend
 
-__all__ = ["arange_tables", "concrete", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy", "tracing"]
+__all__ = [
+    "arange_tables", "concrete", "constant", "host", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy",
+    "tracing",
+]
 
 _jitted: dict[str, Callable[..., Any]] = {}
 

@@ -21,14 +21,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._lib.rotation import rotate_reference
-from ._defaults import concrete, tracing
+from ._defaults import concrete, constant, host, tracing
 from .blocks import period as _period
 from .blocks import row_blocks
 
 if TYPE_CHECKING:
     from .registry import Backend
 
-__all__ = ["arange_tables", "concrete", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy", "tracing"]
+__all__ = [
+    "arange_tables", "concrete", "constant", "host", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy",
+    "tracing",
+]
 
 #: Bytes of x per block of the blocked kernel (three such blocks fit in a 1 MiB L2).
 BLOCK_BYTES = 1 << 18

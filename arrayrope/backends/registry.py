@@ -130,8 +130,18 @@ def _named(name: str) -> Backend:
 
 
 def library_module(library: str) -> Library:
-    """This package's module for ``library`` (imports the library itself only when it is used)."""
-    module: Library = importlib.import_module(f"{__package__}.{library}")  # every one provides the contract
+    """This package's module for ``library`` (imports the library itself only when it is used).
+
+    PyTorch's module loads by an ``import`` statement: the first tensor arrayrope sees may be inside
+    ``torch.compile``, whose tracer runs import statements eagerly, outside the graph, but refuses to
+    trace ``importlib`` calls.
+    """
+    if library == "torch":
+        from . import torch as torch_module
+
+        found: Library = torch_module  # every one provides the contract
+        return found
+    module: Library = importlib.import_module(f"{__package__}.{library}")
     return module
 
 

@@ -24,14 +24,22 @@ Calls that autograd records, and calls being traced or compiled (``torch.compile
 ``out=`` ops are not differentiable, the reference has no branch on the size of ``x``
 (exports with a dynamic batch or sequence stay dynamic) and the compilers fuse its
 elementwise ops themselves. Nothing created while tracing is kept afterwards.
+
+Host data that the tables need (:func:`constant`, :func:`host`) reaches a graph that dynamo traces
+(``torch.compile``, strict ``torch.export``) as a constant computed while it traces, outside the graph,
+through ``torch.compiler.assume_constant_result``; the lookups the core's code reads on tensors are filled
+when this module loads, so that inside a trace they hit (see :func:`._namespace.warm`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+import threading
+import types
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import array_api_compat.torch as _xp
 import numpy as np
 import torch
 
@@ -43,7 +51,8 @@ if TYPE_CHECKING:
     from .registry import Backend
 
 __all__ = [
-    "arange_tables", "concrete", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy", "tracing",
+    "arange_tables", "concrete", "constant", "host", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy",
+    "tracing",
 ]
 
 #: Elements below which PyTorch runs an op on the calling thread (ATen's ``GRAIN_SIZE``).
@@ -65,16 +74,19 @@ _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
 def probe() -> list[Backend]:
     """PyTorch on the CPU, and on CUDA when a GPU is present."""
-    import array_api_compat.torch as xp
-
     from .registry import Backend
 
     dtypes = ("float16", "bfloat16", "float32", "float64")
-    found = [Backend("torch", xp, torch.device("cpu"), dtypes, native=torch)]
+    found = [Backend("torch", _xp, torch.device("cpu"), dtypes, native=torch)]
     if torch.cuda.is_available():
-        found.append(Backend("torch-cuda", xp, torch.device("cuda"), dtypes, native=torch,
+        found.append(Backend("torch-cuda", _xp, torch.device("cuda"), dtypes, native=torch,
                              synchronize=torch.cuda.synchronize))
     return found
+
+
+def namespace_of(x: object) -> Any:
+    """array_api_compat's PyTorch namespace for a tensor, else None."""
+    return _xp if isinstance(x, torch.Tensor) else None
 
 
 def to_numpy(x: torch.Tensor) -> np.ndarray:
@@ -123,6 +135,88 @@ def tracing() -> bool:
 def concrete(x: torch.Tensor) -> bool:
     """A plain tensor outside any trace, with storage: not a fake, functional or meta tensor of a tracer."""
     return type(x) is torch.Tensor and x.device.type != "meta" and not tracing()
+
+
+#: Host constants kept on their devices (digit rotations, turns), per maker, arguments and device; the oldest
+#: goes when a new one would exceed this many.
+CONSTANTS_KEPT = 64
+#: key -> (slot, tensor), oldest first; a slot names the function that hands the tensor to a graph
+_constants: dict[tuple[Any, ...], tuple[int, torch.Tensor]] = {}
+_constants_lock = threading.Lock()
+
+
+def constant(xp: Any, make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: Any) -> torch.Tensor:
+    """``make(*args)`` on ``device``, made once; a constant of the graph under ``torch.compile`` and ``torch.export``.
+
+    dynamo calls the functions marked with ``torch.compiler.assume_constant_result`` eagerly while it traces,
+    outside the graph, and keeps their tensors as constants of the graph; torch.export's non-strict mode and
+    TorchScript tracing call them as they are, and take the tensors as constants too. Up to PyTorch 2.14,
+    dynamo names such a constant after the function's code, and two different tensors of one graph under one
+    name fail in inductor ("already in seen_sources"): each kept tensor comes from a function of its own
+    (a slot), which :func:`_slot` picks. The tensor comes as a view of its shape: dynamo reads no ``.shape``
+    of such a constant where the graph is traced with dynamic shapes.
+    """
+    slot, shape = _slot(make, args, device)
+    found: torch.Tensor = _SLOTS[slot](make, args, device)
+    return found.view(shape)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _at_trace_time(fn: _F) -> _F:
+    """``fn`` marked for dynamo to call while it traces, its result a constant of the graph."""
+    marked: _F = torch.compiler.assume_constant_result(fn)  # type: ignore[no-untyped-call]
+    return marked
+
+
+@_at_trace_time
+def _slot(make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: Any) -> tuple[int, tuple[int, ...]]:
+    """The slot whose function returns this constant, made and kept now if it is new (0 if it cannot be kept),
+    and the constant's shape."""
+    key = (make, args, device)
+    entry = _constants.get(key)
+    if entry is None:
+        tensor = torch.tensor(make(*args), device=device)
+        if type(tensor) is not torch.Tensor or tensor.device.type == "meta":  # a tracer's fake (non-strict export)
+            return 0, tuple(tensor.shape)
+        with _constants_lock:
+            entry = _constants.get(key)
+            if entry is None:
+                while len(_constants) >= CONSTANTS_KEPT:
+                    _constants.pop(next(iter(_constants)))
+                used = {slot for slot, _ in _constants.values()}
+                entry = _constants[key] = (min(set(range(len(_SLOTS))) - used), tensor)
+    return entry[0], tuple(entry[1].shape)
+
+
+def host(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """``fn(*args)``; under ``torch.compile`` and ``torch.export`` run while dynamo traces, the result a constant.
+
+    The arguments go one by one: dynamo fixes a dynamic int to its value as an argument of its own (with a
+    guard), not inside a tuple.
+    """
+    return _host(fn, *args)
+
+
+@_at_trace_time
+def _host(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
+
+
+def _kept(make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: Any) -> torch.Tensor:
+    entry = _constants.get((make, args, device))
+    return entry[1] if entry is not None else torch.tensor(make(*args), device=device)
+
+
+def _slot_function(i: int) -> Callable[[Callable[..., np.ndarray], tuple[Hashable, ...], Any], torch.Tensor]:
+    """:func:`_kept` under a name of its own (the name of the graph's constant)."""
+    code = _kept.__code__.replace(co_name=f"arrayrope_constant_{i}")
+    return _at_trace_time(types.FunctionType(code, _kept.__globals__, code.co_name))
+
+
+#: More slots than kept tensors: a new one always finds a free slot.
+_SLOTS = [_slot_function(i) for i in range(2 * CONSTANTS_KEPT)]
 
 
 def prepare(cos: torch.Tensor, sin: torch.Tensor, layout: str) -> tuple[torch.Tensor, ...] | None:
@@ -319,4 +413,22 @@ def _complex_view_ok(t: torch.Tensor) -> bool:
     return s[-1] == 1 and all(v % 2 == 0 for v in s[:-1]) and t.storage_offset() % 2 == 0
 
 
+def _warm() -> None:
+    """Fill the lookups that the core's code reads on tensors, before a trace of it reads them (see
+    :func:`._namespace.warm`: a miss inside dynamo's trace would recompile the graph at the next new entry)."""
+    from . import _namespace, dispatch
+
+    devices = [torch.device("cpu")]
+    if torch.cuda.is_available():
+        devices += [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    if torch.backends.mps.is_available():
+        devices.append(torch.device("mps"))
+    dtypes = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+              torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    x = torch.empty(0)
+    _namespace.warm(x, dtypes, devices)
+    dispatch.tracing(_namespace.namespace(x))
+
+
+_warm()
 integrations.load("torch")  # packages built on the core plug into PyTorch's tracers now (the first tensor seen)

@@ -8,10 +8,13 @@ frequencies computed.
 
 from __future__ import annotations
 
+import operator
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from .. import backends
+from .._lib.types import Namespace
 from ..frequencies import RopeFrequencies, rope_frequencies
 from ..scaling import rope_type
 
@@ -39,10 +42,36 @@ class Resizer:
         if self.current == self.start_length:
             return self.start
         if self.last is None or self.last[0] != self.current:
-            s = self.start
-            with warnings.catch_warnings():  # reported once, when the instance was made
-                warnings.simplefilter("ignore")
-                freqs = rope_frequencies(s.head_dim, base=s.base, rotary_dim=s.rotary_dim, scaling=self.scaling,
-                                         max_position_embeddings=self.max_position_embeddings, seq_len=self.current)
-            self.last = (self.current, freqs)
+            self.last = (self.current, self._frequencies(self.current))
         return self.last[1]
+
+    def traced(self, xp: Namespace, length: Any) -> RopeFrequencies:
+        """The frequencies a graph being traced keeps for calls of length ``length`` (no state changes).
+
+        The rule runs from the starting state, as a fresh instance's first call does: a graph holds no
+        state, so it keeps the frequencies of its length (dynamic NTK: those of every length beyond
+        ``max_position_embeddings``, which a traced length then fixes; ``torch.compile`` compiles a graph per
+        length there). They are computed on the host while the graph is traced (:func:`arrayrope.backends.host`).
+        """
+        current = self.rule(length, self.start_length, self.max_len, self.original)
+        if current == self.start_length:
+            return self.start
+        s, most = self.start, self.max_position_embeddings
+        # plain ints and floats (a traced int's value is fixed here: the graph holds one length's frequencies)
+        found: RopeFrequencies = backends.host(xp, _frequencies, (
+            operator.index(s.head_dim), float(s.base), operator.index(s.rotary_dim), self.scaling,
+            None if most is None else operator.index(most), operator.index(current)))
+        return found
+
+    def _frequencies(self, length: int) -> RopeFrequencies:
+        s = self.start
+        return _frequencies(s.head_dim, s.base, s.rotary_dim, self.scaling, self.max_position_embeddings, length)
+
+
+def _frequencies(head_dim: int, base: float, rotary_dim: int, scaling: Mapping[str, Any], max_len: int | None,
+                 length: int) -> RopeFrequencies:
+    """The type's frequencies for ``length``."""
+    with warnings.catch_warnings():  # reported once, when the instance was made
+        warnings.simplefilter("ignore")
+        return rope_frequencies(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
+                                max_position_embeddings=max_len, seq_len=length)

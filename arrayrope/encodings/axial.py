@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import backends
 from .._lib import checks
 from .._lib.types import (
     BAND_SPACINGS,
@@ -162,7 +163,6 @@ def axial_rope_tables(
     kind = checks.choice(grid, "grid", GRID_KINDS)
     order = checks.choice(indexing, "indexing", GRID_INDEXINGS)
     offset = checks.finite_real(grid_offset, "grid_offset")
-    bands = _bands(frequencies)
     shape = grid_shape(positions)
     if shape is not None:
         ns, coords, device = grid_coordinates(shape, train_grid, prefix, xp, device, kind=kind, indexing=order,
@@ -176,18 +176,13 @@ def axial_rope_tables(
         ns, coords = coordinate_array(positions, xp, device)
         coords = with_prefix(ns, coords, prefix, device, suffix)
     n_axes = coords.shape[-1]
+    # the frequencies are made on the host (a graph compiler tracing this takes them as constants)
+    bands = None if frequencies is None else backends.host(ns, _band_count, (frequencies,))
     if bands is not None and axis_dims is None:
-        axis_dims = (2 * bands.size,) * n_axes
+        axis_dims = (2 * bands,) * n_axes
     dims = _axis_dims(axis_dims, n_axes, rotary, from_grid=shape is not None)
     cos, sin = [], []
-    for j, d in enumerate(dims):
-        if bands is None:
-            freqs = rope_frequencies(d, base=base)
-        elif d != 2 * bands.size:
-            raise ValueError(f"axis_dims[{j}]={d} must be 2 * len(frequencies) = {2 * bands.size}")
-        else:
-            # explicit bands: no base made them; this set only carries them to rope_tables and stays here
-            freqs = RopeFrequencies(inv_freq=bands, head_dim=d, rotary_dim=d, base=1.0, rope_type="frequencies")
+    for j, freqs in enumerate(backends.host(ns, _axis_frequencies, (dims, base, frequencies))):
         c, s = rope_tables(freqs, coords[..., j], xp=ns, dtype=dtype, device=device)
         cos.append(c)
         sin.append(s)
@@ -217,6 +212,26 @@ def _axis_dims(axis_dims: Sequence[int] | None, n_axes: int, rotary: int, *, fro
     if sum(dims) != rotary:
         raise ValueError(f"axis_dims={list(dims)} sum to {sum(dims)}; they must sum to the rotary dim {rotary}")
     return dims
+
+
+def _axis_frequencies(dims: tuple[int, ...], base: float, frequencies: Any) -> tuple[RopeFrequencies, ...]:
+    """The frequencies of each axis: ``base ** (-2i / d)``, or the given ones."""
+    bands = _bands(frequencies)
+    found = []
+    for j, d in enumerate(dims):
+        if bands is None:
+            found.append(rope_frequencies(d, base=base))
+        elif d != 2 * bands.size:
+            raise ValueError(f"axis_dims[{j}]={d} must be 2 * len(frequencies) = {2 * bands.size}")
+        else:  # explicit bands: no base made them; this set only carries them to rope_tables and stays here
+            found.append(RopeFrequencies(inv_freq=bands, head_dim=d, rotary_dim=d, base=1.0, rope_type="frequencies"))
+    return tuple(found)
+
+
+def _band_count(frequencies: Any) -> int:
+    bands = _bands(frequencies)
+    assert bands is not None
+    return int(bands.size)
 
 
 def _bands(frequencies: Any) -> np.ndarray | None:

@@ -82,6 +82,15 @@ class RotaryEmbedding:
     the set of the latest call of any thread; ``return_freqs=True`` returns the set
     a call used, which is what ``rerotate`` needs when threads share an instance.
 
+    Under ``torch.compile`` (``fullgraph=True`` holds) and ``torch.export`` a call traces
+    whole: its tables are computed from its positions inside the graph (int offsets
+    too, which dynamo makes dynamic at their second value: a decode loop compiles
+    twice), by the exact float32 method unless the inputs are float64, so the graph
+    of a float32 model holds no float64 and is right at every position; the cache is
+    neither read nor filled. A graph keeps the frequencies of its length, from the
+    starting state (nothing changes while tracing): dynamic NTK compiles a graph per
+    length beyond ``max_position_embeddings``.
+
     An instance holds no parameters or buffers. Copies (``copy.copy``, ``copy.deepcopy``,
     ``pickle``, ``torch.save`` of a model that holds it) keep the configuration, the
     frequencies and the sequence-length state; each gets a lock and an empty cache of
@@ -313,12 +322,12 @@ axes='bhsd', rotary_features='trailing')
             checks.boolean(return_freqs, "return_freqs")
         graph = backends.graph_rotary(q)  # registered for graphs of q's library (ONNX export), while one is traced
         if graph is not None:
-            fused = graph(q, k, freqs=self._fixed_freqs(seq_len), positions=positions, offset=offset,
+            fused = graph(q, k, freqs=lambda: self._fixed_freqs(seq_len), positions=positions, offset=offset,
                           layout=self.layout, axes=self.axes, max_positions=self.max_position_embeddings)
             if fused is not None:
                 return fused
         where = self._positions(xp, q, positions, offset, seq_len)
-        freqs = self._select(where.length) if self._resize is not None else self._start_freqs
+        freqs = self._select(xp, where.length) if self._resize is not None else self._start_freqs
         # The tables are built here to broadcast against q and k: no need to check them again.
         cos, sin, prepared = self._tables(xp, q, freqs, where, q_dtype)
         q_rot = rotate_features(xp, q, cos, sin, self.layout, self.rotary_features, prepared)
@@ -366,9 +375,10 @@ axes='bhsd', rotary_features='trailing')
             if offset < 0:
                 raise ValueError(f"offset must be >= 0, got {offset}")
             # a trace keeps its own tables (nothing created while tracing may outlive it, and no cache keeps
-            # lazy arrays), and a traced sequence length may be symbolic: no comparison of it may branch
+            # lazy arrays), and a graph compiler's sequence length may be symbolic: no comparison of it may run
+            # (dynamo turns one into a bound on the dimension, which torch.export refuses for a dynamic one)
             traced = not backends.concrete(q)
-            if isinstance(seq, int) and offset + seq > 2**31 and offset + seq - 1 > (
+            if not backends.tracing(xp) and isinstance(seq, int) and offset + seq > 2**31 and offset + seq - 1 > (
                 limit := int(xp.iinfo(index_dtype(xp, device)).max)
             ):
                 raise ValueError(
@@ -443,9 +453,12 @@ axes='bhsd', rotary_features='trailing')
             self.freqs = self._resize(length)
             return self.freqs
 
-    def _select(self, length: int | None) -> RopeFrequencies:
-        """The frequencies for a call of length ``length`` (dynamic, longrope); updates ``freqs``."""
+    def _select(self, xp: Namespace, length: int | None) -> RopeFrequencies:
+        """The frequencies for a call of length ``length`` (dynamic, longrope); updates ``freqs``, except in a
+        graph being traced (``torch.compile``, ``torch.export``), which keeps the frequencies of its length."""
         assert self._resize is not None and length is not None
+        if backends.tracing(xp):
+            return self._resize.traced(xp, length)
         with self._lock:
             self.freqs = self._resize(length)
             return self.freqs

@@ -97,11 +97,11 @@ def mrope_tables(
         )
     cos_all, sin_all = rope_tables(freqs, positions, xp=xp, dtype=dtype, device=device)
     ns = backends.namespace(cos_all)
-    axis_of = _mrope_assignment(sections, interleaved)
     cos, sin = cos_all[0, ...], sin_all[0, ...]
     dev = backends.device_of(cos_all) if device is None else device
+    axis_of = backends.constant(ns, _mrope_assignment, (tuple(sections), interleaved), dev)
     for a in range(1, n):
-        mask = ns.asarray(axis_of == a, device=dev)
+        mask = axis_of == a
         cos = ns.where(mask, cos_all[a, ...], cos)
         sin = ns.where(mask, sin_all[a, ...], sin)
     return cos, sin

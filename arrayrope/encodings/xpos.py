@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import backends
 from .._lib import checks
-from .._lib.dtypes import table_dtype, work_dtype
+from .._lib.dtypes import dtype_name, table_dtype, work_dtype
 from .._lib.positions import as_positions
 from .._lib.types import Array, Device, DType, Namespace
 from ..frequencies import RopeFrequencies
@@ -27,6 +28,12 @@ __all__ = ["xpos_scales", "xpos_tables"]
 
 def _zeta(rotary_dim: int, gamma: float) -> np.ndarray:
     return (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim + gamma) / (1 + gamma)
+
+
+def _log_zeta(rotary_dim: int, gamma: float, dtype: str) -> np.ndarray:
+    """``log(zeta)`` on the host in float64, then in ``dtype``."""
+    found: np.ndarray = np.log(_zeta(rotary_dim, gamma)).astype(dtype)
+    return found
 
 
 def xpos_scales(
@@ -82,10 +89,9 @@ def xpos_scales(
     center = checks.finite_real(center, "center")
     xp, pos, device = as_positions(positions, xp=xp, device=device)
     dtype = table_dtype(xp, dtype, device)
-    work = work_dtype(xp, device)
+    work = work_dtype(xp, device, dtype)
     pos = xp.arange(pos, dtype=work, device=device) if isinstance(pos, int) else xp.astype(pos, work)
-    host = np.log(_zeta(freqs.rotary_dim, gamma))
-    log_zeta = xp.asarray(host if work == xp.float64 else host.astype(np.float32), device=device)
+    log_zeta = backends.constant(xp, _log_zeta, (freqs.rotary_dim, gamma, dtype_name(work)), device)
     power = ((pos - center) / scale_base)[..., None] * log_zeta
     return xp.astype(xp.exp(power), dtype), xp.astype(xp.exp(-power), dtype)
 

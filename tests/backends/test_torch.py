@@ -64,5 +64,5 @@ def test_torch_compile():
     x, f, pos = random_case((1, 2, 5, 8))
     c, s = arrayrope.rope_tables(f, torch.as_tensor(pos))
     xt = torch.tensor(x, dtype=torch.float32)
-    compiled = torch.compile(lambda a, b, d: arrayrope.apply_rotary(a, b, d), fullgraph=False)
+    compiled = torch.compile(lambda a, b, d: arrayrope.apply_rotary(a, b, d), fullgraph=True)
     np.testing.assert_allclose(compiled(xt, c, s).numpy(), rope_by_matrix(x, pos, f.inv_freq, "half"), atol=2e-6)

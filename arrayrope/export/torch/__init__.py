@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from ._after_import import after_import
@@ -41,6 +42,7 @@ def install() -> None:
 
     from arrayrope.backends import integrations
 
+    _in_onnx_export.append(torch.onnx.is_in_onnx_export)
     integrations.register_graph_rotary("torch", _while_exporting)
     version = _minor(torch.__version__)
     lo, hi = TESTED_TORCH
@@ -77,11 +79,16 @@ def _register() -> None:
 
 
 def _while_exporting(q: Any, k: Any, **call: Any) -> Any:
-    """The bridge's rotary embedding while ``torch.onnx.export`` traces (None under other tracers)."""
-    import torch
+    """The bridge's rotary embedding while ``torch.onnx.export`` traces (None under other tracers).
 
-    if not torch.onnx.is_in_onnx_export():
+    Under ``torch.compile`` and ``torch.export`` this runs inside dynamo's trace, which must meet no import.
+    """
+    if not _in_onnx_export[0]():
         return None
     from . import _bridge
 
     return _bridge.rotary_embedding(q, k, **call)
+
+
+#: ``torch.onnx.is_in_onnx_export``, taken when the bridge installs (PyTorch is imported then).
+_in_onnx_export: list[Callable[[], bool]] = []

@@ -207,10 +207,10 @@ def _position_ids(x: torch.Tensor, seq_axis: int, positions: Any, offset: Any) -
 
 
 def rotary_embedding(
-    q: torch.Tensor, k: torch.Tensor | None, *, freqs: Any, positions: Any, offset: Any, layout: str, axes: str,
-    max_positions: int | None,
+    q: torch.Tensor, k: torch.Tensor | None, *, freqs: Callable[[], Any], positions: Any, offset: Any, layout: str,
+    axes: str, max_positions: int | None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None:
-    """RotaryEmbedding's call while ``torch.onnx.export`` traces: one op per tensor.
+    """RotaryEmbedding's call while ``torch.onnx.export`` traces: one op per tensor (``freqs()``: its frequencies).
 
     None (RotaryEmbedding then traces its ordinary computation) for real-valued
     positions, which no cache holds, and for a dynamo export that has no translation
@@ -222,6 +222,6 @@ def rotary_embedding(
     if pos is None:
         return None
     chosen = current_options()
-    attrs = (frequencies_json(freqs), layout, axes, chosen.cache_rows(max_positions) or 0, chosen.target)  # 0: none
+    attrs = (frequencies_json(freqs()), layout, axes, chosen.cache_rows(max_positions) or 0, chosen.target)  # 0: none
     q_rot = _rotary(q, pos, *attrs)
     return q_rot if k is None else (q_rot, _rotary(k, pos, *attrs))
