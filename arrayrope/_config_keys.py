@@ -56,11 +56,20 @@ KEYS: dict[str, str] = {
 #: Keys of one family's own (read through its facts): a config of no known family that has them is refused.
 _FAMILY_KEYS = frozenset({"rope_local_base_freq", "global_rope_theta", "local_rope_theta", "global_head_dim"})
 # keys that configs of no model type (or of one transformers lacks) may use for the same settings
-_GENERIC_ALIASES = {"hidden_size": ("n_embd",), "num_attention_heads": ("n_head",),
-                    "max_position_embeddings": ("n_positions",), "partial_rotary_factor": ("rotary_pct",),
-                    "rope_theta": ("rotary_emb_base",)}
-KEYS.update({alias: f"read as {key} where the config names it so" for key, aliases in _GENERIC_ALIASES.items()
-             for alias in aliases})
+_GENERIC_ALIASES = {
+    "hidden_size": ("n_embd",),
+    "num_attention_heads": ("n_head",),
+    "max_position_embeddings": ("n_positions",),
+    "partial_rotary_factor": ("rotary_pct",),
+    "rope_theta": ("rotary_emb_base",),
+}
+KEYS.update(
+    {
+        alias: f"read as {key} where the config names it so"
+        for key, aliases in _GENERIC_ALIASES.items()
+        for alias in aliases
+    }
+)
 #: Keys that change RoPE in transformers and that arrayrope does not read: refused, with the reason.
 _REFUSED_KEYS = {
     "layer_rope_theta": "a base per layer index (Granite SWA, Muse), which arrayrope has no layer_type for",
@@ -93,8 +102,14 @@ class Settings:
 class View:
     """A config as its family's config class reads it: a key under its alias, the layer's override, the default."""
 
-    def __init__(self, cfg: Mapping[str, Any], fam: Family | None, where: str, layer_idx: int | None = None,
-                 layer_type: str | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Mapping[str, Any],
+        fam: Family | None,
+        where: str,
+        layer_idx: int | None = None,
+        layer_type: str | None = None,
+    ) -> None:
         self.cfg, self.fam, self.where = cfg, fam, where
         self.layer: Mapping[str, Any] = {}
         overrides = cfg.get("per_layer_config")
@@ -161,17 +176,21 @@ def _head_dim_or_division(v: View) -> int:
 HEAD_DIM_RULES: dict[str, Callable[[View], int]] = {
     "head_dim": _head_dim_or_division,
     "hidden_size": lambda v: v.size("hidden_size") // v.size("num_attention_heads"),
-    "qk_head_dim": lambda v: checks.non_negative_int(v.get("qk_nope_head_dim") or 0, f"{v.where}: qk_nope_head_dim")
-    + checks.positive_int(v.get("qk_rope_head_dim"), f"{v.where}: qk_rope_head_dim", even=True),
+    "qk_head_dim": lambda v: (
+        checks.non_negative_int(v.get("qk_nope_head_dim") or 0, f"{v.where}: qk_nope_head_dim")
+        + checks.positive_int(v.get("qk_rope_head_dim"), f"{v.where}: qk_rope_head_dim", even=True)
+    ),
 }
 #: How it finds the features its default rope rotates, from the head dim and ``partial_rotary_factor``.
 ROTARY_DIM_RULES: dict[str, Callable[[View, int, float | None], int]] = {
     "head_dim": lambda v, head, prf: head,
     "partial": lambda v, head, prf: int(head * prf) if prf is not None else head,
     "rotary_dim": lambda v, head, prf: checks.positive_int(
-        v.get("rotary_dim") or v.size("hidden_size"), f"{v.where}: rotary_dim", even=True),
-    "qk_rope_head_dim": lambda v, head, prf: checks.positive_int(v.get("qk_rope_head_dim"),
-                                                                 f"{v.where}: qk_rope_head_dim", even=True),
+        v.get("rotary_dim") or v.size("hidden_size"), f"{v.where}: rotary_dim", even=True
+    ),
+    "qk_rope_head_dim": lambda v, head, prf: checks.positive_int(
+        v.get("qk_rope_head_dim"), f"{v.where}: qk_rope_head_dim", even=True
+    ),
 }
 
 
@@ -195,17 +214,23 @@ def text_config(cfg: Mapping[str, Any], where: str) -> tuple[Mapping[str, Any], 
             nested = sub.get("model_type") or nested
         fam = family(nested)
         if fam is None:
-            raise ValueError(f"{where}: model type {nested!r} of its language model is not among transformers "
-                             f"{TRANSFORMERS_VERSION}'s families")
-    if fam is None and not any(k in cfg for k in ("head_dim", "hidden_size", "n_embd", "qk_rope_head_dim")) and (
-            isinstance(cfg.get("text_config"), Mapping)):
+            raise ValueError(
+                f"{where}: model type {nested!r} of its language model is not among transformers "
+                f"{TRANSFORMERS_VERSION}'s families"
+            )
+    if (
+        fam is None
+        and not any(k in cfg for k in ("head_dim", "hidden_size", "n_embd", "qk_rope_head_dim"))
+        and (isinstance(cfg.get("text_config"), Mapping))
+    ):
         cfg, where = cfg["text_config"], f"{where}['text_config']"
         fam = family(cfg.get("model_type"))
     return cfg, where, fam
 
 
-def read(cfg: Mapping[str, Any], where: str, layer_type: str | None, layer_idx: int | None = None,
-         fam: Family | None = None) -> Settings:
+def read(
+    cfg: Mapping[str, Any], where: str, layer_type: str | None, layer_idx: int | None = None, fam: Family | None = None
+) -> Settings:
     """The rotary settings of the (text) config ``cfg`` of family ``fam`` (None: what the config states)."""
     model_type = cfg.get("model_type")
     if fam is not None and (fam.out_of_scope or fam.refused):
@@ -262,7 +287,8 @@ def read(cfg: Mapping[str, Any], where: str, layer_type: str | None, layer_idx: 
         scaling = None
     layout, why = _layout(cfg, fam, model_type)
     nope = (layer_idx is not None and _no_rope(v, fam, layer_idx)) or bool(
-        fam is not None and layer_type is not None and layer_type in fam.nope.get("layer_types", ()))
+        fam is not None and layer_type is not None and layer_type in fam.nope.get("layer_types", ())
+    )
     max_len = None if max_len is None else int(max_len)
     return Settings(head_dim, float(base), rotary_dim, prf, scaling, max_len, features, layout, nope, model_type, why)
 
@@ -277,10 +303,16 @@ def _refuse_unknown(cfg: Mapping[str, Any], where: str, fam: Family | None) -> N
         if key in _REFUSED_KEYS:
             raise ValueError(f"{where}: {key!r} is not supported: {_REFUSED_KEYS[key]}")
         if key in _FAMILY_KEYS and key not in known:
-            raise ValueError(f"{where}: {key!r} is a key of one family ({KEYS[key].split(':')[0]}), which reads it its "
-                             f"own way; the config's model_type {cfg.get('model_type')!r} is not one that does")
-        if _ROPE_LIKE.search(key) and key not in known and key not in _IGNORED and (
-                fam is None or key not in fam.defaults):
+            raise ValueError(
+                f"{where}: {key!r} is a key of one family ({KEYS[key].split(':')[0]}), which reads it its "
+                f"own way; the config's model_type {cfg.get('model_type')!r} is not one that does"
+            )
+        if (
+            _ROPE_LIKE.search(key)
+            and key not in known
+            and key not in _IGNORED
+            and (fam is None or key not in fam.defaults)
+        ):
             raise ValueError(
                 f"{where}: key {key!r} looks like a rotary setting that arrayrope does not read; rather than ignore "
                 f"it, arrayrope stops (the keys it reads: {sorted(known)})"
@@ -297,10 +329,11 @@ def _one_base(cfg: Mapping[str, Any]) -> bool:
 
 def _per_type(cfg: Mapping[str, Any], fam: Family | None) -> bool:
     """Whether the config (or its family's defaults) keeps rope parameters per layer type."""
-    for params in (cfg.get("rope_scaling") or cfg.get("rope_parameters"),
-                   fam.defaults.get("rope_parameters") if fam is not None else None):
-        if isinstance(params, Mapping) and params and all(isinstance(x, Mapping) or x is None
-                                                          for x in params.values()):
+    for params in (
+        cfg.get("rope_scaling") or cfg.get("rope_parameters"),
+        fam.defaults.get("rope_parameters") if fam is not None else None,
+    ):
+        if isinstance(params, Mapping) and params and all(isinstance(x, Mapping) or x is None for x in params.values()):
             return True
     return False
 
@@ -319,16 +352,19 @@ def layer_types(cfg: Mapping[str, Any], fam: Family | None, where: str) -> list[
     return [rule["every"] if (i + 1) % period == 0 else rule["else"] for i in range(n)]
 
 
-def _layer_type_of(cfg: Mapping[str, Any], where: str, layer_type: str | None, layer_idx: int,
-                   fam: Family | None) -> str | None:
+def _layer_type_of(
+    cfg: Mapping[str, Any], where: str, layer_type: str | None, layer_idx: int, fam: Family | None
+) -> str | None:
     """The layer type of layer ``layer_idx`` from ``layer_types`` (and that it agrees with ``layer_type``)."""
     types = layer_types(cfg, fam, where)
     if not types:
         return layer_type
     layers = View(cfg, fam, where).get("num_hidden_layers")
     if layers is not None and layers != len(types):
-        raise ValueError(f"{where}: layer_types names {len(types)} entries for num_hidden_layers={layers}, which "
-                         "arrayrope does not map to layer indices; pass layer_type= instead of layer_idx=")
+        raise ValueError(
+            f"{where}: layer_types names {len(types)} entries for num_hidden_layers={layers}, which "
+            "arrayrope does not map to layer indices; pass layer_type= instead of layer_idx="
+        )
     if layer_idx >= len(types):
         raise ValueError(f"{where}: layer_idx={layer_idx} but layer_types names {len(types)} layers")
     own = types[layer_idx]
@@ -347,8 +383,11 @@ def _parameters(v: View, layer_type: str | None) -> tuple[dict[str, Any] | None,
     raw: Mapping[str, Any] = found or {}
     nested_file = bool(raw) and all(isinstance(x, Mapping) or x is None for x in raw.values())
     defaults = fam.defaults.get("rope_parameters") if fam is not None else None
-    per_type = isinstance(defaults, Mapping) and bool(defaults) and all(
-        isinstance(x, Mapping) or x is None for x in defaults.values())
+    per_type = (
+        isinstance(defaults, Mapping)
+        and bool(defaults)
+        and all(isinstance(x, Mapping) or x is None for x in defaults.values())
+    )
     if fam is None:
         if nested_file:
             chosen = _pick(raw, layer_type, where, sorted(raw))
@@ -444,8 +483,11 @@ def _pick(options: Mapping[str, Any], layer_type: str | None, where: str, names:
 
 def _check_rope_type(fam: Family, name: str, where: str) -> None:
     """A rope type the family's rotary module does not compute (GPT-J's fixed table) is refused."""
-    if name not in fam.variants.values() and fam.defaults.get("rope_types") is not None and name not in (
-            fam.defaults["rope_types"]):
+    if (
+        name not in fam.variants.values()
+        and fam.defaults.get("rope_types") is not None
+        and name not in (fam.defaults["rope_types"])
+    ):
         raise ValueError(
             f"{where}: transformers' {fam.model_type} rotary module does not compute rope_type {name!r} "
             f"(it computes {sorted(fam.defaults['rope_types'])}); arrayrope does not guess what it would do"
@@ -471,8 +513,9 @@ def _variant(params: dict[str, Any], fam: Family | None) -> dict[str, Any]:
     return params
 
 
-def _dims(v: View, fam: Family | None, layer: str | None, prf: Any, rope: str
-          ) -> tuple[int, int | None, str, float | None]:
+def _dims(
+    v: View, fam: Family | None, layer: str | None, prf: Any, rope: str
+) -> tuple[int, int | None, str, float | None]:
     """``(head_dim, rotary_dim or None, rotary_features, partial_rotary_factor)`` of the query and key heads."""
     where = v.where
     if fam is None:
@@ -492,8 +535,10 @@ def _dims(v: View, fam: Family | None, layer: str | None, prf: Any, rope: str
             "ignores it and rotates the whole head; remove the key (whole head) or the model_type (partial rotary)"
         )
     if rope == "proportional" and fam.head_dim != "head_dim":
-        raise ValueError(f"{where}: transformers computes rope_type 'proportional' of model type {fam.model_type!r} "
-                         "over its rotary features, arrayrope over the whole head; arrayrope does not read it")
+        raise ValueError(
+            f"{where}: transformers computes rope_type 'proportional' of model type {fam.model_type!r} "
+            "over its rotary features, arrayrope over the whole head; arrayrope does not read it"
+        )
     if fam.rotary_dim in ("partial", "head_dim"):
         return head, None if prf is None else int(head * float(prf)), fam.rotary_features, None
     width = ROTARY_DIM_RULES[fam.rotary_dim](v, head, None)
@@ -527,14 +572,18 @@ def _layout(cfg: Mapping[str, Any], fam: Family | None, model_type: Any) -> tupl
             return ("interleaved" if stated else "half"), ""
         if model_type is None:
             return None, "the config has no model_type"
-        return None, (f"model type {model_type!r} is not among transformers {TRANSFORMERS_VERSION}'s families, "
-                      "whose pair layouts arrayrope knows")
+        return None, (
+            f"model type {model_type!r} is not among transformers {TRANSFORMERS_VERSION}'s families, "
+            "whose pair layouts arrayrope knows"
+        )
     if fam.layout is None:
         return None, f"arrayrope has no facts for model type {fam.model_type!r}: {fam.refused}"
     if fam.direction != 1:
-        return None, (f"transformers' {fam.model_type} turns each pair the other way (its rotate_half is "
-                      "(x2, -x1)); swap the two halves of the rotary features of its q and k rows "
-                      "(arrayrope.permute_rotary_rows) and pass layout='half'")
+        return None, (
+            f"transformers' {fam.model_type} turns each pair the other way (its rotate_half is "
+            "(x2, -x1)); swap the two halves of the rotary features of its q and k rows "
+            "(arrayrope.permute_rotary_rows) and pass layout='half'"
+        )
     layout = fam.layout
     for key, cases in fam.switches.items():
         value = cfg.get(key, fam.defaults.get(key))
@@ -556,8 +605,9 @@ def _switched(cfg: Mapping[str, Any], fam: Family | None, where: str) -> None:
 
 def _no_rope(v: View, fam: Family | None, layer_idx: int) -> bool:
     """Whether layer ``layer_idx`` has no RoPE (``no_rope_layers``, ``no_rope_layer_interval``)."""
-    rule: Mapping[str, Any] = fam.nope if fam is not None else (
-        {"key": "no_rope_layers", "rope": 1} if "no_rope_layers" in v.cfg else {})
+    rule: Mapping[str, Any] = (
+        fam.nope if fam is not None else ({"key": "no_rope_layers", "rope": 1} if "no_rope_layers" in v.cfg else {})
+    )
     if not rule:
         return False
     if "layer_types" in rule:

@@ -13,8 +13,15 @@ from ._config_keys import KEYS, Settings, read, text_config
 from ._lib.files import read_regular_file
 from .frequencies import RopeFrequencies, rope_frequencies
 
-__all__ = ["CONFIG_KEYS", "MAX_CONFIG_BYTES", "load_config", "no_rope", "rope_config", "rope_frequencies_from_config",
-           "settings"]
+__all__ = [
+    "CONFIG_KEYS",
+    "MAX_CONFIG_BYTES",
+    "load_config",
+    "no_rope",
+    "rope_config",
+    "rope_frequencies_from_config",
+    "settings",
+]
 
 #: Every config key transformers reads for rope, and what arrayrope does with it.
 CONFIG_KEYS = KEYS
@@ -103,9 +110,15 @@ def rope_frequencies_from_config(
         return no_rope(s.head_dim)
     with warnings.catch_warnings():  # keys the scaling ignores were reported by settings
         warnings.simplefilter("ignore")
-        return rope_frequencies(s.head_dim, base=s.base, rotary_dim=s.rotary_dim,
-                                partial_rotary_factor=s.partial_rotary_factor, scaling=s.scaling,
-                                max_position_embeddings=s.max_position_embeddings, seq_len=seq_len)
+        return rope_frequencies(
+            s.head_dim,
+            base=s.base,
+            rotary_dim=s.rotary_dim,
+            partial_rotary_factor=s.partial_rotary_factor,
+            scaling=s.scaling,
+            max_position_embeddings=s.max_position_embeddings,
+            seq_len=seq_len,
+        )
 
 
 def no_rope(head_dim: int) -> RopeFrequencies:
@@ -121,8 +134,9 @@ def no_rope(head_dim: int) -> RopeFrequencies:
     return RopeFrequencies(inv_freq=np.zeros(head_dim // 2), head_dim=head_dim, rotary_dim=head_dim, rope_type="none")
 
 
-def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: str | None = None,
-                layer_idx: int | None = None) -> dict[str, Any]:
+def rope_config(
+    config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: str | None = None, layer_idx: int | None = None
+) -> dict[str, Any]:
     """The keyword arguments of :func:`rope_frequencies` that a config describes, checked.
 
     ``head_dim``, ``base``, ``rotary_dim``, ``partial_rotary_factor``, ``scaling`` and
@@ -142,8 +156,9 @@ def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_typ
     """
     s = settings(config, layer_type=layer_type, layer_idx=layer_idx)
     if s.nope:
-        raise ValueError(f"layer {layer_idx} of this config has no RoPE; rope_frequencies_from_config gives its "
-                         "identity frequencies")
+        raise ValueError(
+            f"layer {layer_idx} of this config has no RoPE; rope_frequencies_from_config gives its identity frequencies"
+        )
     return {
         "head_dim": s.head_dim,
         "base": s.base,
@@ -154,8 +169,9 @@ def rope_config(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_typ
     }
 
 
-def settings(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: str | None = None,
-             layer_idx: int | None = None) -> Settings:
+def settings(
+    config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: str | None = None, layer_idx: int | None = None
+) -> Settings:
     """Everything a config says about its rotary embedding (frequencies, rotary features, layout), checked.
 
     Every value is checked as :func:`rope_frequencies` checks it; a problem is raised with
@@ -171,8 +187,12 @@ def settings(config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: 
         s = read(cfg, where, layer_type, layer_idx, fam)
         if not s.nope:
             rope_frequencies(  # every value checked here, so that errors name the file
-                s.head_dim, base=s.base, rotary_dim=s.rotary_dim, partial_rotary_factor=s.partial_rotary_factor,
-                scaling=s.scaling, max_position_embeddings=s.max_position_embeddings,
+                s.head_dim,
+                base=s.base,
+                rotary_dim=s.rotary_dim,
+                partial_rotary_factor=s.partial_rotary_factor,
+                scaling=s.scaling,
+                max_position_embeddings=s.max_position_embeddings,
             )
     except (TypeError, ValueError) as exc:
         message = str(exc)
@@ -219,4 +239,3 @@ def _load(config: Any) -> tuple[Mapping[str, Any], str]:
     if not isinstance(data, dict):
         raise ValueError(f"{where} must hold a JSON object, got {type(data).__name__}")
     return data, where
-

@@ -96,11 +96,13 @@ class RopeFrequencies:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RopeFrequencies):
             return NotImplemented
-        return (
-            (self.head_dim, self.rotary_dim, self.attention_factor, self.base, self.rope_type)
-            == (other.head_dim, other.rotary_dim, other.attention_factor, other.base, other.rope_type)
-            and np.array_equal(self.inv_freq, other.inv_freq)
-        )
+        return (self.head_dim, self.rotary_dim, self.attention_factor, self.base, self.rope_type) == (
+            other.head_dim,
+            other.rotary_dim,
+            other.attention_factor,
+            other.base,
+            other.rope_type,
+        ) and np.array_equal(self.inv_freq, other.inv_freq)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -185,5 +187,11 @@ def rope_frequencies(
         seq_len=seq_len,
     )
     # a rope type may widen the rotary part (proportional: the whole head, frequency 0 past rotary_dim)
-    return RopeFrequencies(inv_freq=inv_freq, head_dim=head_dim, rotary_dim=2 * inv_freq.shape[0],
-                           attention_factor=float(attention_factor), base=base, rope_type=rope_type)
+    return RopeFrequencies(
+        inv_freq=inv_freq,
+        head_dim=head_dim,
+        rotary_dim=2 * inv_freq.shape[0],
+        attention_factor=float(attention_factor),
+        base=base,
+        rope_type=rope_type,
+    )

@@ -36,7 +36,9 @@ def rope_tables(
     freqs: RopeFrequencies,
     positions: Array | int,
     *,
-    xp: Namespace | None = None, dtype: DType | None = None, device: Device = None,
+    xp: Namespace | None = None,
+    dtype: DType | None = None,
+    device: Device = None,
     apply_attention_factor: bool = True,
 ) -> tuple[Array, Array]:
     """Compute cos and sin of ``positions * inv_freq``, each ``positions.shape + (rotary_dim // 2,)``.
@@ -100,8 +102,9 @@ def rope_tables(
     # traced graphs (torch.compile, torch.export, ONNX exporters) carry no float64 unless the tables are float64:
     # the exact float32 method; the frequencies go as bytes, which tracers take as a constant
     wide = dtype == xp.float64
-    cos, sin = cos_sin(xp, freqs._inv_freq_bytes, pos, device, exact=wide, bits=bits,
-                       float64=wide or not backends.tracing(xp))
+    cos, sin = cos_sin(
+        xp, freqs._inv_freq_bytes, pos, device, exact=wide, bits=bits, float64=wide or not backends.tracing(xp)
+    )
     if factor != 1.0:
         cos, sin = cos * factor, sin * factor
     return xp.astype(cos, dtype, copy=False), xp.astype(sin, dtype, copy=False)

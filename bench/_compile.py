@@ -33,13 +33,13 @@ def compile_cases(lib: Lib, config: Config, say: Say) -> list[Record]:
         return []
     b, h, s, d = config.prefill[0]
     out = [compile_case(lib, "prefill", (b, h, s, d), (b, max(1, h // 4), s, d), config, say)]
-    out += [compile_case(lib, "decode", (b, hq, 1, 128), (b, hk, 1, 128), config, say)
-            for b, hq, hk in config.steps]
+    out += [compile_case(lib, "decode", (b, hq, 1, 128), (b, hk, 1, 128), config, say) for b, hq, hk in config.steps]
     return out
 
 
-def compile_case(lib: Lib, phase: str, q_shape: tuple[int, ...], k_shape: tuple[int, ...], config: Config,
-                 say: Say) -> Record:
+def compile_case(
+    lib: Lib, phase: str, q_shape: tuple[int, ...], k_shape: tuple[int, ...], config: Config, say: Say
+) -> Record:
     torch = lib.backend.native
     say(f"compile: {lib.name} {phase} q {q_shape} k {k_shape} ({config.compiler})")
     torch._dynamo.reset()  # each case compiles afresh (the functions below share their code objects)
@@ -89,7 +89,17 @@ def compile_case(lib: Lib, phase: str, q_shape: tuple[int, ...], k_shape: tuple[
         for _ in range(WARM_CALLS):
             call()
     times = measure(variants, sync=lib.sync, rounds=config.rounds, batch_s=config.batch_s, budget_s=30.0)
-    return {"section": "compile", "backend": lib.name, "phase": phase, "shape": list(q_shape),
-            "k_shape": list(k_shape), "layout": "half", "dtype": "float32", "compiler": config.compiler,
-            "seconds": times, "x_eager": ratios(times, "eager"), "x_naive": ratios(times, "naive"),
-            "graphs": graphs}
+    return {
+        "section": "compile",
+        "backend": lib.name,
+        "phase": phase,
+        "shape": list(q_shape),
+        "k_shape": list(k_shape),
+        "layout": "half",
+        "dtype": "float32",
+        "compiler": config.compiler,
+        "seconds": times,
+        "x_eager": ratios(times, "eager"),
+        "x_naive": ratios(times, "naive"),
+        "graphs": graphs,
+    }

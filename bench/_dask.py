@@ -24,8 +24,9 @@ def dask_case(lib: Lib, config: Config, say: Say) -> list[Record]:
 
     da = lib.backend.native
     block = np.random.default_rng(3).standard_normal(config.dask_block).astype(np.float32)
-    x = da.concatenate([da.from_array(block, chunks=block.shape, name=f"block-{i}")
-                        for i in range(config.dask_copies)], axis=0)
+    x = da.concatenate(
+        [da.from_array(block, chunks=block.shape, name=f"block-{i}") for i in range(config.dask_copies)], axis=0
+    )
     f = arrayrope.rope_frequencies(block.shape[-1])
     s = block.shape[2]
     cos, sin = arrayrope.rope_tables(f, da.arange(s, chunks=s))
@@ -34,8 +35,9 @@ def dask_case(lib: Lib, config: Config, say: Say) -> list[Record]:
         return [_layout(lib, x, cos, sin, tables, layout, config, say) for layout in LAYOUTS]
 
 
-def _layout(lib: Lib, x: Any, cos: Any, sin: Any, tables: tuple[Any, Any, Any, Any], layout: Layout,
-            config: Config, say: Say) -> Record:
+def _layout(
+    lib: Lib, x: Any, cos: Any, sin: Any, tables: tuple[Any, Any, Any, Any], layout: Layout, config: Config, say: Say
+) -> Record:
     say(f"dask: {x.nbytes / 2**30:.2f} GiB in {x.npartitions} chunks, {layout}")
     ops, force = lib.ops, lib.ops.ready
     rdim = x.shape[-1]
@@ -50,11 +52,20 @@ def _layout(lib: Lib, x: Any, cos: Any, sin: Any, tables: tuple[Any, Any, Any, A
     }
     times = measure(variants, rounds=min(3, config.rounds), batch_s=0.0, budget_s=60.0)
     return record(
-        "dask", lib.name, x.shape, layout, "float32", rdim, times, copy="x * 1.0",
+        "dask",
+        lib.name,
+        x.shape,
+        layout,
+        "float32",
+        rdim,
+        times,
+        copy="x * 1.0",
         chunks=x.npartitions,
         tasks_in_rotary_layer=len(graph.layers[y.name]),
-        rechunks_x=any(n.startswith("rechunk") and any(d in xgraph.layers for d in graph.dependencies.get(n, ()))
-                       for n in new_layers),
+        rechunks_x=any(
+            n.startswith("rechunk") and any(d in xgraph.layers for d in graph.dependencies.get(n, ()))
+            for n in new_layers
+        ),
         throughput_GBps={k: x.nbytes / v / 1e9 for k, v in times.items()},
         naive_tasks=len(dict(naive_y.__dask_graph__())) - len(dict(xgraph)),
         arrayrope_tasks=len(dict(graph)) - len(dict(xgraph)),

@@ -59,6 +59,15 @@ def far_case(lib: Lib, config: Config, offset: int, say: Say) -> Record:
         peak = tracemalloc.get_traced_memory()[1] / 2**20
         tracemalloc.stop()
     times[f"fresh, offset {offset}"] = statistics.median(fresh)
-    return {"section": "far", "backend": lib.name, "shape": [1, 8, 1, 128], "layout": "half", "dtype": "float32",
-            "rotary_dim": 128, "seconds": times, "offset": offset, "x_warm": ratios(times, "warm decode step"),
-            "peak_MB": peak}
+    return {
+        "section": "far",
+        "backend": lib.name,
+        "shape": [1, 8, 1, 128],
+        "layout": "half",
+        "dtype": "float32",
+        "rotary_dim": 128,
+        "seconds": times,
+        "offset": offset,
+        "x_warm": ratios(times, "warm decode step"),
+        "peak_MB": peak,
+    }

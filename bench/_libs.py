@@ -64,8 +64,16 @@ def _torch(torch: Any) -> Ops:
         z = torch.view_as_complex(xr.float().reshape(*xr.shape[:-1], -1, 2)) * fc
         return torch.view_as_real(z).flatten(-2).type_as(xr)
 
-    return Ops(lambda x: x.clone(), lambda dst, x: dst.copy_(x), _same, torch.cat, torch.stack, cmul,
-               set_threads=torch.set_num_threads, get_threads=torch.get_num_threads)
+    return Ops(
+        lambda x: x.clone(),
+        lambda dst, x: dst.copy_(x),
+        _same,
+        torch.cat,
+        torch.stack,
+        cmul,
+        set_threads=torch.set_num_threads,
+        get_threads=torch.get_num_threads,
+    )
 
 
 def _jax(jnp: Any) -> Ops:
@@ -76,8 +84,9 @@ def _jax(jnp: Any) -> Ops:
         z = jax.lax.complex(p[..., 0], p[..., 1]) * fc
         return jnp.stack((z.real, z.imag), -1).reshape(xr.shape).astype(xr.dtype)
 
-    return Ops(lambda x: jnp.array(x, copy=True), None, jax.block_until_ready, jnp.concatenate, jnp.stack, cmul,
-               jit=jax.jit)
+    return Ops(
+        lambda x: jnp.array(x, copy=True), None, jax.block_until_ready, jnp.concatenate, jnp.stack, cmul, jit=jax.jit
+    )
 
 
 class _Sink:

@@ -37,8 +37,15 @@ def busy(n: int) -> Iterator[dict[str, Any]]:
     info: dict[str, Any] = {"busy processes": n, "load average before": load_average()}
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        procs.extend(subprocess.Popen([sys.executable, "-c", SPIN], stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(n))
+        procs.extend(
+            subprocess.Popen(
+                [sys.executable, "-c", SPIN],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for _ in range(n)
+        )
         info["pids"] = [p.pid for p in procs]
         if procs:
             time.sleep(0.5)  # past the interpreter's start: spinning when the first measurement starts

@@ -21,9 +21,14 @@ if TYPE_CHECKING:
 
 #: Report name -> installed distributions that provide it (the first found is reported).
 DISTRIBUTIONS = {
-    "numpy": ("numpy",), "torch": ("torch",), "jax": ("jax",), "dask": ("dask",),
-    "onnxruntime": ("onnxruntime", "onnxruntime-gpu"), "onnx": ("onnx",),
-    "cupy": ("cupy-cuda12x", "cupy-cuda13x", "cupy"), "arrayrope": ("arrayrope",),
+    "numpy": ("numpy",),
+    "torch": ("torch",),
+    "jax": ("jax",),
+    "dask": ("dask",),
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu"),
+    "onnx": ("onnx",),
+    "cupy": ("cupy-cuda12x", "cupy-cuda13x", "cupy"),
+    "arrayrope": ("arrayrope",),
     "array_api_compat": ("array-api-compat",),
 }
 

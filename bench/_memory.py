@@ -53,8 +53,9 @@ def _numpy(lib: Lib, shape: Shape, config: Config, say: Say) -> list[Record]:
     return [_numpy_layout(lib, x, cos, sin, tables, layout, say) for layout in LAYOUTS]
 
 
-def _numpy_layout(lib: Lib, x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
-                  tables: tuple[np.ndarray, ...], layout: Layout, say: Say) -> Record:
+def _numpy_layout(
+    lib: Lib, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, tables: tuple[np.ndarray, ...], layout: Layout, say: Say
+) -> Record:
     xp = lib.backend.xp
     fns: dict[str, Callable[[], np.ndarray]] = {
         "arrayrope": lambda: arrayrope.apply_rotary(x, cos, sin, layout=layout),
@@ -71,8 +72,14 @@ def _numpy_layout(lib: Lib, x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
         tracemalloc.stop()
         peaks[name] = (peak - y.nbytes) / x.nbytes
         del y
-    return {"section": "memory", "backend": lib.name, "method": "tracemalloc", "shape": list(x.shape),
-            "layout": layout, "extra_over_x": peaks}
+    return {
+        "section": "memory",
+        "backend": lib.name,
+        "method": "tracemalloc",
+        "shape": list(x.shape),
+        "layout": layout,
+        "extra_over_x": peaks,
+    }
 
 
 # --------------------------------------------------------------------------- PyTorch
@@ -89,8 +96,16 @@ def _torch(lib: Lib, shape: Shape, config: Config, say: Say) -> list[Record]:
         for name in ("arrayrope", "reference path", "naive"):
             say(f"memory: torch {layout} {name} (peak RSS in a fresh process)")
             peaks[name] = rss_peak_extra(_RSS_CODE.format(shape=tuple(shape), layout=layout, name=name))
-        out.append({"section": "memory", "backend": lib.name, "method": "peak RSS growth", "shape": list(shape),
-                    "layout": layout, "extra_over_x": peaks})
+        out.append(
+            {
+                "section": "memory",
+                "backend": lib.name,
+                "method": "peak RSS growth",
+                "shape": list(shape),
+                "layout": layout,
+                "extra_over_x": peaks,
+            }
+        )
     return out
 
 
@@ -118,8 +133,14 @@ def _torch_cuda_layout(lib: Lib, x: Any, c: Any, s: Any, tables: tuple[Any, ...]
         torch.cuda.synchronize()
         peaks[name] = (torch.cuda.max_memory_allocated() - base - y.nbytes) / x.nbytes
         del y
-    return {"section": "memory", "backend": lib.name, "method": "torch.cuda.max_memory_allocated",
-            "shape": list(x.shape), "layout": layout, "extra_over_x": peaks}
+    return {
+        "section": "memory",
+        "backend": lib.name,
+        "method": "torch.cuda.max_memory_allocated",
+        "shape": list(x.shape),
+        "layout": layout,
+        "extra_over_x": peaks,
+    }
 
 
 _RSS_CODE = """
@@ -155,8 +176,9 @@ print(max(after - before - y.nbytes, 0) / x.nbytes)  # pages freed earlier may b
 def rss_peak_extra(code: str) -> float | None:
     """Run ``code`` in a fresh interpreter; it prints the peak RSS growth in bytes beyond its output."""
     try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                              env=os.environ, check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=os.environ, check=False
+        )
         return float(done.stdout.strip().splitlines()[-1])
     except Exception:
         return None

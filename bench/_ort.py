@@ -45,8 +45,11 @@ def fused_rotary(
     ]
     output = helper.make_tensor_value_info("Y", etype, list(x.shape))
     node = helper.make_node(
-        "RotaryEmbedding", ["X", "cos", "sin"], ["Y"],
-        interleaved=int(layout == "interleaved"), rotary_embedding_dim=2 * h,
+        "RotaryEmbedding",
+        ["X", "cos", "sin"],
+        ["Y"],
+        interleaved=int(layout == "interleaved"),
+        rotary_embedding_dim=2 * h,
     )
     model = helper.make_model(
         helper.make_graph([node], "rotary", inputs, [output]), opset_imports=[helper.make_opsetid("", 23)]

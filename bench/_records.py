@@ -34,8 +34,12 @@ def host_tables(s: int, rdim: int) -> tuple[np.ndarray, np.ndarray]:
 
 def naive_tables(lib: Lib, cos: np.ndarray, sin: np.ndarray, dtype: str) -> Tables:
     """What a user of the naive formulas holds: tables in x's dtype, full width for half-split."""
-    return (lib.array(np.concatenate([cos, cos], -1), dtype), lib.array(np.concatenate([sin, sin], -1), dtype),
-            lib.array(cos, dtype), lib.array(sin, dtype))
+    return (
+        lib.array(np.concatenate([cos, cos], -1), dtype),
+        lib.array(np.concatenate([sin, sin], -1), dtype),
+        lib.array(cos, dtype),
+        lib.array(sin, dtype),
+    )
 
 
 def ratios(times: dict[str, float], base: str) -> dict[str, float]:
@@ -46,8 +50,26 @@ def ratios(times: dict[str, float], base: str) -> dict[str, float]:
     return {k: v / ref for k, v in times.items()}
 
 
-def record(section: str, lib: str, shape: Shape | tuple[int, ...], layout: str, dtype: str, rdim: int,
-           times: dict[str, float], copy: str = "copy", **extra: Any) -> Record:
+def record(
+    section: str,
+    lib: str,
+    shape: Shape | tuple[int, ...],
+    layout: str,
+    dtype: str,
+    rdim: int,
+    times: dict[str, float],
+    copy: str = "copy",
+    **extra: Any,
+) -> Record:
     """One workload's record; ``copy`` names the variant ``x_copy`` is taken to."""
-    return {"section": section, "backend": lib, "shape": list(shape), "layout": layout, "dtype": dtype,
-            "rotary_dim": rdim, "seconds": times, "x_copy": ratios(times, copy), **extra}
+    return {
+        "section": section,
+        "backend": lib,
+        "shape": list(shape),
+        "layout": layout,
+        "dtype": dtype,
+        "rotary_dim": rdim,
+        "seconds": times,
+        "x_copy": ratios(times, copy),
+        **extra,
+    }

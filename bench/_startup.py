@@ -27,8 +27,9 @@ _LIST = "import sys, numpy\nbefore = set(sys.modules)\n{code}\nprint('\\n'.join(
 
 def _wall(argv: list[str], cwd: Path | None = None) -> float:
     t0 = time.perf_counter()
-    subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   check=True)
+    subprocess.run(
+        argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True
+    )
     return time.perf_counter() - t0
 
 
@@ -62,16 +63,26 @@ def startup(config: Config, say: Say) -> list[Record]:
                 times[name].append(_wall(argv, folder))
     seconds = {k: statistics.median(v) for k, v in times.items()}
     new = _modules_beyond_numpy("import arrayrope")
-    probe = ("import sys, _arrayrope_pytest\n"
-             "print('\\n'.join(m for m in sys.modules if m.split('.')[0] in ('arrayrope', 'numpy')))")
+    probe = (
+        "import sys, _arrayrope_pytest\n"
+        "print('\\n'.join(m for m in sys.modules if m.split('.')[0] in ('arrayrope', 'numpy')))"
+    )
     plugin = subprocess.run([py, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
     heavy = [m for m in new if m.split(".")[0] in HEAVY or m.startswith(HEAVY_SUBMODULES)]
-    return [{
-        "section": "startup", "backend": "python", "shape": [], "layout": "-", "dtype": "-", "rotary_dim": 0,
-        "seconds": seconds, "rounds": rounds,
-        "import_over_numpy_ms": (seconds["import arrayrope"] - seconds["import numpy"]) * 1e3,
-        "plugin_ms": (seconds["pytest"] - seconds["pytest -p no:arrayrope"]) * 1e3,
-        "modules_beyond_numpy": len(new),
-        "heavy_modules": heavy,
-        "plugin_loads": plugin,
-    }]
+    return [
+        {
+            "section": "startup",
+            "backend": "python",
+            "shape": [],
+            "layout": "-",
+            "dtype": "-",
+            "rotary_dim": 0,
+            "seconds": seconds,
+            "rounds": rounds,
+            "import_over_numpy_ms": (seconds["import arrayrope"] - seconds["import numpy"]) * 1e3,
+            "plugin_ms": (seconds["pytest"] - seconds["pytest -p no:arrayrope"]) * 1e3,
+            "modules_beyond_numpy": len(new),
+            "heavy_modules": heavy,
+            "plugin_loads": plugin,
+        }
+    ]

@@ -39,8 +39,9 @@ def run(config: Config, say: Say) -> tuple[dict[str, Any], list[Record]]:
             records.extend(apply_all(lib, config, say))
     if "embedding" in config.sections:
         for lib in eager:
-            records.extend(embedding_decode(lib, step, layout, config, say)
-                           for step in config.steps for layout in LAYOUTS)
+            records.extend(
+                embedding_decode(lib, step, layout, config, say) for step in config.steps for layout in LAYOUTS
+            )
     if "compile" in config.sections:
         for lib in eager:
             records.extend(_compile.compile_cases(lib, config, say))
@@ -104,8 +105,9 @@ def apply_case(lib: Lib, shape: Shape, layout: Layout, dtype: str, rdim: int, co
         jitted = ops.jit(lambda a: naive(ops, layout, a, tables, rdim))
         variants["naive jit"] = lambda: ready(jitted(x))
     if isinstance(x, np.ndarray) and _ort.available() and dtype in ("float32", "float16"):
-        variants["ORT fused"] = _ort.fused_rotary(x, tables[2], tables[3], layout=layout,
-                                                  threads=thread_count(config.threads))
+        variants["ORT fused"] = _ort.fused_rotary(
+            x, tables[2], tables[3], layout=layout, threads=thread_count(config.threads)
+        )
     times = measure(variants, sync=lib.sync, rounds=config.rounds, batch_s=config.batch_s, budget_s=25.0)
     rec = record("apply", lib.name, shape, layout, dtype, rdim, times, x_naive=ratios(times, "naive"))
     if "ORT fused" in times:
@@ -144,8 +146,12 @@ def embedding_decode(lib: Lib, step: tuple[int, int, int], layout: Layout, confi
         return tuple(ready(a) for a in rope(q, k, offset=1000 + next(steps) % 1000))
 
     def naive_lookup() -> tuple[Any, Any]:
-        looked: Tables = (full[0][off : off + 1], full[1][off : off + 1], full[2][off : off + 1],
-                          full[3][off : off + 1])
+        looked: Tables = (
+            full[0][off : off + 1],
+            full[1][off : off + 1],
+            full[2][off : off + 1],
+            full[3][off : off + 1],
+        )
         return ready(naive(ops, layout, q, looked, 128)), ready(naive(ops, layout, k, looked, 128))
 
     variants: dict[str, Callable[[], object]] = {
@@ -160,8 +166,18 @@ def embedding_decode(lib: Lib, step: tuple[int, int, int], layout: Layout, confi
         ),
     }
     times = measure(variants, sync=lib.sync, rounds=config.rounds, batch_s=config.batch_s)
-    return record("embedding", lib.name, (batch, hq, 1, 128), layout, "float32", 128, times, copy="copy q and k",
-                  k_shape=[batch, hk, 1, 128], x_naive=ratios(times, "naive q and k"))
+    return record(
+        "embedding",
+        lib.name,
+        (batch, hq, 1, 128),
+        layout,
+        "float32",
+        128,
+        times,
+        copy="copy q and k",
+        k_shape=[batch, hk, 1, 128],
+        x_naive=ratios(times, "naive q and k"),
+    )
 
 
 # --------------------------------------------------------------------------- sweep for the plot

@@ -36,8 +36,15 @@ def tables_case(lib: Lib, config: Config, say: Say) -> Record:
         variants["reference path"] = lambda: arrayrope.rope_tables(f, np.arange(n))
     times = measure(variants, sync=lib.sync, rounds=min(3, config.rounds), batch_s=0.0, budget_s=60.0)
     errors = {name: _table_error(*fn(), f.inv_freq) for name, fn in variants.items()}
-    return {"section": "tables", "backend": lib.name, "positions": n, "pairs": 64, "seconds": times,
-            "x_recipe": {k: v / times["float32 recipe"] for k, v in times.items()}, "max_error": errors}
+    return {
+        "section": "tables",
+        "backend": lib.name,
+        "positions": n,
+        "pairs": 64,
+        "seconds": times,
+        "x_recipe": {k: v / times["float32 recipe"] for k, v in times.items()},
+        "max_error": errors,
+    }
 
 
 def _table_error(c: Any, s: Any, inv: np.ndarray) -> float:
@@ -46,6 +53,9 @@ def _table_error(c: Any, s: Any, inv: np.ndarray) -> float:
     worst = 0.0
     for i in range(0, c.shape[0], 1 << 16):
         a = np.arange(i, min(i + (1 << 16), c.shape[0]), dtype=np.float64)[:, None] * inv
-        worst = max(worst, float(np.abs(c[i : i + len(a)] - np.cos(a)).max()),
-                    float(np.abs(s[i : i + len(a)] - np.sin(a)).max()))
+        worst = max(
+            worst,
+            float(np.abs(c[i : i + len(a)] - np.cos(a)).max()),
+            float(np.abs(s[i : i + len(a)] - np.sin(a)).max()),
+        )
     return worst

@@ -31,8 +31,10 @@ def _hand_fused(domain: str, opset: int) -> tuple[Any, str]:
 
     h = 64
     ang = np.arange(MAX_POSITIONS)[:, None] * 10000.0 ** (-np.arange(h) / h)
-    inits = [numpy_helper.from_array(np.cos(ang).astype(np.float32), "cos"),
-             numpy_helper.from_array(np.sin(ang).astype(np.float32), "sin")]
+    inits = [
+        numpy_helper.from_array(np.cos(ang).astype(np.float32), "cos"),
+        numpy_helper.from_array(np.sin(ang).astype(np.float32), "sin"),
+    ]
     order = ["x", "pos", "cos", "sin"] if domain else ["x", "cos", "sin", "pos"]
     node = helper.make_node("RotaryEmbedding", order, ["y"], domain=domain or None)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "N", "S", 128])
@@ -55,11 +57,15 @@ def _identity() -> tuple[Any, None]:
 def models() -> dict[str, tuple[Any, str | None]]:
     from arrayrope.export import ExportKeywords, rotary_model
 
-    out: dict[str, tuple[Any, str | None]] = {"identity": _identity(), "hand-built onnx23 op": _hand_fused("", 23),
-           "hand-built contrib op": _hand_fused("com.microsoft", 17)}
+    out: dict[str, tuple[Any, str | None]] = {
+        "identity": _identity(),
+        "hand-built onnx23 op": _hand_fused("", 23),
+        "hand-built contrib op": _hand_fused("com.microsoft", 17),
+    }
     stored: ExportKeywords = {"max_positions": MAX_POSITIONS}
     variants: dict[str, ExportKeywords] = {
-        "onnx23": {**stored, "target": "onnx23"}, "ort": {**stored, "target": "ort"},
+        "onnx23": {**stored, "target": "onnx23"},
+        "ort": {**stored, "target": "ort"},
         "portable": {**stored, "target": "portable"},
         "portable, interleaved": {**stored, "target": "portable", "layout": "interleaved"},
         "portable, computed tables": {"target": "portable", "tables": "computed"},
@@ -138,13 +144,21 @@ def measure(rounds: int = 15, threads: int = 1, target_seconds: float = 0.02, pr
 
 def render(results: dict[str, Any], meta: dict[str, Any]) -> str:
     where = "CUDA, inputs and output bound on the GPU" if meta.get("provider") == "cuda" else "CPU"
-    lines = [f"# Rotary embedding on ONNX Runtime {where}", "",
-             f"float32, {meta['threads']} intra-op thread(s), fastest of {meta['rounds']} interleaved rounds; "
-             f"onnxruntime {meta['onnxruntime']}, onnx {meta['onnx']}, {meta['machine']}.",
-             "Ratios are to an Identity model (a copy of x) in the same run; positions end at the table end.", ""]
+    lines = [
+        f"# Rotary embedding on ONNX Runtime {where}",
+        "",
+        f"float32, {meta['threads']} intra-op thread(s), fastest of {meta['rounds']} interleaved rounds; "
+        f"onnxruntime {meta['onnxruntime']}, onnx {meta['onnx']}, {meta['machine']}.",
+        "Ratios are to an Identity model (a copy of x) in the same run; positions end at the table end.",
+        "",
+    ]
     for shape_name, rows in results.items():
-        lines += [f"## {shape_name} {SHAPES[shape_name]}", "",
-                  "| graph | nodes | time | x Identity | x hand-built fused |", "| --- | --- | --- | --- | --- |"]
+        lines += [
+            f"## {shape_name} {SHAPES[shape_name]}",
+            "",
+            "| graph | nodes | time | x Identity | x hand-built fused |",
+            "| --- | --- | --- | --- | --- |",
+        ]
         for label, r in rows.items():
             ref = "hand-built contrib op" if label == "ort" else "hand-built onnx23 op"
             rel = r["seconds"] / rows[ref]["seconds"]
@@ -162,16 +176,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output folder (default: a new bench/runs/<time>-onnx; the committed results are "
-                             "bench/results)")
-    parser.add_argument("--provider", choices=sorted(PROVIDERS), default="cpu",
-                        help="ONNX Runtime execution provider (default: cpu)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output folder (default: a new bench/runs/<time>-onnx; the committed results are bench/results)",
+    )
+    parser.add_argument(
+        "--provider", choices=sorted(PROVIDERS), default="cpu", help="ONNX Runtime execution provider (default: cpu)"
+    )
     args = parser.parse_args(argv)
     results = measure(rounds=args.rounds, threads=args.threads, provider=args.provider)
-    meta = {"threads": args.threads, "rounds": args.rounds, "onnxruntime": ort.__version__, "onnx": onnx.__version__,
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores", "shapes": SHAPES,
-            "max_positions": MAX_POSITIONS, "provider": args.provider}
+    meta = {
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "onnxruntime": ort.__version__,
+        "onnx": onnx.__version__,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "shapes": SHAPES,
+        "max_positions": MAX_POSITIONS,
+        "provider": args.provider,
+    }
     stem = "onnx" if args.provider == "cpu" else f"onnx-{args.provider}"
     if args.out is None:
         args.out = RESULTS.parent / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{stem}"

@@ -103,8 +103,9 @@ def _ort_transformers_optimizer(model: Any, family: str, folder: str) -> int:
     onnx.save(model, path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        optimized = optimizer.optimize_model(path, model_type=ORT_MODEL_TYPE[family], num_heads=4, hidden_size=64,
-                                             opt_level=0)
+        optimized = optimizer.optimize_model(
+            path, model_type=ORT_MODEL_TYPE[family], num_heads=4, hidden_size=64, opt_level=0
+        )
     return _rotary_nodes(optimized.model)
 
 
@@ -123,8 +124,14 @@ def row(family: str, exporter: str) -> dict[str, Any]:
     model = hf_models.export(net, exporter)
     seconds = time.perf_counter() - start
     exported = _rotary_nodes(model)
-    out: dict[str, Any] = {"family": family, "exporter": exporter, "opset": hf_models.EXPORTERS[exporter][1],
-                           "applications": 2 * LAYERS, "export_s": seconds, "pytorch": exported}
+    out: dict[str, Any] = {
+        "family": family,
+        "exporter": exporter,
+        "opset": hf_models.EXPORTERS[exporter][1],
+        "applications": 2 * LAYERS,
+        "export_s": seconds,
+        "pytorch": exported,
+    }
     with tempfile.TemporaryDirectory() as folder:  # nodes each tool adds to those of the export
         out["onnxscript_23"] = _guarded(lambda: _onnxscript_opset23(model) - exported)
         out["onnxscript_ort"] = _guarded(lambda: _onnxscript_ort(model) - exported)
@@ -188,9 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     import time
 
     parser = argparse.ArgumentParser(prog="python -m bench.fusion", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output folder (default: a new bench/runs/<time>-fusion; the committed table is in "
-                             "bench/results)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output folder (default: a new bench/runs/<time>-fusion; the committed table is in bench/results)",
+    )
     args = parser.parse_args(argv)
     out = args.out or RESULTS.parent / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-fusion"
     rows = []

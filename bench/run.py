@@ -59,19 +59,32 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="small shapes, few rounds (a smoke run)")
     size.add_argument("--tiny", action="store_true", help="every section in seconds; checks the bench, not speed")
-    parser.add_argument("--threads", default=None,
-                        help="comma-separated thread settings, each a count or 'default' (default: 1,default; "
-                             "with --tiny: default)")
-    parser.add_argument("--load", type=int, default=0, metavar="N",
-                        help="keep N other busy processes during the measurements (default 0)")
-    parser.add_argument("--backends", default=None,
-                        help="comma-separated libraries or backends of arrayrope.backends.available() (default: "
-                             f"{','.join(DEFAULT_BACKENDS)}; with --tiny: {','.join(TINY_BACKENDS)})")
-    parser.add_argument("--out", default=None,
-                        help="output folder (default: a new bench/runs/<time>-<mode>; the committed results are "
-                             "bench/results)")
-    parser.add_argument("--report", action="store_true",
-                        help="rewrite results.md from the results.json of --out (no measuring)")
+    parser.add_argument(
+        "--threads",
+        default=None,
+        help="comma-separated thread settings, each a count or 'default' (default: 1,default; with --tiny: default)",
+    )
+    parser.add_argument(
+        "--load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="keep N other busy processes during the measurements (default 0)",
+    )
+    parser.add_argument(
+        "--backends",
+        default=None,
+        help="comma-separated libraries or backends of arrayrope.backends.available() (default: "
+        f"{','.join(DEFAULT_BACKENDS)}; with --tiny: {','.join(TINY_BACKENDS)})",
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="output folder (default: a new bench/runs/<time>-<mode>; the committed results are bench/results)",
+    )
+    parser.add_argument(
+        "--report", action="store_true", help="rewrite results.md from the results.json of --out (no measuring)"
+    )
     args = parser.parse_args(argv)
     if args.report and args.out is None:
         parser.error("--report rewrites the report of a folder: pass --out FOLDER")
@@ -93,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     backends = args.backends or ",".join(TINY_BACKENDS if args.tiny else DEFAULT_BACKENDS)
     base = dataclasses.replace(MODES[mode], backends=tuple(n.strip() for n in backends.split(",") if n.strip()))
     meta = _machine.host()
-    meta.update(mode=mode, settings=settings, prefill=[list(p) for p in base.prefill],
-                decode=[list(p) for p in base.decode])
+    meta.update(
+        mode=mode, settings=settings, prefill=[list(p) for p in base.prefill], decode=[list(p) for p in base.decode]
+    )
     runs: dict[str, dict[str, Any]] = {}
     records: list[dict[str, Any]] = []
     failed: list[str] = []
@@ -124,9 +138,12 @@ def measure_in_process(config: Config) -> dict[str, Any] | None:
     with tempfile.TemporaryDirectory(prefix="arrayrope-bench-") as tmp:
         cfg, res = Path(tmp) / "config.json", Path(tmp) / "results.json"
         cfg.write_text(json.dumps(config.to_json()))
-        done = subprocess.run([sys.executable, "-m", "bench._worker", str(cfg), str(res)],
-                              env=thread_env(config.threads), cwd=Path(__file__).resolve().parent.parent,
-                              check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "bench._worker", str(cfg), str(res)],
+            env=thread_env(config.threads),
+            cwd=Path(__file__).resolve().parent.parent,
+            check=False,
+        )
         if done.returncode != 0 or not res.exists():
             return None
         got: dict[str, Any] = json.loads(res.read_text())

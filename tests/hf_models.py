@@ -31,21 +31,46 @@ def model(family: str, layers: int = 2, positions: bool = True):
     if family in ("llama", "qwen2"):
         kv = 4 if family == "llama" else 2
         config = (tf.LlamaConfig if family == "llama" else tf.Qwen2Config)(
-            hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
-            num_key_value_heads=kv, max_position_embeddings=256, **common)
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=kv,
+            max_position_embeddings=256,
+            **common,
+        )
         net = (tf.LlamaForCausalLM if family == "llama" else tf.Qwen2ForCausalLM)(config)
     elif family == "neox":
-        config = tf.GPTNeoXConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=layers,  # type: ignore[assignment]
-                                  num_attention_heads=4, max_position_embeddings=256, rotary_pct=0.25, **common)
+        config = tf.GPTNeoXConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=layers,  # type: ignore[assignment]
+            num_attention_heads=4,
+            max_position_embeddings=256,
+            rotary_pct=0.25,
+            **common,
+        )
         net = tf.GPTNeoXForCausalLM(config)  # type: ignore[assignment]
     elif family == "gptj":
         config = tf.GPTJConfig(n_embd=64, n_layer=layers, n_head=4, rotary_dim=8, n_positions=256, **common)  # type: ignore[assignment]
         net = tf.GPTJForCausalLM(config)  # type: ignore[assignment]
     elif family == "deepseek_v3":
         config = tf.DeepseekV3Config(
-            hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
-            num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=16,
-            v_head_dim=16, first_k_dense_replace=layers, max_position_embeddings=256, rope_interleave=True, **common)  # type: ignore[assignment]
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            q_lora_rank=None,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=16,
+            first_k_dense_replace=layers,
+            max_position_embeddings=256,
+            rope_interleave=True,
+            **common,
+        )  # type: ignore[assignment]
         net = tf.DeepseekV3ForCausalLM(config)  # type: ignore[assignment]
     else:
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
@@ -57,14 +82,16 @@ def model(family: str, layers: int = 2, positions: bool = True):
             self.positions = positions
 
         def forward(self, input_ids, attention_mask, position_ids=None):
-            return self.net(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                            use_cache=False).logits
+            return self.net(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+            ).logits
 
     return Logits().eval()
 
 
-def inputs(batch: int = 2, seq: int = 7, start: int = 0, seed: int = 0,
-           positions: bool = True) -> dict[str, np.ndarray]:
+def inputs(
+    batch: int = 2, seq: int = 7, start: int = 0, seed: int = 0, positions: bool = True
+) -> dict[str, np.ndarray]:
     """Token ids, a full mask and (with ``positions``) positions ``start .. start+seq-1``."""
     rng = np.random.default_rng(seed)
     feed = {"input_ids": rng.integers(0, VOCAB, (batch, seq)), "attention_mask": np.ones((batch, seq), dtype=np.int64)}
@@ -86,12 +113,21 @@ def export(net, exporter: str):
         warnings.simplefilter("ignore")
         if kind == "torchscript":
             f = io.BytesIO()
-            torch.onnx.export(net, args, f, dynamo=False, opset_version=opset, input_names=names,
-                              output_names=["logits"], dynamic_axes={n: {0: "batch", 1: "seq"} for n in names})
+            torch.onnx.export(
+                net,
+                args,
+                f,
+                dynamo=False,
+                opset_version=opset,
+                input_names=names,
+                output_names=["logits"],
+                dynamic_axes={n: {0: "batch", 1: "seq"} for n in names},
+            )
             return onnx.load_from_string(f.getvalue())
         b, s = torch.export.Dim("batch"), torch.export.Dim("seq")
-        program = torch.onnx.export(net, args, dynamo=True, opset_version=opset, verbose=False,
-                                    dynamic_shapes={n: {0: b, 1: s} for n in names})
+        program = torch.onnx.export(
+            net, args, dynamo=True, opset_version=opset, verbose=False, dynamic_shapes={n: {0: b, 1: s} for n in names}
+        )
     return program.model_proto  # type: ignore[union-attr]
 
 

@@ -280,9 +280,12 @@ def test_trailing_rotary_features(backend, layout):
         xp_assert_close(out, expected, backend, dtype, **ulps(dtype))
         np.testing.assert_array_equal(to_numpy(out)[..., :6], to_numpy(xb)[..., :6])
     dtype = backend.dtypes[0]
-    full = ar.apply_rotary(backend.asarray(x[..., 6:], dtype=dtype),
-                           *ar.rope_tables(f, backend.asarray(pos), dtype=getattr(backend.xp, dtype)),
-                           layout=layout, rotary_features="trailing")  # no pass-through part: plain RoPE
+    full = ar.apply_rotary(
+        backend.asarray(x[..., 6:], dtype=dtype),
+        *ar.rope_tables(f, backend.asarray(pos), dtype=getattr(backend.xp, dtype)),
+        layout=layout,
+        rotary_features="trailing",
+    )  # no pass-through part: plain RoPE
     xp_assert_close(full, expected[..., 6:], backend, dtype, **ulps(dtype))
 
 
@@ -298,14 +301,16 @@ def test_trailing_permutation_is_the_deepseek_checkpoint_conversion():
     ang = pos[:, None] * f.inv_freq
     q = (h @ w.T).reshape(seq, heads, d).transpose(1, 0, 2)
     q1, q2 = q[..., nope::2], q[..., nope + 1 :: 2]  # interleaved pairs of q_pe
-    theirs = np.concatenate([q[..., :nope], q1 * np.cos(ang) - q2 * np.sin(ang), q2 * np.cos(ang) + q1 * np.sin(ang)],
-                            axis=-1)
+    theirs = np.concatenate(
+        [q[..., :nope], q1 * np.cos(ang) - q2 * np.sin(ang), q2 * np.cos(ang) + q1 * np.sin(ang)], axis=-1
+    )
     w_half = ar.permute_rotary_rows(w, num_heads=heads, head_dim=d, rotary_dim=rope_dim, rotary_features="trailing")
     q_half = (h @ w_half.T).reshape(seq, heads, d).transpose(1, 0, 2)
     ours = ar.apply_rotary(q_half, *ar.rope_tables(f, pos, dtype="float64"), rotary_features="trailing")
     np.testing.assert_allclose(ours, theirs, rtol=1e-13, atol=1e-13)
-    back = ar.permute_rotary_rows(w_half, num_heads=heads, head_dim=d, rotary_dim=rope_dim, to="interleaved",
-                                  rotary_features="trailing")
+    back = ar.permute_rotary_rows(
+        w_half, num_heads=heads, head_dim=d, rotary_dim=rope_dim, to="interleaved", rotary_features="trailing"
+    )
     np.testing.assert_array_equal(back, w)
 
 

@@ -58,17 +58,33 @@ def test_every_section_and_workload_is_recorded(tiny_run):
     config, meta, records = tiny_run
     dask = {"dask"} if importlib.util.find_spec("dask") else set()  # the Dask section needs Dask
     torch = {"compile"} if importlib.util.find_spec("torch") else set()  # torch.compile's section
-    assert {r["section"] for r in records} == {"apply", "embedding", "memory", "tables", "sweep", "far",
-                                              "startup"} | dask | torch
+    assert {r["section"] for r in records} == {
+        "apply",
+        "embedding",
+        "memory",
+        "tables",
+        "sweep",
+        "far",
+        "startup",
+    } | dask | torch
     assert all(r["threads"] == "default" for r in records)
     eager = [b for b in ("numpy", "torch") if b not in meta["missing"] and any(r["backend"] == b for r in records)]
     assert "numpy" in eager
     for backend in eager:
-        got = {(tuple(r["shape"]), r["layout"]) for r in records if r["section"] == "apply"
-               and r["backend"] == backend and r["dtype"] == "float32" and r["rotary_dim"] == r["shape"][-1]}
+        got = {
+            (tuple(r["shape"]), r["layout"])
+            for r in records
+            if r["section"] == "apply"
+            and r["backend"] == backend
+            and r["dtype"] == "float32"
+            and r["rotary_dim"] == r["shape"][-1]
+        }
         assert got == {(s, lay) for s in config.decode + config.prefill for lay in ("half", "interleaved")}
-        steps = {(tuple(r["shape"]), tuple(r["k_shape"]), r["layout"])
-                 for r in records if r["section"] == "embedding" and r["backend"] == backend}
+        steps = {
+            (tuple(r["shape"]), tuple(r["k_shape"]), r["layout"])
+            for r in records
+            if r["section"] == "embedding" and r["backend"] == backend
+        }
         assert ((1, 8, 1, 128), (1, 2, 1, 128), "half") in steps
         assert ((1, 8, 1, 128), (1, 2, 1, 128), "interleaved") in steps
 
@@ -91,8 +107,14 @@ def test_decode_and_other_records_have_their_ratios(tiny_run):
     _, _, records = tiny_run
     for r in records:
         if r["section"] == "embedding":
-            assert set(r["x_naive"]) == {"copy q and k", "naive q and k", "naive twice", "RotaryEmbedding",
-                                         "RotaryEmbedding, new step", "apply_rotary twice"}, r
+            assert set(r["x_naive"]) == {
+                "copy q and k",
+                "naive q and k",
+                "naive twice",
+                "RotaryEmbedding",
+                "RotaryEmbedding, new step",
+                "apply_rotary twice",
+            }, r
             assert r["x_naive"]["naive q and k"] == 1.0 and _finite(r["x_naive"]) and _finite(r["x_copy"]), r
         elif r["section"] == "compile":
             assert set(r["x_eager"]) == {"eager", "compiled", "naive", "naive compiled"}, r
@@ -116,8 +138,13 @@ def test_decode_and_other_records_have_their_ratios(tiny_run):
             assert _finite(r["x_warm"]), r
             assert r["peak_MB"] is None or r["peak_MB"] > 0, r
         elif r["section"] == "startup":
-            assert set(r["seconds"]) == {"python", "import numpy", "import arrayrope", "pytest",
-                                         "pytest -p no:arrayrope"}, r
+            assert set(r["seconds"]) == {
+                "python",
+                "import numpy",
+                "import arrayrope",
+                "pytest",
+                "pytest -p no:arrayrope",
+            }, r
             assert r["heavy_modules"] == [] and r["plugin_loads"] == [] and r["modules_beyond_numpy"] > 0, r
 
 
@@ -138,9 +165,26 @@ def test_command_line_runs_each_thread_setting_in_its_own_process_under_load(tmp
     pins = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS", "XLA_FLAGS")
     env = {k: v for k, v in os.environ.items() if k not in pins}
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "--tiny", "--backends", "numpy", "--threads", "1,default", "--load", "1",
-         "--out", str(tmp_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--tiny",
+            "--backends",
+            "numpy",
+            "--threads",
+            "1,default",
+            "--load",
+            "1",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads((tmp_path / "results.json").read_text())

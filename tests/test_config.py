@@ -19,14 +19,30 @@ import arrayrope
 pytestmark = pytest.mark.precision
 
 LLAMA31_V4 = {
-    "hidden_size": 4096, "num_attention_heads": 32, "max_position_embeddings": 131072, "rope_theta": 500000.0,
-    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                     "original_max_position_embeddings": 8192},
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "max_position_embeddings": 131072,
+    "rope_theta": 500000.0,
+    "rope_scaling": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
 }
 LLAMA31_V5 = {
-    "hidden_size": 4096, "num_attention_heads": 32, "max_position_embeddings": 131072,
-    "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "max_position_embeddings": 131072,
+    "rope_parameters": {
+        "rope_type": "llama3",
+        "rope_theta": 500000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
 }
 
 
@@ -42,12 +58,18 @@ def test_v4_and_v5_layouts_agree_and_match_the_formula():
 def test_path_and_folder(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(LLAMA31_V4))
     assert arrayrope.rope_frequencies_from_config(tmp_path / "config.json") == arrayrope.rope_frequencies_from_config(
-        str(tmp_path))
+        str(tmp_path)
+    )
 
 
 def test_head_dim_field_wins_and_partial_rotary():
-    cfg = {"hidden_size": 2560, "num_attention_heads": 32, "head_dim": 128, "partial_rotary_factor": 0.5,
-           "rope_theta": 1e6}
+    cfg = {
+        "hidden_size": 2560,
+        "num_attention_heads": 32,
+        "head_dim": 128,
+        "partial_rotary_factor": 0.5,
+        "rope_theta": 1e6,
+    }
     f = arrayrope.rope_frequencies_from_config(cfg)
     assert (f.head_dim, f.rotary_dim, f.rope_type) == (128, 64, "default")
     np.testing.assert_allclose(f.inv_freq, [1e6 ** (-2 * i / 64) for i in range(32)], rtol=1e-14)
@@ -58,8 +80,10 @@ def test_head_dim_field_wins_and_partial_rotary():
 
 
 def test_type_key_and_v5_partial_rotary_inside_parameters():
-    cfg = {"head_dim": 64, "rope_parameters": {"type": "linear", "factor": 2.0, "rope_theta": 10000.0,
-                                                "partial_rotary_factor": 0.5}}
+    cfg = {
+        "head_dim": 64,
+        "rope_parameters": {"type": "linear", "factor": 2.0, "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+    }
     f = arrayrope.rope_frequencies_from_config(cfg)
     assert (f.rope_type, f.rotary_dim) == ("linear", 32)
     np.testing.assert_allclose(f.inv_freq, [1e4 ** (-2 * i / 32) / 2 for i in range(16)], rtol=1e-14)
@@ -76,16 +100,22 @@ def test_dynamic_follows_seq_len():
 
 def test_yarn_original_length_defaults_to_max_and_top_level_wins():
     # v5: a yarn dict without original_max_position_embeddings takes max_position_embeddings (factor used as given)
-    cfg = {"head_dim": 128, "max_position_embeddings": 32768, "rope_theta": 1e6,
-           "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}
+    cfg = {
+        "head_dim": 128,
+        "max_position_embeddings": 32768,
+        "rope_theta": 1e6,
+        "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+    }
     f = arrayrope.rope_frequencies_from_config(cfg)
-    g = arrayrope.rope_frequencies(128, base=1e6, scaling={"rope_type": "yarn", "factor": 4.0,
-                                                           "original_max_position_embeddings": 32768})
+    g = arrayrope.rope_frequencies(
+        128, base=1e6, scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    )
     assert f == g
     cfg2 = dict(cfg, original_max_position_embeddings=8192, max_position_embeddings=32768)
     h = arrayrope.rope_frequencies_from_config(cfg2)
-    k = arrayrope.rope_frequencies(128, base=1e6, scaling={"rope_type": "yarn", "factor": 4.0,
-                                                           "original_max_position_embeddings": 8192})
+    k = arrayrope.rope_frequencies(
+        128, base=1e6, scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192}
+    )
     assert h == k and h != f
 
 
@@ -100,59 +130,115 @@ def _transformers_rotary(cfg, seq_len, layer_type=None):
     transformers.logging.set_verbosity_error()
     model_type = cfg["model_type"]
     config = transformers.CONFIG_MAPPING[model_type].from_dict(copy.deepcopy(cfg))
-    family, cls = {"llama": ("llama", "LlamaRotaryEmbedding"), "phi3": ("phi3", "Phi3RotaryEmbedding"),
-                   "gemma3_text": ("gemma3", "Gemma3RotaryEmbedding"), "glm": ("glm", "GlmRotaryEmbedding")}[model_type]
+    family, cls = {
+        "llama": ("llama", "LlamaRotaryEmbedding"),
+        "phi3": ("phi3", "Phi3RotaryEmbedding"),
+        "gemma3_text": ("gemma3", "Gemma3RotaryEmbedding"),
+        "glm": ("glm", "GlmRotaryEmbedding"),
+    }[model_type]
     rotary = getattr(importlib.import_module(f"transformers.models.{family}.modeling_{family}"), cls)(config)
     x, positions = torch.zeros(1, 1, 1, 8), torch.arange(seq_len)[None]
     if layer_type is None:
         rotary(x, positions)
         return rotary.inv_freq.double().numpy(), float(rotary.attention_scaling)
     rotary(x, positions, layer_type)
-    return (getattr(rotary, f"{layer_type}_inv_freq").double().numpy(),
-            float(getattr(rotary, f"{layer_type}_attention_scaling")))
+    return (
+        getattr(rotary, f"{layer_type}_inv_freq").double().numpy(),
+        float(getattr(rotary, f"{layer_type}_attention_scaling")),
+    )
 
 
-LLAMA_SMALL = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 2, "head_dim": 128,
-               "max_position_embeddings": 32768}
+LLAMA_SMALL = {
+    "model_type": "llama",
+    "hidden_size": 256,
+    "num_attention_heads": 2,
+    "head_dim": 128,
+    "max_position_embeddings": 32768,
+}
 _F = [1.0 + i / 64 for i in range(48)]
 PRECEDENCE = {
     # a top-level original_max_position_embeddings against a different one in the dict: the top level wins
-    "original-yarn": {**LLAMA_SMALL, "original_max_position_embeddings": 8192, "rope_scaling": {
-        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}},
-    "original-llama3": {**LLAMA_SMALL, "rope_theta": 500000.0, "original_max_position_embeddings": 8192,
-                        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                         "high_freq_factor": 4.0, "original_max_position_embeddings": 2048}},
+    "original-yarn": {
+        **LLAMA_SMALL,
+        "original_max_position_embeddings": 8192,
+        "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096},
+    },
+    "original-llama3": {
+        **LLAMA_SMALL,
+        "rope_theta": 500000.0,
+        "original_max_position_embeddings": 8192,
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 2048,
+        },
+    },
     # Phi-3 with the dict's 4096 and the top level's 2048, called at 3000: the long factors and the top
     # level's attention factor (no factor: sqrt(1 + ln(8192 / L0) / ln L0)) are the top level's
-    "original-longrope": {"model_type": "phi3", "hidden_size": 192, "num_attention_heads": 2,
-                          "max_position_embeddings": 8192, "original_max_position_embeddings": 2048,
-                          "rope_scaling": {"type": "longrope", "short_factor": _F, "long_factor": [4 * f for f in _F],
-                                           "original_max_position_embeddings": 4096}},
+    "original-longrope": {
+        "model_type": "phi3",
+        "hidden_size": 192,
+        "num_attention_heads": 2,
+        "max_position_embeddings": 8192,
+        "original_max_position_embeddings": 2048,
+        "rope_scaling": {
+            "type": "longrope",
+            "short_factor": _F,
+            "long_factor": [4 * f for f in _F],
+            "original_max_position_embeddings": 4096,
+        },
+    },
     # rope_scaling against a different rope_parameters: a non-empty rope_scaling wins, whole
-    "scaling-over-parameters": {**LLAMA_SMALL, "rope_scaling": {"rope_type": "linear", "factor": 4.0},
-                                "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}},
-    "scaling-over-parameters-theta": {**LLAMA_SMALL, "rope_theta": 700.0,
-                                      "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
-                                                       "original_max_position_embeddings": 8192},
-                                      "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}},
-    "empty-scaling": {**LLAMA_SMALL, "rope_scaling": {},
-                      "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}},
-    "null-scaling": {**LLAMA_SMALL, "rope_scaling": None,
-                     "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}},
+    "scaling-over-parameters": {
+        **LLAMA_SMALL,
+        "rope_scaling": {"rope_type": "linear", "factor": 4.0},
+        "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0},
+    },
+    "scaling-over-parameters-theta": {
+        **LLAMA_SMALL,
+        "rope_theta": 700.0,
+        "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192},
+        "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0},
+    },
+    "empty-scaling": {
+        **LLAMA_SMALL,
+        "rope_scaling": {},
+        "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0},
+    },
+    "null-scaling": {
+        **LLAMA_SMALL,
+        "rope_scaling": None,
+        "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0},
+    },
     # the dict's rope_theta and partial_rotary_factor over the top level's; its rope_type over its type
-    "theta-in-the-dict": {**LLAMA_SMALL, "rope_theta": 500.0, "rope_parameters": {"rope_type": "default",
-                                                                                   "rope_theta": 1e6}},
-    "partial-in-the-dict": {**LLAMA_SMALL, "model_type": "glm", "partial_rotary_factor": 0.25,
-                            "rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
-                                                "partial_rotary_factor": 0.5}},
+    "theta-in-the-dict": {
+        **LLAMA_SMALL,
+        "rope_theta": 500.0,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1e6},
+    },
+    "partial-in-the-dict": {
+        **LLAMA_SMALL,
+        "model_type": "glm",
+        "partial_rotary_factor": 0.25,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5},
+    },
     "rope_type-over-type": {**LLAMA_SMALL, "rope_scaling": {"rope_type": "linear", "type": "dynamic", "factor": 2.0}},
     # rope_parameters per layer type: the top-level original_max_position_embeddings is not read there (the
     # dict's, else max_position_embeddings)
-    "original-per-layer": {**LLAMA_SMALL, "model_type": "gemma3_text", "num_hidden_layers": 2, "sliding_window": 512,
-                           "layer_types": ["sliding_attention", "full_attention"],
-                           "original_max_position_embeddings": 8192, "rope_parameters": {
-                               "full_attention": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6},
-                               "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
+    "original-per-layer": {
+        **LLAMA_SMALL,
+        "model_type": "gemma3_text",
+        "num_hidden_layers": 2,
+        "sliding_window": 512,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "original_max_position_embeddings": 8192,
+        "rope_parameters": {
+            "full_attention": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        },
+    },
 }
 
 
@@ -170,9 +256,16 @@ def test_where_two_places_disagree_the_one_transformers_reads_wins(name):
 
 
 def test_per_layer_parameters_and_text_config():
-    cfg = {"text_config": {"head_dim": 256, "max_position_embeddings": 131072, "rope_parameters": {
-        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
-        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}}
+    cfg = {
+        "text_config": {
+            "head_dim": 256,
+            "max_position_embeddings": 131072,
+            "rope_parameters": {
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+        }
+    }
     full = arrayrope.rope_frequencies_from_config(cfg, layer_type="full_attention")
     local = arrayrope.rope_frequencies_from_config(cfg, layer_type="sliding_attention")
     assert (full.rope_type, full.base, local.rope_type, local.base) == ("linear", 1e6, "default", 1e4)
@@ -182,9 +275,17 @@ def test_per_layer_parameters_and_text_config():
 
 
 def test_longrope_attention_factor_from_lengths():
-    cfg = {"hidden_size": 3072, "num_attention_heads": 24, "max_position_embeddings": 131072,
-           "rope_scaling": {"rope_type": "longrope", "short_factor": [1.0] * 64, "long_factor": [2.0] * 64,
-                            "original_max_position_embeddings": 8192}}
+    cfg = {
+        "hidden_size": 3072,
+        "num_attention_heads": 24,
+        "max_position_embeddings": 131072,
+        "rope_scaling": {
+            "rope_type": "longrope",
+            "short_factor": [1.0] * 64,
+            "long_factor": [2.0] * 64,
+            "original_max_position_embeddings": 8192,
+        },
+    }
     f = arrayrope.rope_frequencies_from_config(cfg)
     assert f.attention_factor == pytest.approx(math.sqrt(1 + math.log(16) / math.log(8192)), rel=1e-14)
 
@@ -196,14 +297,29 @@ def test_longrope_attention_factor_from_lengths():
         ("[1, 2]", ValueError, "JSON object"),
         (json.dumps({"hidden_size": 4096}), ValueError, r"missing \['num_attention_heads'\]"),
         (json.dumps({"num_attention_heads": 32}), ValueError, r"missing \['hidden_size'\]"),
-        (json.dumps({"hidden_size": 4096, "num_attention_heads": 0}), ValueError,
-         "num_attention_heads must be a positive int, got 0"),
+        (
+            json.dumps({"hidden_size": 4096, "num_attention_heads": 0}),
+            ValueError,
+            "num_attention_heads must be a positive int, got 0",
+        ),
         (json.dumps({"hidden_size": 0, "num_attention_heads": 32}), ValueError, "hidden_size must be a positive int"),
         (json.dumps({"head_dim": 64, "rope_scaling": {"rope_type": "ntk"}}), ValueError, "unknown rope_type 'ntk'"),
         (json.dumps({"head_dim": 64, "rope_theta": "big"}), ValueError, "rope_theta must be a real number"),
-        (json.dumps({"head_dim": 64, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
-                                                      "low_freq_factor": 1.0, "high_freq_factor": 4.0}}),
-         ValueError, "original_max_position_embeddings"),
+        (
+            json.dumps(
+                {
+                    "head_dim": 64,
+                    "rope_scaling": {
+                        "rope_type": "llama3",
+                        "factor": 8.0,
+                        "low_freq_factor": 1.0,
+                        "high_freq_factor": 4.0,
+                    },
+                }
+            ),
+            ValueError,
+            "original_max_position_embeddings",
+        ),
     ],
 )
 def test_bad_config_files(tmp_path, content, exc, match):
@@ -221,14 +337,22 @@ def test_missing_file_and_wrong_type(tmp_path):
 
 
 def test_old_type_names():
-    phi3 = {"hidden_size": 3072, "num_attention_heads": 32, "max_position_embeddings": 131072,
-            "original_max_position_embeddings": 4096,
-            "rope_scaling": {"type": "su", "short_factor": [1.0] * 48, "long_factor": [2.0] * 48}}
+    phi3 = {
+        "hidden_size": 3072,
+        "num_attention_heads": 32,
+        "max_position_embeddings": 131072,
+        "original_max_position_embeddings": 4096,
+        "rope_scaling": {"type": "su", "short_factor": [1.0] * 48, "long_factor": [2.0] * 48},
+    }
     f = arrayrope.rope_frequencies_from_config(phi3, seq_len=5000)
     assert f.rope_type == "longrope"
     np.testing.assert_allclose(f.inv_freq, [1e4 ** (-2 * i / 96) / 2 for i in range(48)], rtol=1e-14)
-    qwen2vl = {"hidden_size": 3584, "num_attention_heads": 28, "rope_theta": 1e6,
-               "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}
+    qwen2vl = {
+        "hidden_size": 3584,
+        "num_attention_heads": 28,
+        "rope_theta": 1e6,
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+    }
     with pytest.warns(UserWarning, match="mrope_section"):
         g = arrayrope.rope_frequencies_from_config(qwen2vl)
     np.testing.assert_allclose(g.inv_freq, [1e6 ** (-2 * i / 128) for i in range(64)], rtol=1e-14)
@@ -243,10 +367,23 @@ def theta(d, base):
 
 
 DEEPSEEK_V3 = {  # the published config.json's rope fields: no head_dim, 7168 / 128 = 56 is not a head size here
-    "model_type": "deepseek_v3", "hidden_size": 7168, "num_attention_heads": 128, "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64, "v_head_dim": 128, "max_position_embeddings": 163840, "rope_theta": 10000,
-    "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32,
-                     "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+    "model_type": "deepseek_v3",
+    "hidden_size": 7168,
+    "num_attention_heads": 128,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "max_position_embeddings": 163840,
+    "rope_theta": 10000,
+    "rope_scaling": {
+        "type": "yarn",
+        "factor": 40,
+        "original_max_position_embeddings": 4096,
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+    },
 }
 
 
@@ -261,9 +398,17 @@ def test_deepseek_mla_rotates_the_trailing_qk_rope_head_dim():
     assert arrayrope.rope_frequencies_from_config(saved_v5) == f
 
 
-GEMMA3_V4 = {"model_type": "gemma3_text", "head_dim": 256, "hidden_size": 2560, "num_attention_heads": 8,
-             "max_position_embeddings": 131072, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
-             "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "sliding_window": 1024}
+GEMMA3_V4 = {
+    "model_type": "gemma3_text",
+    "head_dim": 256,
+    "hidden_size": 2560,
+    "num_attention_heads": 8,
+    "max_position_embeddings": 131072,
+    "rope_theta": 1000000.0,
+    "rope_local_base_freq": 10000.0,
+    "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+    "sliding_window": 1024,
+}
 
 
 def test_gemma3_v4_keys_give_each_layer_type_its_base():
@@ -295,9 +440,18 @@ def test_model_type_defaults_and_family_keys():
 
 
 def test_llama4_equal_factors_are_a_step():
-    cfg = {"model_type": "llama4_text", "head_dim": 128, "rope_theta": 500000.0, "rope_scaling": {
-        "rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0,
-        "original_max_position_embeddings": 8192}}
+    cfg = {
+        "model_type": "llama4_text",
+        "head_dim": 128,
+        "rope_theta": 500000.0,
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 16.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 1.0,
+            "original_max_position_embeddings": 8192,
+        },
+    }
     f = arrayrope.rope_frequencies_from_config(cfg)
     t = theta(128, 5e5)
     np.testing.assert_allclose(f.inv_freq, np.where(2 * np.pi / t < 8192, t, t / 16), rtol=1e-14)
@@ -318,15 +472,30 @@ def test_single_parameter_set_answers_every_declared_layer_type():
         ({"head_dim": 64, "my_rope_trick": 3}, "'my_rope_trick' looks like a rotary setting"),
         ({"head_dim": 64, "rope_scaling": {"rope_type": "axial"}}, "rope_type 'axial' is not supported"),
         ({"model_type": "llama", "head_dim": 64, "partial_rotary_factor": 0.5}, "default rope of model type 'llama'"),
-        ({"head_dim": 64, "layer_types": ["full_attention"], "rope_parameters": {"full_attention": {
-            "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "truncate": False}}},
-         "reads 'truncate' from the top level"),
+        (
+            {
+                "head_dim": 64,
+                "layer_types": ["full_attention"],
+                "rope_parameters": {
+                    "full_attention": {
+                        "rope_type": "yarn",
+                        "factor": 4.0,
+                        "original_max_position_embeddings": 64,
+                        "truncate": False,
+                    }
+                },
+            },
+            "reads 'truncate' from the top level",
+        ),
     ],
 )
 def test_keys_transformers_reads_but_arrayrope_does_not_are_refused(cfg, match):
     with pytest.raises(ValueError, match=match):
         arrayrope.rope_frequencies_from_config(cfg, layer_type="full_attention" if "layer_types" in cfg else None)
+
+
 # -- files that are not configs: one ValueError naming the file, the key and the problem, at once --------
+
 
 def _answer(path, timeout=10.0):
     """Load ``path`` in a subprocess with 512 MB of memory and ``timeout`` seconds: (seconds, outcome)."""
@@ -369,8 +538,14 @@ def test_a_huge_file_is_refused_unread(tmp_path):
     with open(big, "wb") as fh:  # 200 MB, sparse: nothing is written
         fh.truncate(200 << 20)
     seconds, outcome = _answer(big)
-    assert outcome == (f"ValueError: config file {str(big)!r} has 209715200 bytes, more than the "
-                       f"{arrayrope.config.MAX_CONFIG_BYTES} read at most") and seconds < 1
+    assert (
+        outcome
+        == (
+            f"ValueError: config file {str(big)!r} has 209715200 bytes, more than the "
+            f"{arrayrope.config.MAX_CONFIG_BYTES} read at most"
+        )
+        and seconds < 1
+    )
 
 
 @pytest.mark.parametrize(
@@ -378,17 +553,24 @@ def test_a_huge_file_is_refused_unread(tmp_path):
     [
         (b"[" * 100_000 + b"]" * 100_000, "nests JSON arrays or objects too deeply to be a config"),
         (b'{"head_dim": 64, "x": "\xff"}', "is not UTF-8 text: 'utf-8' codec can't decode byte 0xff"),
-        (b'{"head_dim": 64, "partial_rotary_factor": []}',
-         r"partial_rotary_factor must be a number in \(0, 1\], got \[\]"),
+        (
+            b'{"head_dim": 64, "partial_rotary_factor": []}',
+            r"partial_rotary_factor must be a number in \(0, 1\], got \[\]",
+        ),
         (b'{"head_dim": "64"}', "head_dim must be an int, got '64'"),
         (b'{"head_dim": 63}', "head_dim must be even"),
         (b'{"head_dim": 64, "rope_theta": NaN}', "rope_theta must be a finite number > 0, got nan"),
         (b'{"head_dim": 64, "rope_theta": 1e999}', "rope_theta must be a finite number > 0, got inf"),
         (b'{"head_dim": 64, "max_position_embeddings": 4096.5}', "max_position_embeddings must be an int, got 4096.5"),
-        (b'{"head_dim": 64, "rope_scaling": {"rope_type": "linear", "factor": "2"}}',
-         r"scaling\['factor'\] \(rope_type 'linear'\) must be a finite number, got '2'"),
-        (b'{"head_dim": 64, "rope_scaling": {"rope_type": "yarn", "factor": 4, "beta_slow": -1, '
-         b'"original_max_position_embeddings": 4096}}', r"scaling\['beta_slow'\] \(rope_type 'yarn'\) must be > 0"),
+        (
+            b'{"head_dim": 64, "rope_scaling": {"rope_type": "linear", "factor": "2"}}',
+            r"scaling\['factor'\] \(rope_type 'linear'\) must be a finite number, got '2'",
+        ),
+        (
+            b'{"head_dim": 64, "rope_scaling": {"rope_type": "yarn", "factor": 4, "beta_slow": -1, '
+            b'"original_max_position_embeddings": 4096}}',
+            r"scaling\['beta_slow'\] \(rope_type 'yarn'\) must be > 0",
+        ),
         (b'{"head_dim": 64, "rope_scaling": [1, 2]}', "rope_scaling / rope_parameters must be an object"),
         (b"", "is not valid JSON"),
     ],
@@ -427,8 +609,16 @@ def test_a_model_type_transformers_lacks_gets_what_its_config_states_and_a_layou
     assert arrayrope.RotaryEmbedding.from_config({"head_dim": 64, "rope_interleave": True}).layout == "interleaved"
 
 
-@pytest.mark.parametrize("model_type, layout", [("glm", "interleaved"), ("glm4", "interleaved"),
-                                                ("ernie4_5", "interleaved"), ("llama", "half"), ("qwen3", "half")])
+@pytest.mark.parametrize(
+    "model_type, layout",
+    [
+        ("glm", "interleaved"),
+        ("glm4", "interleaved"),
+        ("ernie4_5", "interleaved"),
+        ("llama", "half"),
+        ("qwen3", "half"),
+    ],
+)
 def test_pair_layouts_come_from_the_family(model_type, layout):
     cfg = {"model_type": model_type, "hidden_size": 256, "num_attention_heads": 2, "head_dim": 128}
     assert arrayrope.RotaryEmbedding.from_config(cfg).layout == layout
@@ -437,22 +627,35 @@ def test_pair_layouts_come_from_the_family(model_type, layout):
 def test_family_defaults_for_keys_a_config_leaves_out():
     # Qwen3's class default head_dim is 128 whatever hidden_size // num_attention_heads gives; GLM's default
     # rope rotates half of the head; DeepSeek-V2 applies its rope in complex form on interleaved pairs
-    qwen3 = arrayrope.rope_frequencies_from_config({"model_type": "qwen3", "hidden_size": 1024,
-                                                    "num_attention_heads": 16})
+    qwen3 = arrayrope.rope_frequencies_from_config(
+        {"model_type": "qwen3", "hidden_size": 1024, "num_attention_heads": 16}
+    )
     assert (qwen3.head_dim, qwen3.rotary_dim) == (128, 128)
     glm = arrayrope.rope_frequencies_from_config({"model_type": "glm", "hidden_size": 4096, "num_attention_heads": 32})
     assert (glm.head_dim, glm.rotary_dim) == (128, 64)
     np.testing.assert_allclose(glm.inv_freq, theta(64, 1e4), rtol=1e-14)
-    v2 = {"model_type": "deepseek_v2", "hidden_size": 5120, "num_attention_heads": 128, "qk_nope_head_dim": 128,
-          "qk_rope_head_dim": 64, "rope_theta": 10000}
+    v2 = {
+        "model_type": "deepseek_v2",
+        "hidden_size": 5120,
+        "num_attention_heads": 128,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "rope_theta": 10000,
+    }
     rope = arrayrope.RotaryEmbedding.from_config(v2)
     assert (rope.head_dim, rope.rotary_dim, rope.layout, rope.rotary_features) == (192, 64, "interleaved", "trailing")
 
 
 def test_hunyuan_dynamic_alpha_is_a_fixed_ntk_alpha_stretch_of_the_base():
-    cfg = {"model_type": "hunyuan_v1_dense", "hidden_size": 4096, "num_attention_heads": 32, "head_dim": 128,
-           "max_position_embeddings": 32768, "rope_theta": 10000.0,
-           "rope_scaling": {"type": "dynamic", "alpha": 1000.0, "factor": 1.0}}
+    cfg = {
+        "model_type": "hunyuan_v1_dense",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "head_dim": 128,
+        "max_position_embeddings": 32768,
+        "rope_theta": 10000.0,
+        "rope_scaling": {"type": "dynamic", "alpha": 1000.0, "factor": 1.0},
+    }
     short, long = (arrayrope.rope_frequencies_from_config(cfg, seq_len=n) for n in (16, 100_000))
     stretched = 10000.0 * 1000.0 ** (128 / 126)  # the published Hunyuan formula, whatever the length
     assert short == long and short.rope_type == "ntk_alpha"
@@ -461,10 +664,21 @@ def test_hunyuan_dynamic_alpha_is_a_fixed_ntk_alpha_stretch_of_the_base():
 
 def test_phimoe_longrope_mscales_scale_cos_and_sin_and_refuse_past_the_original_length():
     factors = [1.0 + i / 32 for i in range(32)]
-    cfg = {"model_type": "phimoe", "hidden_size": 128, "num_attention_heads": 2, "max_position_embeddings": 131072,
-           "rope_theta": 1e4, "rope_scaling": {"type": "longrope", "short_factor": factors, "long_factor": factors,
-                                               "short_mscale": 1.2431, "long_mscale": 1.3,
-                                               "original_max_position_embeddings": 4096}}
+    cfg = {
+        "model_type": "phimoe",
+        "hidden_size": 128,
+        "num_attention_heads": 2,
+        "max_position_embeddings": 131072,
+        "rope_theta": 1e4,
+        "rope_scaling": {
+            "type": "longrope",
+            "short_factor": factors,
+            "long_factor": factors,
+            "short_mscale": 1.2431,
+            "long_mscale": 1.3,
+            "original_max_position_embeddings": 4096,
+        },
+    }
     f = arrayrope.rope_frequencies_from_config(cfg, seq_len=4096)
     assert (f.rope_type, f.attention_factor) == ("longrope_mscale", 1.2431)  # not sqrt(1 + ln 32 / ln 4096)
     np.testing.assert_allclose(f.inv_freq, theta(64, 1e4) / np.array(factors), rtol=1e-14)
@@ -484,8 +698,13 @@ def test_layers_without_rope_get_the_identity():
     q = np.random.default_rng(0).standard_normal((1, 2, 5, 128)).astype(np.float32)
     np.testing.assert_array_equal(rope(q, offset=1000), q)  # cos 1, sin 0: exactly the input
     # Cohere 2: every 4th layer is full attention, which transformers' Cohere 2 rotates not at all
-    cohere2 = {"model_type": "cohere2", "head_dim": 128, "num_hidden_layers": 8, "rope_theta": 5e4,
-               "sliding_window_pattern": 4}
+    cohere2 = {
+        "model_type": "cohere2",
+        "head_dim": 128,
+        "num_hidden_layers": 8,
+        "rope_theta": 5e4,
+        "sliding_window_pattern": 4,
+    }
     assert arrayrope.rope_frequencies_from_config(cohere2, layer_idx=3).rope_type == "none"
     assert arrayrope.rope_frequencies_from_config(cohere2, layer_idx=2).rope_type == "default"
     assert arrayrope.rope_frequencies_from_config(cohere2, layer_type="full_attention").rope_type == "none"

@@ -33,6 +33,7 @@ def _public() -> Iterator[str]:
 def test_public_docstring_follows_numpydoc(name: str) -> None:
     if name.startswith("arrayrope.export"):
         pytest.importorskip("onnx")
-    errors = [f"{code}: {message}" for code, message in numpydoc_validate.validate(name)["errors"]
-              if code not in OPTIONAL]
+    errors = [
+        f"{code}: {message}" for code, message in numpydoc_validate.validate(name)["errors"] if code not in OPTIONAL
+    ]
     assert errors == [], name

@@ -119,8 +119,15 @@ def test_scaling_values_out_of_their_domain_name_the_key():
     with pytest.raises(ValueError, match="yarn: base must not be 1"):
         ar.rope_frequencies(64, base=1.0, scaling=yarn)
     with pytest.raises(ValueError, match="longrope: the original context length must be >= 2"):
-        ar.rope_frequencies(4, scaling={"rope_type": "longrope", "short_factor": [1, 1], "long_factor": [1, 1],
-                                        "original_max_position_embeddings": 1})
+        ar.rope_frequencies(
+            4,
+            scaling={
+                "rope_type": "longrope",
+                "short_factor": [1, 1],
+                "long_factor": [1, 1],
+                "original_max_position_embeddings": 1,
+            },
+        )
     with pytest.raises(TypeError, match="apply_attention_factor must be True or False, got 'False'"):
         ar.rope_tables(ar.rope_frequencies(8), 3, apply_attention_factor="False")
     for name, value in (("max_position_embeddings", 0), ("max_position_embeddings", 1.5), ("seq_len", -1)):

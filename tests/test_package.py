@@ -25,8 +25,9 @@ def test_import_loads_no_optional_backend():
 def _new_modules(code: str) -> set[str]:
     """Modules a fresh interpreter holds after ``import numpy`` and then ``code``, beyond numpy's."""
     probe = (
-        "import sys, numpy\nbefore = set(sys.modules)\n" + code +
-        "\nprint('\\n'.join(sorted(set(sys.modules) - before)))"
+        "import sys, numpy\nbefore = set(sys.modules)\n"
+        + code
+        + "\nprint('\\n'.join(sorted(set(sys.modules) - before)))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     return set(out.split())
@@ -35,16 +36,22 @@ def _new_modules(code: str) -> set[str]:
 def test_import_stays_light():
     """Start-up: nothing of NumPy's testing or build tools, no ONNX, no array_api_compat wrapper, few modules."""
     new = _new_modules("import arrayrope")
-    heavy = {m for m in new if m.split(".")[0] in ("unittest", "email", "onnx", *OPTIONAL)
-             or m.startswith(("numpy.testing", "numpy.f2py", "array_api_compat.numpy"))}
+    heavy = {
+        m
+        for m in new
+        if m.split(".")[0] in ("unittest", "email", "onnx", *OPTIONAL)
+        or m.startswith(("numpy.testing", "numpy.f2py", "array_api_compat.numpy"))
+    }
     assert not heavy, sorted(heavy)
     assert len([m for m in new if not m.startswith("arrayrope")]) < 30, sorted(new)
 
 
 def test_pytest_plugin_imports_neither_arrayrope_nor_numpy():
     """pytest loads the plugin in every run of every project with arrayrope installed."""
-    code = ("import sys, _arrayrope_pytest\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('arrayrope', 'numpy')))")
+    code = (
+        "import sys, _arrayrope_pytest\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('arrayrope', 'numpy')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
 
@@ -84,8 +91,10 @@ def test_private_exporter_modules_only_in_the_version_gated_bridge():
 
 
 def test_importing_arrayrope_installs_nothing_into_the_import_system():
-    code = ("import sys; before = list(sys.meta_path), list(sys.path_hooks); import arrayrope; "
-            "print(before == (list(sys.meta_path), list(sys.path_hooks)))")
+    code = (
+        "import sys; before = list(sys.meta_path), list(sys.path_hooks); import arrayrope; "
+        "print(before == (list(sys.meta_path), list(sys.path_hooks)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "True"
 

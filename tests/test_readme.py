@@ -50,7 +50,7 @@ def blocks():
             continue
         expected = None
         nxt = found[i + 1] if i + 1 < len(found) else None
-        if nxt is not None and nxt.group(1) == "text" and not text[m.end():nxt.start()].strip():
+        if nxt is not None and nxt.group(1) == "text" and not text[m.end() : nxt.start()].strip():
             expected = nxt.group(2)
         section = next((h for h in reversed(re.findall(r"^#+ (.+)$", text[: m.start()], flags=re.M))), "")
         out.append((lang, code, expected, section, text[: m.start()].count("\n") + 1))
@@ -59,8 +59,19 @@ def blocks():
 
 BLOCKS = blocks()
 #: Libraries the README's blocks may need through arrayrope's optional layers.
-OPTIONAL = {"onnx", "onnxruntime", "onnxscript", "ml_dtypes", "torch", "jax", "dask", "cupy", "matplotlib",
-            "transformers", "mpmath"}
+OPTIONAL = {
+    "onnx",
+    "onnxruntime",
+    "onnxscript",
+    "ml_dtypes",
+    "torch",
+    "jax",
+    "dask",
+    "cupy",
+    "matplotlib",
+    "transformers",
+    "mpmath",
+}
 CHECKER = doctest.OutputChecker()
 OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
@@ -113,8 +124,7 @@ def test_the_readme_has_blocks_of_both_kinds_and_outputs():
     assert sum(b[2] is not None for b in BLOCKS) >= 3
 
 
-@pytest.mark.parametrize("lang, code, expected, section, line", BLOCKS,
-                         ids=[f"line{b[4]}-{b[0]}" for b in BLOCKS])
+@pytest.mark.parametrize("lang, code, expected, section, line", BLOCKS, ids=[f"line{b[4]}-{b[0]}" for b in BLOCKS])
 def test_readme_block_runs_as_pasted(lang, code, expected, section, line, folder, monkeypatch):
     monkeypatch.chdir(folder)
     if section in SKIPPED_SECTIONS:
@@ -148,8 +158,7 @@ def test_readme_block_runs_as_pasted(lang, code, expected, section, line, folder
             if here is None:
                 continue
             run, cwd = here
-            done = subprocess.run(["bash", "-c", run], cwd=cwd, env=env, capture_output=True, text=True,
-                                  timeout=600)
+            done = subprocess.run(["bash", "-c", run], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
             assert done.returncode == 0, (command, done.returncode, done.stdout[-3000:], done.stderr[-3000:])
             got += done.stdout
     if expected is not None:
@@ -159,8 +168,11 @@ def test_readme_block_runs_as_pasted(lang, code, expected, section, line, folder
 def test_ci_runs_the_quickstart_test_command():
     """The Quickstart's two commands: the main job needs no PyTorch; CI runs the test command as written."""
     quick = README.read_text().split("## Quickstart", 1)[1].split("\n## ", 1)[0]
-    commands = [line for line in re.findall(r"```bash\n(.*?)```", quick, flags=re.S)[0].splitlines()
-                if line and not line.startswith("#")]
+    commands = [
+        line
+        for line in re.findall(r"```bash\n(.*?)```", quick, flags=re.S)[0].splitlines()
+        if line and not line.startswith("#")
+    ]
     assert len(commands) == 2, commands
     main, tests = commands
     assert main.endswith("arrayrope demo") and "torch" not in main, main
@@ -172,5 +184,6 @@ def test_ci_runs_the_quickstart_test_command():
 def test_output_blocks_are_compared_strictly_enough():
     """The comparison the blocks above rely on: ``...`` for any text, nothing else loose."""
     assert same("verdict: PASS: ... checks agree\n", "verdict: PASS: 12 numeric checks agree\n")
-    assert not same("['RotaryEmbedding', 'RotaryEmbedding']\n",
-                    "['Clip', 'Mod', 'RotaryEmbedding', 'RotaryEmbedding']\n")
+    assert not same(
+        "['RotaryEmbedding', 'RotaryEmbedding']\n", "['Clip', 'Mod', 'RotaryEmbedding', 'RotaryEmbedding']\n"
+    )

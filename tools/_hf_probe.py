@@ -49,10 +49,23 @@ __all__ = ["Attention", "Use", "quiet", "rotary_uses", "tiny_config"]
 
 # sizes a tiny config gets where its family has the key (heads stay two, so that a layer is cheap)
 TINY = {
-    "vocab_size": 512, "intermediate_size": 32, "moe_intermediate_size": 16, "shared_expert_intermediate_size": 16,
-    "ffn_hidden_size": 32, "num_experts": 4, "n_routed_experts": 4, "num_local_experts": 4, "num_experts_per_tok": 2,
-    "n_shared_experts": 1, "num_attention_heads": 2, "num_key_value_heads": 2, "n_head": 2, "n_heads": 2,
-    "num_heads": 2, "decoder_num_attention_heads": 2, "decoder_num_key_value_heads": 2,
+    "vocab_size": 512,
+    "intermediate_size": 32,
+    "moe_intermediate_size": 16,
+    "shared_expert_intermediate_size": 16,
+    "ffn_hidden_size": 32,
+    "num_experts": 4,
+    "n_routed_experts": 4,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "n_shared_experts": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "n_head": 2,
+    "n_heads": 2,
+    "num_heads": 2,
+    "decoder_num_attention_heads": 2,
+    "decoder_num_key_value_heads": 2,
 }
 LAYERS = 6  # enough layers to show the per-layer patterns of the default configs (NoPE every 4th, sliding 5:1)
 
@@ -108,8 +121,11 @@ def _rotary_callers(module: ModuleType, source: str) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and not node.name.endswith("RotaryEmbedding"):
-            calls = {s.func.id for s in ast.walk(node)
-                     if isinstance(s, ast.Call) and isinstance(s.func, ast.Name) and s.func.id in funcs}
+            calls = {
+                s.func.id
+                for s in ast.walk(node)
+                if isinstance(s, ast.Call) and isinstance(s.func, ast.Name) and s.func.id in funcs
+            }
             if calls:
                 out[node.name] = calls
     return out
@@ -193,8 +209,9 @@ def _configs_built(rotary: type, ann: type) -> list[tuple[type, tuple[str, ...]]
 _NOT_ATTENTION = re.compile("Vision|Indexer|Compressor|Patch|Merger")
 
 
-def _attention_classes(module: ModuleType, callers: dict[str, set[str]], config_cls: type, ann: type
-                       ) -> tuple[list[type], list[str]]:
+def _attention_classes(
+    module: ModuleType, callers: dict[str, set[str]], config_cls: type, ann: type
+) -> tuple[list[type], list[str]]:
     """Classes of ``module`` that apply rotary embeddings to attention built from ``config_cls`` (best first)."""
     ranked = []
     for caller, calls in callers.items():
@@ -231,11 +248,20 @@ def tiny_configs(config_cls: type, **values: Any) -> Iterator[Any]:
     over: dict[str, Any] = {k: v for k, v in TINY.items() if k in fields and isinstance(fields[k], int)}
     if "num_key_value_heads" in fields and fields["num_key_value_heads"] is None and "num_attention_heads" in over:
         over["num_key_value_heads"] = over["num_attention_heads"]  # published configs state it
-    layers = {k: min(fields[k], LAYERS) for k in ("num_hidden_layers", "n_layer", "n_layers",
-                                                   "decoder_num_hidden_layers") if isinstance(fields.get(k), int)}
+    layers = {
+        k: min(fields[k], LAYERS)
+        for k in ("num_hidden_layers", "n_layer", "n_layers", "decoder_num_hidden_layers")
+        if isinstance(fields.get(k), int)
+    }
     head = _head_dim(default)
-    heads = next((over[k] for k in ("num_attention_heads", "n_head", "n_heads", "num_heads",
-                                    "decoder_num_attention_heads") if k in over), None)
+    heads = next(
+        (
+            over[k]
+            for k in ("num_attention_heads", "n_head", "n_heads", "num_heads", "decoder_num_attention_heads")
+            if k in over
+        ),
+        None,
+    )
     if head and heads:
         for k in ("hidden_size", "n_embd", "d_model"):
             if isinstance(fields.get(k), int):
@@ -316,8 +342,9 @@ def _capture_method(layer: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _patched(module: ModuleType, names: list[str], wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]]
-             ) -> Iterator[None]:
+def _patched(
+    module: ModuleType, names: list[str], wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]]
+) -> Iterator[None]:
     """The module's functions ``names`` replaced by ``wrap(name, fn)`` for the duration."""
     saved = {n: getattr(module, n) for n in names}
     for n, fn in saved.items():
@@ -432,8 +459,15 @@ class Attention:
                 return self.rotary(x, pos, self.layer_type)
             return self.rotary(x, pos)
 
-    def run(self, positions: np.ndarray, *, identity: bool = False, seed: int = 0,
-            calls: list[Applied] | None = None, batch: int = 0) -> tuple[Any, Any]:
+    def run(
+        self,
+        positions: np.ndarray,
+        *,
+        identity: bool = False,
+        seed: int = 0,
+        calls: list[Applied] | None = None,
+        batch: int = 0,
+    ) -> tuple[Any, Any]:
         """The kernel's (query, key) at ``positions`` for fixed random hidden states.
 
         ``identity``: with the apply functions returning their inputs. ``calls``: a list that receives what
@@ -456,8 +490,11 @@ class Attention:
                 kwargs[name] = x
             elif name == "attention_mask":  # additive, nothing masked (the kernel is never reached)
                 kwargs[name] = torch.zeros(batch, 1, len(positions), len(positions), dtype=x.dtype)
-            elif name != "hidden_states" and forward[name].default is inspect.Parameter.empty and forward[
-                    name].kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            elif (
+                name != "hidden_states"
+                and forward[name].default is inspect.Parameter.empty
+                and forward[name].kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+            ):
                 kwargs[name] = {} if "dict" in str(forward[name].annotation).lower() else None
         if identity:
             ctx = _patched(self.use.module, self.use.apply_names, _identity)
@@ -473,8 +510,12 @@ class Attention:
         raise RuntimeError(f"{type(self.layer).__name__} reached no attention kernel")
 
 
-_INIT_FROM_CONFIG = {"num_heads": "num_attention_heads", "is_causal": True, "is_cross_attention": False,
-                     "use_flexible_linear": False}
+_INIT_FROM_CONFIG = {
+    "num_heads": "num_attention_heads",
+    "is_causal": True,
+    "is_cross_attention": False,
+    "use_flexible_linear": False,
+}
 
 
 def _init_arguments(cls: type, config: Any, layer_idx: int) -> dict[str, Any]:
@@ -504,8 +545,13 @@ def _fixed_parameters(layer: Any) -> None:
 
 
 def _layer_type(config: Any, layer_idx: int, rotary: Any) -> str | None:
-    labels = sorted({n[: -len("_inv_freq")] for n, _ in rotary.named_buffers()
-                     if n.endswith("_inv_freq") and not n.endswith("original_inv_freq")})
+    labels = sorted(
+        {
+            n[: -len("_inv_freq")]
+            for n, _ in rotary.named_buffers()
+            if n.endswith("_inv_freq") and not n.endswith("original_inv_freq")
+        }
+    )
     if not labels:
         return None
     types = getattr(config, "layer_types", None)
@@ -516,8 +562,13 @@ def _layer_type(config: Any, layer_idx: int, rotary: Any) -> str | None:
 
 def rotary_labels(rotary: Any) -> list[str]:
     """The layer types a rotary module keeps frequencies for (none for one set)."""
-    return sorted({n[: -len("_inv_freq")] for n, _ in rotary.named_buffers()
-                   if n.endswith("_inv_freq") and not n.endswith("original_inv_freq")})
+    return sorted(
+        {
+            n[: -len("_inv_freq")]
+            for n, _ in rotary.named_buffers()
+            if n.endswith("_inv_freq") and not n.endswith("original_inv_freq")
+        }
+    )
 
 
 class HeadsDiffer(Exception):
@@ -538,8 +589,10 @@ def rotating_features(att: Attention, positions: tuple[int, ...] = (1, 3, 1000, 
         scale = float(q0.abs().max())
         per_head = (q1 - q0).abs().amax(dim=(0, 2)).numpy() > 1e-6 * max(scale, 1.0)  # (heads, features)
         if not np.all(per_head == per_head[:1]):
-            raise HeadsDiffer(f"{type(att.layer).__name__} rotates features of some heads only "
-                              f"({int(per_head.any(axis=1).sum())} of {per_head.shape[0]})")
+            raise HeadsDiffer(
+                f"{type(att.layer).__name__} rotates features of some heads only "
+                f"({int(per_head.any(axis=1).sum())} of {per_head.shape[0]})"
+            )
         return att.head_dim, np.flatnonzero(per_head[0])
     q0, _ = att.run(np.zeros(1, dtype=np.int64), identity=True, batch=1)  # raises what keeps it from running
     raise RuntimeError(f"{type(att.layer).__name__} does not run at position 1")
@@ -568,9 +621,13 @@ def probe_positions(max_position: int = 1 << 24) -> np.ndarray:
 def _permutation(m0: np.ndarray) -> np.ndarray | None:
     """``m0`` as a permutation matrix other than the identity, else None."""
     rounded = np.round(m0)
-    if (np.max(np.abs(m0 - rounded)) < 1e-6 and np.all(np.isin(rounded, (0.0, 1.0)))
-            and np.all(rounded.sum(0) == 1) and np.all(rounded.sum(1) == 1)
-            and not np.array_equal(rounded, np.eye(len(m0)))):
+    if (
+        np.max(np.abs(m0 - rounded)) < 1e-6
+        and np.all(np.isin(rounded, (0.0, 1.0)))
+        and np.all(rounded.sum(0) == 1)
+        and np.all(rounded.sum(1) == 1)
+        and not np.array_equal(rounded, np.eye(len(m0)))
+    ):
         return rounded
     return None
 
@@ -601,8 +658,9 @@ class Layer:
                     self.stopped = f"{type(exc).__name__}: {exc}"
                     break
         if 0 not in self.applied:
-            raise RuntimeError(f"{type(att.layer).__name__} calls no apply function it was probed with "
-                               f"({self.stopped or 'no call'})")
+            raise RuntimeError(
+                f"{type(att.layer).__name__} calls no apply function it was probed with ({self.stopped or 'no call'})"
+            )
         self.permutation = _permutation(self.applied[0])
         if self.permutation is not None:
             self.applied = {p: self.permutation.T @ m for p, m in self.applied.items()}

@@ -65,9 +65,18 @@ PUBLISHED: dict[str, dict[str, Any]] = {
     "esm": {"position_embedding_type": "rotary"},  # facebook/esm2_t33_650M_UR50D (the default is absolute)
 }
 # config keys that may hold the kernel's head dim, the rotary dim and sizes, as rules of the reader name them
-SIZE_KEYS = ("head_dim", "hidden_size", "num_attention_heads", "rotary_dim", "qk_rope_head_dim", "qk_nope_head_dim",
-             "max_position_embeddings", "original_max_position_embeddings", "num_hidden_layers",
-             "partial_rotary_factor")
+SIZE_KEYS = (
+    "head_dim",
+    "hidden_size",
+    "num_attention_heads",
+    "rotary_dim",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "max_position_embeddings",
+    "original_max_position_embeddings",
+    "num_hidden_layers",
+    "partial_rotary_factor",
+)
 
 
 def _fields(config: Any) -> dict[str, Any]:
@@ -122,14 +131,23 @@ def _convention(layer: hp.Layer) -> tuple[dict[str, Any], str]:
         start = 0 if found.rotary_features == "leading" else width - r
         second = np.arange(r // 2, r) if found.layout == "half" else np.arange(1, r, 2)
         flip[start + second] = -1.0
-        found = identify_rope(lambda x, p: flip * layer(flip * x, p), head_dim=width, seq_len=hp.PROBE_SEQ,
-                              dtype="float32")
+        found = identify_rope(
+            lambda x, p: flip * layer(flip * x, p), head_dim=width, seq_len=hp.PROBE_SEQ, dtype="float32"
+        )
         direction = -1
     if not found.matched:
         return {}, found.reason
-    facts = {"layout": found.layout, "direction": direction, "offset": found.offset,
-             "apply_width": width, "apply_rotary_dim": found.rotary_dim, "apply_features": found.rotary_features,
-             "base": found.base, "attention_factor": found.attention_factor, "scaling": found.scaling}
+    facts = {
+        "layout": found.layout,
+        "direction": direction,
+        "offset": found.offset,
+        "apply_width": width,
+        "apply_rotary_dim": found.rotary_dim,
+        "apply_features": found.rotary_features,
+        "base": found.base,
+        "attention_factor": found.attention_factor,
+        "scaling": found.scaling,
+    }
     return facts, ""
 
 
@@ -195,8 +213,10 @@ def measure(use: hp.Use) -> tuple[Probe, dict[str, dict[str, Any]], list[int]]:
     except hp.HeadsDiffer as exc:
         raise Refused(str(exc)) from None
     except Exception as exc:
-        raise Refused(f"transformers' default {use.model_type} config does not run its attention layer "
-                      f"({type(exc).__name__}: {str(exc).splitlines()[0][:160]})") from None
+        raise Refused(
+            f"transformers' default {use.model_type} config does not run its attention layer "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
+        ) from None
     groups: dict[str | None, list[dict[str, Any]]] = {}
     for lay in layers:
         groups.setdefault(lay["layer_type"], []).append(lay)
@@ -204,25 +224,37 @@ def measure(use: hp.Use) -> tuple[Probe, dict[str, dict[str, Any]], list[int]]:
     for layer_type, members in groups.items():
         rotating = [m for m in members if m["rotating"].size]
         if not rotating:
-            per_type[layer_type or ""] = {"nope": True, "head_dim": members[0]["head_dim"],
-                                          "index": members[0]["index"]}
+            per_type[layer_type or ""] = {
+                "nope": True,
+                "head_dim": members[0]["head_dim"],
+                "index": members[0]["index"],
+            }
             continue
         first = rotating[0]
         try:
             layer = hp.Layer(first["att"])
             conv, why = _convention(layer)
         except Exception as exc:
-            raise Refused(f"its attention's rotation could not be measured ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0][:160]})") from None
+            raise Refused(
+                f"its attention's rotation could not be measured ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:160]})"
+            ) from None
         if why:
             raise Refused(f"identify_rope names no convention for its attention: {why}")
         d, rot = first["head_dim"], first["rotating"]
         features = conv["apply_features"] if layer.width == d else _features(rot, d, layer.width)
         if features is None:
-            raise Refused(f"its attention rotates features {rot.min()}..{rot.max()} of {d}, neither the leading "
-                          "nor the trailing ones")
-        per_type[layer_type or ""] = {"head_dim": d, "rotary_features": features, "index": first["index"],
-                                      "output_order": "half" if layer.permutation is not None else None, **conv}
+            raise Refused(
+                f"its attention rotates features {rot.min()}..{rot.max()} of {d}, neither the leading "
+                "nor the trailing ones"
+            )
+        per_type[layer_type or ""] = {
+            "head_dim": d,
+            "rotary_features": features,
+            "index": first["index"],
+            "output_order": "half" if layer.permutation is not None else None,
+            **conv,
+        }
     nope = sorted(m["index"] for m in layers if not m["rotating"].size)
     return p, per_type, nope
 
@@ -244,15 +276,31 @@ SAMPLES: dict[str, Callable[[int, int], dict[str, Any]]] = {
     "linear": lambda half, mp: {"rope_type": "linear", "factor": 4.0},
     "dynamic": lambda half, mp: {"rope_type": "dynamic", "factor": 2.0},
     "yarn": lambda half, mp: {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": max(mp // 4, 8)},
-    "longrope": lambda half, mp: {"rope_type": "longrope", "short_factor": [1.0 + i / half for i in range(half)],
-                                  "long_factor": [1.5 + 2 * i / half for i in range(half)],
-                                  "original_max_position_embeddings": max(mp // 4, 8)},
-    "llama3": lambda half, mp: {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                "original_max_position_embeddings": max(mp // 4, 8)},
+    "longrope": lambda half, mp: {
+        "rope_type": "longrope",
+        "short_factor": [1.0 + i / half for i in range(half)],
+        "long_factor": [1.5 + 2 * i / half for i in range(half)],
+        "original_max_position_embeddings": max(mp // 4, 8),
+    },
+    "llama3": lambda half, mp: {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": max(mp // 4, 8),
+    },
     "proportional": lambda half, mp: {"rope_type": "proportional", "partial_rotary_factor": 0.5},
 }
-_GENERIC_ROPE_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor", "mrope_section",
-                      "original_max_position_embeddings", "mrope_interleaved"}
+_GENERIC_ROPE_KEYS = {
+    "rope_type",
+    "type",
+    "rope_theta",
+    "partial_rotary_factor",
+    "factor",
+    "mrope_section",
+    "original_max_position_embeddings",
+    "mrope_interleaved",
+}
 
 
 def _plain(value: Any) -> Any:
@@ -307,10 +355,16 @@ def _popped_keys(config_cls: type) -> dict[str, Any]:
         with contextlib.suppress(OSError, TypeError, SyntaxError):
             tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
             for node in ast.walk(tree):
-                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                        and node.func.attr in ("pop", "get") and isinstance(node.func.value, ast.Name)
-                        and node.func.value.id == "kwargs" and node.args
-                        and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("pop", "get")
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "kwargs"
+                    and node.args
+                    and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, str)
+                ):
                     default = None
                     if len(node.args) > 1:
                         with contextlib.suppress(ValueError):
@@ -324,9 +378,12 @@ def _landing(config: Any, value: Any) -> list[list[str]]:
     out = []
     params = getattr(config, "rope_parameters", None) or {}
     nested = params and all(isinstance(v, Mapping) or v is None for v in params.values())
-    for layer_type, entry in (params.items() if nested else [("", params)]):
-        out.extend([layer_type, name] for name in ("rope_theta", "partial_rotary_factor")
-                   if isinstance(entry, Mapping) and entry.get(name) == value)
+    for layer_type, entry in params.items() if nested else [("", params)]:
+        out.extend(
+            [layer_type, name]
+            for name in ("rope_theta", "partial_rotary_factor")
+            if isinstance(entry, Mapping) and entry.get(name) == value
+        )
     types = getattr(config, "layer_types", None) or []
     with contextlib.suppress(Exception):
         for idx, over in (_fields(config).get("per_layer_config") or {}).items():
@@ -362,8 +419,11 @@ def _legacy(use: hp.Use, p: Probe, nested: bool) -> tuple[dict[str, Any], dict[s
 def _fallback(use: hp.Use, p: Probe, nested: bool) -> Any:
     """What transformers fills into a stated rope dict that lacks the base and the factor (per layer type)."""
     rp = getattr(p.config, "rope_parameters", None) or {}
-    bare = {t: ({"rope_type": "default"} if v is not None else None) for t, v in rp.items()} if nested else {
-        "rope_type": "default"}
+    bare = (
+        {t: ({"rope_type": "default"} if v is not None else None) for t, v in rp.items()}
+        if nested
+        else {"rope_type": "default"}
+    )
     with contextlib.suppress(Exception):
         config = hp.tiny_config(use.config_cls, **p.values, rope_parameters=bare)
         got = config.rope_parameters or {}
@@ -382,8 +442,13 @@ def _layer_pattern(use: hp.Use, p: Probe) -> dict[str, Any]:
     if "layer_types" not in fields:
         return {}
     popped = _popped_keys(use.config_cls)
-    candidates = sorted({k for k in (*popped, *fields) if re.search("pattern|interval|every|period", k)
-                         and k not in ("no_rope_layer_interval",)})
+    candidates = sorted(
+        {
+            k
+            for k in (*popped, *fields)
+            if re.search("pattern|interval|every|period", k) and k not in ("no_rope_layer_interval",)
+        }
+    )
     n = 12
     layers_key = next((k for k in ("num_hidden_layers", "n_layer", "n_layers") if k in fields), "num_hidden_layers")
     for key in candidates:
@@ -452,8 +517,9 @@ def _reader(entry: Mapping[str, Any], use: hp.Use) -> Any:
     return Family(use.model_type, **values)
 
 
-def _arrayrope_width(fam: Any, cfg: Mapping[str, Any], layer_type: str | None, layer_idx: int | None
-                     ) -> tuple[int, np.ndarray]:
+def _arrayrope_width(
+    fam: Any, cfg: Mapping[str, Any], layer_type: str | None, layer_idx: int | None
+) -> tuple[int, np.ndarray]:
     """arrayrope's kernel head dim and default-rope frequencies for a config dict, as the reader gives them."""
     import warnings
 
@@ -463,9 +529,14 @@ def _arrayrope_width(fam: Any, cfg: Mapping[str, Any], layer_type: str | None, l
     s = read(cfg, "config", layer_type, None, fam)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        f = rope_frequencies(s.head_dim, base=s.base, rotary_dim=s.rotary_dim,
-                             partial_rotary_factor=s.partial_rotary_factor, scaling=s.scaling,
-                             max_position_embeddings=s.max_position_embeddings)
+        f = rope_frequencies(
+            s.head_dim,
+            base=s.base,
+            rotary_dim=s.rotary_dim,
+            partial_rotary_factor=s.partial_rotary_factor,
+            scaling=s.scaling,
+            max_position_embeddings=s.max_position_embeddings,
+        )
     return s.head_dim, f.inv_freq
 
 
@@ -497,8 +568,11 @@ def _variants(use: hp.Use, p: Probe, per_type: Mapping[str, Any]) -> list[dict[s
     if "rope_parameters" in fields:  # a config class with rope parameters (GPT-J has none)
         rp = copy.deepcopy(getattr(p.config, "rope_parameters", None) or {})
         nested = rp and all(isinstance(v, Mapping) or v is None for v in rp.values())
-        half = {t: {**v, "partial_rotary_factor": 0.5} if isinstance(v, Mapping) else v for t, v in rp.items()} \
-            if nested else {**rp, "partial_rotary_factor": 0.5}
+        half = (
+            {t: {**v, "partial_rotary_factor": 0.5} if isinstance(v, Mapping) else v for t, v in rp.items()}
+            if nested
+            else {**rp, "partial_rotary_factor": 0.5}
+        )
         out.append({"rope_parameters": half})
     head = next(iter(per_type.values()))["head_dim"]
     if "head_dim" in fields and isinstance(fields["head_dim"], int):
@@ -554,8 +628,16 @@ def _mismatch(fam: Any, measured: list[Any]) -> tuple[int, str]:
     return len(measured), ""
 
 
-def _differs(fam: Any, values: Any, layer_type: str | None, idx: int, dicts: Mapping[str, Any], d: int,
-             inv: np.ndarray, ignored: bool) -> str:
+def _differs(
+    fam: Any,
+    values: Any,
+    layer_type: str | None,
+    idx: int,
+    dicts: Mapping[str, Any],
+    d: int,
+    inv: np.ndarray,
+    ignored: bool,
+) -> str:
     """How arrayrope's reading of one measured config differs from its module ('' where it does not)."""
     raw = fam.defaults.get("rope_parameters")
     base = float(raw.get("rope_theta") or 1e4) if isinstance(raw, Mapping) and "rope_theta" in raw else 1e4
@@ -612,8 +694,10 @@ def _nope_rule(use: hp.Use, p: Probe, nope: list[int], per_type: Mapping[str, An
                 rule.update(interval_key="no_rope_layer_interval", interval=interval)
             else:
                 return f"its no_rope_layer_interval leaves RoPE out of layers {got}, by a rule arrayrope does not know"
-        if scan({"no_rope_layers": None}) not in ([], [i for i in range(n) if (i + 1) % rule.get("interval", n + 1)
-                                                        == 0]):
+        if scan({"no_rope_layers": None}) not in (
+            [],
+            [i for i in range(n) if (i + 1) % rule.get("interval", n + 1) == 0],
+        ):
             return "its default config leaves RoPE out of some layers by a rule arrayrope does not know"
     if nope and not rule:
         types = list(getattr(p.config, "layer_types", None) or [])
@@ -633,20 +717,27 @@ def _switches(use: hp.Use, p: Probe, per_type: Mapping[str, Any]) -> dict[str, A
     fields = _fields(p.config)
     first = next(e for e in per_type.values() if not e.get("nope"))
     out: dict[str, Any] = {}
-    trials = [(k, v, not v) for k, v in sorted(fields.items())
-              if isinstance(v, bool) and re.search("rope|rotary|interleave", k)]
+    trials = [
+        (k, v, not v)
+        for k, v in sorted(fields.items())
+        if isinstance(v, bool) and re.search("rope|rotary|interleave", k)
+    ]
     with hp.quiet():
         class_default = _fields(use.config_cls())
-    trials += [(k, v, class_default.get(k)) for k, v in sorted(PUBLISHED.get(use.model_type, {}).items())
-               if isinstance(class_default.get(k), (bool, str))]
+    trials += [
+        (k, v, class_default.get(k))
+        for k, v in sorted(PUBLISHED.get(use.model_type, {}).items())
+        if isinstance(class_default.get(k), (bool, str))
+    ]
     for key, _, other in trials:
         try:
             config = hp.tiny_config(use.config_cls, **{**p.values, key: other})
             att = p.attention(first["index"], config)
             d, rot = hp.rotating_features(att)
             if not rot.size:
-                out[key] = {str(other).lower(): {"refused": f"with {key}={other!r} its attention applies no rotary "
-                                                            "embedding"}}
+                out[key] = {
+                    str(other).lower(): {"refused": f"with {key}={other!r} its attention applies no rotary embedding"}
+                }
                 continue
             att = p.attention(first["index"], config)
             d, rot = hp.rotating_features(att)
@@ -658,8 +749,11 @@ def _switches(use: hp.Use, p: Probe, per_type: Mapping[str, Any]) -> dict[str, A
             out[key] = {str(other).lower(): {"refused": why}}
             continue
         features = conv["apply_features"] if layer.width == d else _features(rot, d, layer.width)
-        got = {"layout": conv["layout"], "rotary_features": features,
-               "output_order": "half" if layer.permutation is not None else None}
+        got = {
+            "layout": conv["layout"],
+            "rotary_features": features,
+            "output_order": "half" if layer.permutation is not None else None,
+        }
         changed = {k: v for k, v in got.items() if v != first.get(k)}
         if changed:
             out[key] = {str(other).lower(): changed}
@@ -672,12 +766,22 @@ def _rope_keys(use: hp.Use) -> list[str]:
     with contextlib.suppress(OSError, TypeError, SyntaxError):
         tree = ast.parse(textwrap.dedent(inspect.getsource(use.rotary)))
         for node in ast.walk(tree):
-            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(
-                    node.slice.value, str) and "rope_parameters" in ast.unparse(node.value):
+            if (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.slice, ast.Constant)
+                and isinstance(node.slice.value, str)
+                and "rope_parameters" in ast.unparse(node.value)
+            ):
                 keys.add(node.slice.value)
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
-                    and "rope_parameters" in ast.unparse(node.func.value) and node.args
-                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and "rope_parameters" in ast.unparse(node.func.value)
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
                 keys.add(node.args[0].value)
     return sorted(keys - _GENERIC_ROPE_KEYS)
 
@@ -713,15 +817,20 @@ def _family_variants(use: hp.Use, p: Probe, half: int) -> dict[str, str]:
         for cand in candidates:
             with contextlib.suppress(Exception), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                f = rope_frequencies(2 * inv.size, base=float(base["rope_theta"]),
-                                     scaling={**params, "rope_type": cand}, max_position_embeddings=mp)
+                f = rope_frequencies(
+                    2 * inv.size,
+                    base=float(base["rope_theta"]),
+                    scaling={**params, "rope_type": cand},
+                    max_position_embeddings=mp,
+                )
                 if np.allclose(f.inv_freq, inv, rtol=2e-6) and abs(f.attention_factor - att) < 1e-6:
                     match = cand
                     break
         for key in own:
             with contextlib.suppress(Exception):
-                plain = hp.tiny_config(use.config_cls, **p.values,
-                                       rope_parameters={k: v for k, v in base.items() if k not in own})
+                plain = hp.tiny_config(
+                    use.config_cls, **p.values, rope_parameters={k: v for k, v in base.items() if k not in own}
+                )
                 with hp.quiet():
                     ref = use.rotary(plain)
                 if np.array_equal(ref.inv_freq.detach().double().numpy(), inv) and not match:
@@ -749,10 +858,13 @@ def facts(use: hp.Use) -> dict[str, Any]:
         return {"refused": "none of its attention layers rotates its queries in the default config"}
     learned = sorted(name for name, _ in p.attention(next(iter(rotating.values()))["index"]).rotary.named_parameters())
     if learned:
-        return {"refused": f"its rotary module has learned parameters {learned}, which the checkpoint's weights "
-                           "hold, not its config"}
-    conventions = {(e["layout"], e["direction"], e["rotary_features"], e["output_order"], e["offset"])
-                   for e in rotating.values()}
+        return {
+            "refused": f"its rotary module has learned parameters {learned}, which the checkpoint's weights "
+            "hold, not its config"
+        }
+    conventions = {
+        (e["layout"], e["direction"], e["rotary_features"], e["output_order"], e["offset"]) for e in rotating.values()
+    }
     if len(conventions) > 1:
         return {"refused": f"its layer types rotate in different conventions {sorted(map(str, conventions))}"}
     layout, direction, features, output_order, offset = conventions.pop()
@@ -828,8 +940,11 @@ def composites(uses: list[hp.Use]) -> dict[str, dict[str, Any]]:
                 config = CONFIG_MAPPING[model_type]()
             except Exception:
                 continue
-            paths = [(path, sub.model_type) for path, sub in hp.sub_configs(config)
-                     if getattr(sub, "model_type", None) in text]
+            paths = [
+                (path, sub.model_type)
+                for path, sub in hp.sub_configs(config)
+                if getattr(sub, "model_type", None) in text
+            ]
         if not paths:
             continue
         paths.sort(key=lambda ps: (not ps[0][-1].startswith("text"), "talker" in ".".join(ps[0]), len(ps[0]), ps[0]))

@@ -191,15 +191,24 @@ def scalar_int(value: Any) -> Any:
     """
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return int(value)
-    if (backends.is_array(value) and value.ndim == 0 and backends.concrete(value)
-            and backends.is_integral(backends.namespace(value), value.dtype)):
+    if (
+        backends.is_array(value)
+        and value.ndim == 0
+        and backends.concrete(value)
+        and backends.is_integral(backends.namespace(value), value.dtype)
+    ):
         return int(value)
     return value
 
 
 def position_array(
-    value: Any, name: str = "positions", *, xp: Namespace | None = None, device: Device = None,
-    like: Array | None = None, like_name: str = "q",
+    value: Any,
+    name: str = "positions",
+    *,
+    xp: Namespace | None = None,
+    device: Device = None,
+    like: Array | None = None,
+    like_name: str = "q",
 ) -> tuple[Namespace, Array, Device]:
     """:func:`as_positions` for an argument that must be an array (an int is a 0-d array, not a count)."""
     return as_positions(value, name, xp=xp, device=device, like=like, like_name=like_name, count=False)

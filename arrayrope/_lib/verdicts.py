@@ -16,8 +16,17 @@ from typing import Any, Literal, TypeAlias
 
 from . import checks
 
-__all__ = ["EPS", "EXIT_STATUS", "ULPS", "Report", "Row", "Status", "default_tolerance", "tolerance_at",
-           "tolerance_value"]
+__all__ = [
+    "EPS",
+    "EXIT_STATUS",
+    "ULPS",
+    "Report",
+    "Row",
+    "Status",
+    "default_tolerance",
+    "tolerance_at",
+    "tolerance_value",
+]
 
 EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}
 #: Units in the last place that a correct result may differ by, per dtype (see default_tolerance).

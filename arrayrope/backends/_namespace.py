@@ -126,9 +126,7 @@ def namespace(*arrays: Array, xp: Namespace | None = None, names: tuple[str, ...
             this = _namespace_of_type.get(_type_key(type(a)))
         if this is None:
             if not compat.is_array_api_obj(a):
-                raise TypeError(
-                    f"{name} must be an array (NumPy, PyTorch, CuPy, JAX, Dask...), got {type(a).__name__}"
-                )
+                raise TypeError(f"{name} must be an array (NumPy, PyTorch, CuPy, JAX, Dask...), got {type(a).__name__}")
             this = _namespace_of(a)
         if found is None:
             found, first_name = this, name
@@ -261,8 +259,9 @@ def _of_namespace(cache: dict[Hashable, dict[Hashable, bool]], xp: Namespace) ->
     return found
 
 
-def _kind(cache: dict[Hashable, dict[Hashable, bool]], xp: Namespace, dtype: DType,
-          test: Callable[[Namespace, DType], object]) -> bool:
+def _kind(
+    cache: dict[Hashable, dict[Hashable, bool]], xp: Namespace, dtype: DType, test: Callable[[Namespace, DType], object]
+) -> bool:
     """``test(xp, dtype)``, cached per namespace and dtype (False where the namespace cannot tell)."""
     of_namespace = _of_namespace(cache, xp)
     key = cache_key(dtype)

@@ -54,8 +54,9 @@ class Library(Protocol):
         """
         ...
 
-    def constant(self, xp: Namespace, make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: Device
-                 ) -> Array:
+    def constant(
+        self, xp: Namespace, make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: Device
+    ) -> Array:
         """``make(*args)``, a NumPy array computed on the host from hashable arguments, as an array on ``device``.
 
         What the tables need from the host (digit rotations, turns, frequencies) comes through here: a

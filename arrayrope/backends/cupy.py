@@ -20,7 +20,15 @@ if TYPE_CHECKING:
     from .registry import Backend
 
 __all__ = [
-    "arange_tables", "concrete", "constant", "host", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy",
+    "arange_tables",
+    "concrete",
+    "constant",
+    "host",
+    "prepare",
+    "probe",
+    "rotate",
+    "rotate_prepared",
+    "to_numpy",
     "tracing",
 ]
 
@@ -42,8 +50,12 @@ def _kernel(wide: bool) -> Any:
     k = _kernels.get(name)
     if k is None:
         k = _kernels[name] = cupy.ElementwiseKernel(
-            "C cos, C sin, raw T x, int64 h, int64 d, bool interleaved", "raw T y",
-            _BODY, f"arrayrope_rotary_{name}", preamble=f"typedef {name} W;", no_return=True,
+            "C cos, C sin, raw T x, int64 h, int64 d, bool interleaved",
+            "raw T y",
+            _BODY,
+            f"arrayrope_rotary_{name}",
+            preamble=f"typedef {name} W;",
+            no_return=True,
         )
     return k
 
@@ -56,8 +68,16 @@ def probe() -> list[Backend]:
 
     if cupy.cuda.runtime.getDeviceCount() < 1:
         raise RuntimeError("no CUDA device")
-    return [Backend("cupy", xp, cupy.cuda.Device(0), ("float16", "float32", "float64"), native=cupy,
-                    synchronize=cupy.cuda.Device().synchronize)]
+    return [
+        Backend(
+            "cupy",
+            xp,
+            cupy.cuda.Device(0),
+            ("float16", "float32", "float64"),
+            native=cupy,
+            synchronize=cupy.cuda.Device().synchronize,
+        )
+    ]
 
 
 def to_numpy(x: Any) -> np.ndarray:
@@ -67,15 +87,19 @@ def to_numpy(x: Any) -> np.ndarray:
 
 def rotate(xp: Any, x: Any, cos: Any, sin: Any, layout: str) -> Any:
     """Rotated copy of ``x``: one kernel over the pairs (and a copy of the features past rotary_dim)."""
-    if (x.dtype.name not in _FLOATS or cos.dtype != sin.dtype or cos.dtype.name not in _FLOATS
-            or x.size == 0 or not x.flags.c_contiguous):
+    if (
+        x.dtype.name not in _FLOATS
+        or cos.dtype != sin.dtype
+        or cos.dtype.name not in _FLOATS
+        or x.size == 0
+        or not x.flags.c_contiguous
+    ):
         return rotate_reference(xp, x, cos, sin, layout)
     h, d = cos.shape[-1], x.shape[-1]
     pairs = (*x.shape[:-1], h)  # cos/sin broadcast to one value per pair
     y = cupy.empty_like(x)
     wide = "float64" in (x.dtype.name, cos.dtype.name)
-    _kernel(wide)(cupy.broadcast_to(cos, pairs), cupy.broadcast_to(sin, pairs), x, h, d,
-                  layout == "interleaved", y)
+    _kernel(wide)(cupy.broadcast_to(cos, pairs), cupy.broadcast_to(sin, pairs), x, h, d, layout == "interleaved", y)
     if 2 * h < d:
-        y[..., 2 * h:] = x[..., 2 * h:]
+        y[..., 2 * h :] = x[..., 2 * h :]
     return y

@@ -20,7 +20,15 @@ if TYPE_CHECKING:
     from .registry import Backend
 
 __all__ = [
-    "arange_tables", "concrete", "constant", "host", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy",
+    "arange_tables",
+    "concrete",
+    "constant",
+    "host",
+    "prepare",
+    "probe",
+    "rotate",
+    "rotate_prepared",
+    "to_numpy",
     "tracing",
 ]
 

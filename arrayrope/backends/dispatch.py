@@ -33,7 +33,15 @@ from ._protocol import Library
 from .registry import LIBRARIES, library_module
 
 __all__ = [
-    "arange_tables", "concrete", "constant", "graph_rotary", "host", "library", "load_imported", "prepare", "rotate",
+    "arange_tables",
+    "concrete",
+    "constant",
+    "graph_rotary",
+    "host",
+    "library",
+    "load_imported",
+    "prepare",
+    "rotate",
     "tracing",
 ]
 
@@ -110,8 +118,9 @@ def prepare(x: Array, cos: Array, sin: Array, layout: str) -> object | None:
     return None if module is None else module.prepare(cos, sin, layout)
 
 
-def arange_tables(xp: Namespace, inv_freq: np.ndarray, n: int, dtype: DType, factor: float
-                  ) -> tuple[Array, Array] | None:
+def arange_tables(
+    xp: Namespace, inv_freq: np.ndarray, n: int, dtype: DType, factor: float
+) -> tuple[Array, Array] | None:
     """cos/sin for positions ``0..n-1`` from the fast path of ``xp``'s library, or None."""
     short = library_name(xp).split(".")[0]
     return library(short).arange_tables(inv_freq, n, dtype, factor) if short in LIBRARIES else None

@@ -52,5 +52,6 @@ def load(library: str) -> None:
         try:
             point.load()()
         except Exception as exc:  # an optional integration never breaks the core
-            warnings.warn(f"arrayrope: the {library} integration {point.value} did not load: {exc}",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"arrayrope: the {library} integration {point.value} did not load: {exc}", RuntimeWarning, stacklevel=2
+            )

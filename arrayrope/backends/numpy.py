@@ -29,7 +29,15 @@ if TYPE_CHECKING:
     from .registry import Backend
 
 __all__ = [
-    "arange_tables", "concrete", "constant", "host", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy",
+    "arange_tables",
+    "concrete",
+    "constant",
+    "host",
+    "prepare",
+    "probe",
+    "rotate",
+    "rotate_prepared",
+    "to_numpy",
     "tracing",
 ]
 
@@ -271,9 +279,7 @@ def _blocks(
             np.copyto(of[a : a + m, r:], xf[a : a + m, r:])
 
 
-def arange_tables(
-    inv_freq: np.ndarray, n: int, dtype: Any, factor: float
-) -> tuple[np.ndarray, np.ndarray] | None:
+def arange_tables(inv_freq: np.ndarray, n: int, dtype: Any, factor: float) -> tuple[np.ndarray, np.ndarray] | None:
     """cos/sin of ``p * inv_freq`` for ``p = 0..n-1`` by angle addition in float64, in blocks.
 
     ``p = 1024 * a + b``: the rotations of ``1024 * a`` and ``b`` are float64 cos/sin on

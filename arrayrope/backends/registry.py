@@ -249,9 +249,7 @@ def available(
     wanted = list(names)
     unknown = [n for n in wanted if not isinstance(n, str) or _library(n) is None]
     if unknown:
-        raise ValueError(
-            f"unknown backends {unknown}; known: {list(PROBES)} or one device of them: {list(VARIANTS)}"
-        )
+        raise ValueError(f"unknown backends {unknown}; known: {list(PROBES)} or one device of them: {list(VARIANTS)}")
     found: list[Backend] = []
     missing: dict[str, str] = {}
     for name in wanted:

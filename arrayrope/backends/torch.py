@@ -51,7 +51,15 @@ if TYPE_CHECKING:
     from .registry import Backend
 
 __all__ = [
-    "arange_tables", "concrete", "constant", "host", "prepare", "probe", "rotate", "rotate_prepared", "to_numpy",
+    "arange_tables",
+    "concrete",
+    "constant",
+    "host",
+    "prepare",
+    "probe",
+    "rotate",
+    "rotate_prepared",
+    "to_numpy",
     "tracing",
 ]
 
@@ -79,8 +87,9 @@ def probe() -> list[Backend]:
     dtypes = ("float16", "bfloat16", "float32", "float64")
     found = [Backend("torch", _xp, torch.device("cpu"), dtypes, native=torch)]
     if torch.cuda.is_available():
-        found.append(Backend("torch-cuda", _xp, torch.device("cuda"), dtypes, native=torch,
-                             synchronize=torch.cuda.synchronize))
+        found.append(
+            Backend("torch-cuda", _xp, torch.device("cuda"), dtypes, native=torch, synchronize=torch.cuda.synchronize)
+        )
     return found
 
 
@@ -104,8 +113,10 @@ def rotate(xp: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layou
     dt = x.dtype
     work = dt if dt == cos.dtype == sin.dtype else torch.promote_types(torch.promote_types(dt, cos.dtype), sin.dtype)
     n = x.numel()
-    if n <= GRAIN or (work == dt and n <= (
-            WHOLE_INTERLEAVED if layout == "interleaved" else WHOLE_HALF if torch.get_num_threads() > 1 else 0)):
+    if n <= GRAIN or (
+        work == dt
+        and n <= (WHOLE_INTERLEAVED if layout == "interleaved" else WHOLE_HALF if torch.get_num_threads() > 1 else 0)
+    ):
         return _small(x, cos, sin, layout, work)
     # float16 and bfloat16 arithmetic runs in float32, rounded once at the end
     compute = torch.float32 if work in _LOW else work
@@ -423,8 +434,18 @@ def _warm() -> None:
         devices += [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
     if torch.backends.mps.is_available():
         devices.append(torch.device("mps"))
-    dtypes = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-              torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    dtypes = (
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+    )
     x = torch.empty(0)
     _namespace.warm(x, dtypes, devices)
     dispatch.tracing(_namespace.namespace(x))

@@ -35,8 +35,16 @@ COMMANDS: dict[str, str] = {
 }
 
 #: Optional libraries and the extra of arrayrope that installs each.
-EXTRAS = {"onnx": "onnx", "onnxruntime": "onnx", "ml_dtypes": "onnx", "matplotlib": "plot", "torch": "torch",
-          "jax": "jax", "dask": "dask", "cupy": "cupy"}
+EXTRAS = {
+    "onnx": "onnx",
+    "onnxruntime": "onnx",
+    "ml_dtypes": "onnx",
+    "matplotlib": "plot",
+    "torch": "torch",
+    "jax": "jax",
+    "dask": "dask",
+    "cupy": "cupy",
+}
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -64,9 +72,12 @@ def add_command(sub: Any, name: str, module: Any, prog: str) -> argparse.Argumen
     """The parser of one command (``module`` defines it), with the exit statuses in its help when it gives a verdict."""
     verdict = getattr(module, "VERDICT", False)
     cmd: argparse.ArgumentParser = sub.add_parser(
-        name, help=module.HELP, description=module.HELP, formatter_class=HelpFormatter,
-        epilog=getattr(module, "EPILOG", None) or (epilog(prog.removeprefix("arrayrope ")) if verdict else
-                                                    "exit status: 0 done, 2 usage or input error"),
+        name,
+        help=module.HELP,
+        description=module.HELP,
+        formatter_class=HelpFormatter,
+        epilog=getattr(module, "EPILOG", None)
+        or (epilog(prog.removeprefix("arrayrope ")) if verdict else "exit status: 0 done, 2 usage or input error"),
     )
     module.add_arguments(cmd)
     cmd.set_defaults(_run=module.run, _prog=prog, _parser=cmd, _names=getattr(module, "PYTHON_NAMES", {}))
@@ -76,8 +87,9 @@ def add_command(sub: Any, name: str, module: Any, prog: str) -> argparse.Argumen
 def build_parser() -> argparse.ArgumentParser:
     from arrayrope import __version__
 
-    parser = _Parser(prog="arrayrope", description="Positional encodings for attention models.",
-                     formatter_class=HelpFormatter)
+    parser = _Parser(
+        prog="arrayrope", description="Positional encodings for attention models.", formatter_class=HelpFormatter
+    )
     parser.add_argument("--version", action="version", version=f"arrayrope {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="command")
     for name, module_name in COMMANDS.items():

@@ -11,9 +11,14 @@ PYTHON_NAMES = {"providers": "--provider"}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="an .onnx file written by 'arrayrope export'")
-    parser.add_argument("--provider", action="append", default=None, choices=("cuda", "cpu"),
-                        help="ONNX Runtime provider; repeatable (default: CUDA when available, then CPU); a provider "
-                             "named here that cannot run makes the verdict 'not verified'")
+    parser.add_argument(
+        "--provider",
+        action="append",
+        default=None,
+        choices=("cuda", "cpu"),
+        help="ONNX Runtime provider; repeatable (default: CUDA when available, then CPU); a provider "
+        "named here that cannot run makes the verdict 'not verified'",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
 
 
@@ -35,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     for name in dict.fromkeys(args.provider or ()):
         full = PROVIDER_NAMES[name].removesuffix("ExecutionProvider")
         if not any(r.backend == "onnxruntime" and r.device.startswith(full) for r in report.rows):
-            why = next((why for what, why in report.skipped if what.startswith(f"onnxruntime {full}")),
-                       "it did not run")
+            why = next(
+                (why for what, why in report.skipped if what.startswith(f"onnxruntime {full}")), "it did not run"
+            )
             missing.append((f"--provider {name}", why))
     return conclude(report, words=("valid", "INVALID", "NOT VERIFIED"), missing=missing)

@@ -30,9 +30,10 @@ in float64). The first encoding runs in every dtype, the others in float32.
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--backends", default=None,
+        "--backends",
+        default=None,
         help="comma-separated backends (default: ARRAYROPE_BACKENDS or all installed); a backend named here that "
-             "cannot run makes the verdict 'not verified'",
+        "cannot run makes the verdict 'not verified'",
     )
 
 

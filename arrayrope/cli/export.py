@@ -8,16 +8,23 @@ from typing import Any
 
 from . import fuse as fuse_command
 
-HELP = ("write an ONNX model that applies rotary embeddings (tables from arrayrope's float64 core); "
-        "'arrayrope export fuse' fuses those of an existing model")
+HELP = (
+    "write an ONNX model that applies rotary embeddings (tables from arrayrope's float64 core); "
+    "'arrayrope export fuse' fuses those of an existing model"
+)
 PYTHON_NAMES = {"freqs (an int head_dim)": "--head-dim"}
 
 
 class _Given(argparse.Action):
     """Stores the value and records that the flag was given (a config and these flags are exclusive)."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         setattr(namespace, self.dest, values)
         given = set(getattr(namespace, "_given", ()))
         namespace._given = given | {option_string or self.dest}
@@ -26,45 +33,98 @@ class _Given(argparse.Action):
 class _Layout(argparse.Action):
     """Stores the layout and records that it was given (else a config's family gives it)."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         setattr(namespace, self.dest, values)
         namespace.layout_given = True
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--head-dim", type=int, default=None, action=_Given,
-                        help="features per head (required unless --config gives it)")
-    parser.add_argument("--num-heads", type=int, default=None,
-                        help="heads of x or q (required for --rank 3; default: from --config, else not fixed)")
-    parser.add_argument("--num-kv-heads", type=int, default=None,
-                        help="heads of k with --qk (grouped-query attention; default: --num-heads)")
-    parser.add_argument("--rank", type=int, choices=(3, 4), default=4,
-                        help="4: (batch, heads, seq, head_dim); 3: (batch, seq, heads*head_dim)")
-    parser.add_argument("--layout", choices=("half", "interleaved"), default="half", action=_Layout,
-                        help="which features pair up: half-split (Llama's rotate_half) or interleaved (GPT-J); with "
-                             "--config, the layout of the config's family")
-    parser.add_argument("--target", choices=("auto", "onnx23", "ort", "portable"), default="auto",
-                        help="the nodes: onnx23 (standard RotaryEmbedding), ort (ONNX Runtime's contrib op), portable "
-                             "(standard ops); auto: the fastest the other options allow")
-    parser.add_argument("--max-positions", type=int, default=None,
-                        help="a bound on the positions: store cos/sin tables of this many rows, and position ids must "
-                             "be below it (default: no bound; cos/sin computed in the graph from the position ids, "
-                             "right at every position below 2**30)")
+    parser.add_argument(
+        "--head-dim",
+        type=int,
+        default=None,
+        action=_Given,
+        help="features per head (required unless --config gives it)",
+    )
+    parser.add_argument(
+        "--num-heads",
+        type=int,
+        default=None,
+        help="heads of x or q (required for --rank 3; default: from --config, else not fixed)",
+    )
+    parser.add_argument(
+        "--num-kv-heads",
+        type=int,
+        default=None,
+        help="heads of k with --qk (grouped-query attention; default: --num-heads)",
+    )
+    parser.add_argument(
+        "--rank",
+        type=int,
+        choices=(3, 4),
+        default=4,
+        help="4: (batch, heads, seq, head_dim); 3: (batch, seq, heads*head_dim)",
+    )
+    parser.add_argument(
+        "--layout",
+        choices=("half", "interleaved"),
+        default="half",
+        action=_Layout,
+        help="which features pair up: half-split (Llama's rotate_half) or interleaved (GPT-J); with "
+        "--config, the layout of the config's family",
+    )
+    parser.add_argument(
+        "--target",
+        choices=("auto", "onnx23", "ort", "portable"),
+        default="auto",
+        help="the nodes: onnx23 (standard RotaryEmbedding), ort (ONNX Runtime's contrib op), portable "
+        "(standard ops); auto: the fastest the other options allow",
+    )
+    parser.add_argument(
+        "--max-positions",
+        type=int,
+        default=None,
+        help="a bound on the positions: store cos/sin tables of this many rows, and position ids must "
+        "be below it (default: no bound; cos/sin computed in the graph from the position ids, "
+        "right at every position below 2**30)",
+    )
     parser.add_argument("--base", type=float, default=10000.0, action=_Given, help="rope_theta (or from --config)")
-    parser.add_argument("--rotary-dim", type=int, default=None, action=_Given,
-                        help="leading features that rotate (default: all, or from --config)")
-    parser.add_argument("--config", default=None,
-                        help="a Hugging Face config.json or its folder (head_dim, rope_theta, rotary dim, scaling, "
-                             "heads); not combined with --head-dim, --base, --rotary-dim (default: none, the flags say "
-                             "it)")
-    parser.add_argument("--dtype", choices=("float32", "float16", "bfloat16", "float64"), default="float32",
-                        help="element type of the rotated tensors and the tables")
-    parser.add_argument("--tables", choices=("stored", "computed"), default=None,
-                        help="stored: tables of --max-positions rows in the graph; computed: cos/sin built in the "
-                             "graph from the position ids (default: stored with --max-positions, else computed)")
-    parser.add_argument("--opset", type=int, default=None,
-                        help="default-domain opset (default: 23 for onnx23, 17 otherwise)")
+    parser.add_argument(
+        "--rotary-dim",
+        type=int,
+        default=None,
+        action=_Given,
+        help="leading features that rotate (default: all, or from --config)",
+    )
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="a Hugging Face config.json or its folder (head_dim, rope_theta, rotary dim, scaling, "
+        "heads); not combined with --head-dim, --base, --rotary-dim (default: none, the flags say "
+        "it)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "float16", "bfloat16", "float64"),
+        default="float32",
+        help="element type of the rotated tensors and the tables",
+    )
+    parser.add_argument(
+        "--tables",
+        choices=("stored", "computed"),
+        default=None,
+        help="stored: tables of --max-positions rows in the graph; computed: cos/sin built in the "
+        "graph from the position ids (default: stored with --max-positions, else computed)",
+    )
+    parser.add_argument(
+        "--opset", type=int, default=None, help="default-domain opset (default: 23 for onnx23, 17 otherwise)"
+    )
     parser.add_argument("--no-position-ids", action="store_true", help="positions 0..seq-1 instead of an input")
     parser.add_argument("--qk", action="store_true", help="inputs q and k, outputs q_rot and k_rot")
     parser.add_argument("-o", "--output", default=None, help="where to write the .onnx file (required)")
@@ -88,9 +148,11 @@ def _freqs_from_config(path: str, args: argparse.Namespace) -> Any:
     freqs = rope_frequencies_from_config(path)
     s = settings(path)
     if s.rotary_features != "leading":
-        raise ValueError(f"--config: transformers' {s.model_type} rotates the trailing features of each head (MLA's "
-                         "q_pe after q_nope), which these graphs do not; export the rotary part alone "
-                         "(--head-dim, --base, --rotary-dim)")
+        raise ValueError(
+            f"--config: transformers' {s.model_type} rotates the trailing features of each head (MLA's "
+            "q_pe after q_nope), which these graphs do not; export the rotary part alone "
+            "(--head-dim, --base, --rotary-dim)"
+        )
     if not getattr(args, "layout_given", False):
         if s.layout is None:
             raise ValueError(f"--config: {s.why_no_layout}; pass --layout half or --layout interleaved")
@@ -127,9 +189,19 @@ def run(args: argparse.Namespace) -> int:
     from arrayrope.export import rotary_model
 
     model = rotary_model(
-        freqs, layout=args.layout, target=args.target, rank=args.rank, num_heads=args.num_heads,
-        num_kv_heads=args.num_kv_heads, max_positions=args.max_positions, position_ids=not args.no_position_ids,
-        tables=args.tables, dtype=args.dtype, opset=args.opset, qk=args.qk, **extra,
+        freqs,
+        layout=args.layout,
+        target=args.target,
+        rank=args.rank,
+        num_heads=args.num_heads,
+        num_kv_heads=args.num_kv_heads,
+        max_positions=args.max_positions,
+        position_ids=not args.no_position_ids,
+        tables=args.tables,
+        dtype=args.dtype,
+        opset=args.opset,
+        qk=args.qk,
+        **extra,
     )
     try:
         onnx.save(model, args.output)
@@ -137,6 +209,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"-o {args.output}: cannot write the model: {err.strerror or err}") from None
     print(f"wrote {args.output}: {model.graph.doc_string}")
     ops = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
-    print(f"{len(model.graph.node)} nodes, opsets {ops}, IR version {model.ir_version}, "
-          f"{os.path.getsize(args.output) / 1e6:.2f} MB")
+    print(
+        f"{len(model.graph.node)} nodes, opsets {ops}, IR version {model.ir_version}, "
+        f"{os.path.getsize(args.output) / 1e6:.2f} MB"
+    )
     return 0

@@ -20,26 +20,49 @@ exit status:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="the .onnx file to read (it is not changed)")
     parser.add_argument("-o", "--output", required=True, help="where to write the fused model (required)")
-    parser.add_argument("--target", choices=("onnx23", "ort"), default="onnx23",
-                        help="onnx23: the standard RotaryEmbedding (the model is converted to opset 23 if older); "
-                             "ort: ONNX Runtime's com.microsoft.RotaryEmbedding at the model's opset")
-    parser.add_argument("--tables", choices=("stored", "computed", "model"), default=None,
-                        help="stored: arrayrope's float64-computed tables of --max-positions rows; computed: cos/sin "
-                             "built in the graph from the position ids by the exact float32 method (both: no Cos/Sin, "
-                             "exact at long positions); model: the model's own cos/sin computation (default: stored "
-                             "with --max-positions, else computed)")
-    parser.add_argument("--max-positions", type=int, default=None,
-                        help="a bound on the positions: tables of this many rows are stored, and position ids "
-                             "must stay below it (default: no bound; cos/sin computed in the graph from the position "
-                             "ids, right at every position below 2**30)")
-    parser.add_argument("--inputs", default=None,
-                        help="an .npz of the model's inputs, for models that sample inputs cannot run "
-                             "(past key/value caches); default: inputs made from the model's input types")
-    parser.add_argument("--no-validate", action="store_true",
-                        help="do not compare the two models on ONNX Runtime (the verdict is then 'not verified')")
-    parser.add_argument("--provider", action="append", default=None, choices=("cuda", "cpu"),
-                        help="ONNX Runtime provider for the validation; repeatable (default: CUDA when available, "
-                             "then CPU); a provider named here that cannot run makes the verdict 'not verified'")
+    parser.add_argument(
+        "--target",
+        choices=("onnx23", "ort"),
+        default="onnx23",
+        help="onnx23: the standard RotaryEmbedding (the model is converted to opset 23 if older); "
+        "ort: ONNX Runtime's com.microsoft.RotaryEmbedding at the model's opset",
+    )
+    parser.add_argument(
+        "--tables",
+        choices=("stored", "computed", "model"),
+        default=None,
+        help="stored: arrayrope's float64-computed tables of --max-positions rows; computed: cos/sin "
+        "built in the graph from the position ids by the exact float32 method (both: no Cos/Sin, "
+        "exact at long positions); model: the model's own cos/sin computation (default: stored "
+        "with --max-positions, else computed)",
+    )
+    parser.add_argument(
+        "--max-positions",
+        type=int,
+        default=None,
+        help="a bound on the positions: tables of this many rows are stored, and position ids "
+        "must stay below it (default: no bound; cos/sin computed in the graph from the position "
+        "ids, right at every position below 2**30)",
+    )
+    parser.add_argument(
+        "--inputs",
+        default=None,
+        help="an .npz of the model's inputs, for models that sample inputs cannot run "
+        "(past key/value caches); default: inputs made from the model's input types",
+    )
+    parser.add_argument(
+        "--no-validate",
+        action="store_true",
+        help="do not compare the two models on ONNX Runtime (the verdict is then 'not verified')",
+    )
+    parser.add_argument(
+        "--provider",
+        action="append",
+        default=None,
+        choices=("cuda", "cpu"),
+        help="ONNX Runtime provider for the validation; repeatable (default: CUDA when available, "
+        "then CPU); a provider named here that cannot run makes the verdict 'not verified'",
+    )
 
 
 def _check_arguments(args: argparse.Namespace) -> None:
@@ -73,23 +96,35 @@ def run(args: argparse.Namespace) -> int:
         feed = None if args.inputs is None else dict(np.load(args.inputs))
     except Exception as exc:
         raise ValueError(f"--inputs {args.inputs}: not an .npz of arrays ({exc})") from None
-    fused, report = fuse_rotary(args.model, target=args.target, tables=args.tables,
-                                max_positions=args.max_positions, inputs=feed, validate=not args.no_validate,
-                                providers=args.provider)
+    fused, report = fuse_rotary(
+        args.model,
+        target=args.target,
+        tables=args.tables,
+        max_positions=args.max_positions,
+        inputs=feed,
+        validate=not args.no_validate,
+        providers=args.provider,
+    )
     print(report)
     validation = report.validation
     if validation is None:
         onnx.save(fused, args.output, save_as_external_data=fused.ByteSize() >= 2**31 - 1)
-        print("verdict: NOT VERIFIED: the fused model was not compared with the original (--no-validate); "
-              f"each fused rotation was checked on its own\nwrote {args.output}: {report.fused} of "
-              f"{len(report.rotations)} rotary applications fused")
+        print(
+            "verdict: NOT VERIFIED: the fused model was not compared with the original (--no-validate); "
+            f"each fused rotation was checked on its own\nwrote {args.output}: {report.fused} of "
+            f"{len(report.rotations)} rotary applications fused"
+        )
         return NOT_VERIFIED
     missing = []
     for name in dict.fromkeys(args.provider or ()):
         device = "CUDA" if name == "cuda" else "CPU"
         if not any(r.device == device for r in validation.rows):
-            missing.append((f"--provider {name}", next((why for what, why in validation.skipped if device in what),
-                                                       "it did not run")))
+            missing.append(
+                (
+                    f"--provider {name}",
+                    next((why for what, why in validation.skipped if device in what), "it did not run"),
+                )
+            )
     status = conclude(validation, words=("valid", "INVALID", "NOT VERIFIED"), missing=missing)
     if validation.status == "failed":
         print(f"{args.output} not written: the fused model differs from the original")

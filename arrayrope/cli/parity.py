@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--backends",
         default=None,
         help="comma-separated backends, e.g. numpy,torch,torch-cuda (default: ARRAYROPE_BACKENDS or all installed); "
-             "a backend named here that cannot run makes the verdict 'not verified'",
+        "a backend named here that cannot run makes the verdict 'not verified'",
     )
     parser.add_argument(
         "--dtypes", default=None, help="comma-separated dtypes among float32,float64,float16,bfloat16 (default: all)"

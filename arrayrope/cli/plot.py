@@ -23,16 +23,27 @@ _TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("configs", nargs="*", metavar="CONFIG", help="config.json files (or folders) to compare")
-    parser.add_argument("--types", default=None,
-                        help=f"comma-separated rope types to compare on one head ({', '.join(_TYPES)}); "
-                             "default: all of them when no CONFIG is given")
+    parser.add_argument(
+        "--types",
+        default=None,
+        help=f"comma-separated rope types to compare on one head ({', '.join(_TYPES)}); "
+        "default: all of them when no CONFIG is given",
+    )
     parser.add_argument("--head-dim", type=int, default=128, help="head dim for --types (default 128)")
     parser.add_argument("--base", type=float, default=10000.0, help="rope_theta for --types (default 10000)")
     parser.add_argument("--factor", type=float, default=8.0, help="scaling factor for --types (default 8)")
-    parser.add_argument("--original-length", type=int, default=4096,
-                        help="original (pretraining) context length for --types (default 4096)")
-    parser.add_argument("--max-distance", type=int, default=None,
-                        help="largest relative distance on the decay plot (default: 4 x the scaled context)")
+    parser.add_argument(
+        "--original-length",
+        type=int,
+        default=4096,
+        help="original (pretraining) context length for --types (default 4096)",
+    )
+    parser.add_argument(
+        "--max-distance",
+        type=int,
+        default=None,
+        help="largest relative distance on the decay plot (default: 4 x the scaled context)",
+    )
     parser.add_argument("-o", "--output", default="rope.png", help="PNG to write (default rope.png)")
 
 
@@ -80,13 +91,19 @@ def _curves(args: argparse.Namespace) -> list[tuple[str, Any, int]]:
             "linear": {"rope_type": "linear", "factor": s},
             "dynamic": {"rope_type": "dynamic", "factor": s},
             "yarn": {"rope_type": "yarn", "factor": s, "original_max_position_embeddings": l0},
-            "llama3": {"rope_type": "llama3", "factor": s, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                       "original_max_position_embeddings": l0},
+            "llama3": {
+                "rope_type": "llama3",
+                "factor": s,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": l0,
+            },
         }.get(t, "unknown")
         if isinstance(scaling, str):
             raise ValueError(f"--types: {t!r} is not one of {_TYPES} (longrope needs its factor lists: use a config)")
-        f = arrayrope.rope_frequencies(d, base=args.base, scaling=scaling, max_position_embeddings=l0,
-                                       seq_len=int(l0 * s))
+        f = arrayrope.rope_frequencies(
+            d, base=args.base, scaling=scaling, max_position_embeddings=l0, seq_len=int(l0 * s)
+        )
         curves.append((t if t == "default" else f"{t} x{s:g}", f, l0))
     return curves
 
@@ -117,8 +134,11 @@ def run(args: argparse.Namespace) -> int:
         ax_w.text(0, l0, f" L0 = {l0}", va="bottom", color="gray")
         ax_b.axvline(l0, color="gray", linestyle="--", linewidth=0.8)
     ax_w.set(xlabel="rotary pair i", ylabel="wavelength 2π/θᵢ (positions)", title="Per-pair wavelengths")
-    ax_b.set(xlabel="relative distance m − n", ylabel=r"$\mathrm{mean}_j\,|\sum_{k<j} e^{i(m-n)\theta_k}|$",
-             title="Long-range decay bound (RoFormer)")
+    ax_b.set(
+        xlabel="relative distance m − n",
+        ylabel=r"$\mathrm{mean}_j\,|\sum_{k<j} e^{i(m-n)\theta_k}|$",
+        title="Long-range decay bound (RoFormer)",
+    )
     ax_w.legend(fontsize=8)
     ax_b.legend(fontsize=8)
     fig.tight_layout()

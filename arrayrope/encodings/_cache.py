@@ -48,7 +48,14 @@ class TableCache:
         return type(self), (self.freqs,)
 
     def rows(
-        self, xp: Namespace, x: Array, device: Any, dtype: Any, start: int, seq: int, layout: str,
+        self,
+        xp: Namespace,
+        x: Array,
+        device: Any,
+        dtype: Any,
+        start: int,
+        seq: int,
+        layout: str,
         shape: Callable[[Array, Array], tuple[Array, Array]],
     ) -> Rows:
         """cos/sin of positions ``start .. start + seq - 1`` (with ``start + seq <= MAX_CACHE``) put in

@@ -35,8 +35,16 @@ def grid_shape(positions: Any) -> tuple[int, ...] | None:
 
 
 def grid_coordinates(
-    grid: tuple[int, ...], train_grid: Sequence[int] | None, prefix: int, xp: Namespace | None, device: Device,
-    *, kind: str = "index", indexing: str = "ij", offset: float = 0.0, suffix: int = 0,
+    grid: tuple[int, ...],
+    train_grid: Sequence[int] | None,
+    prefix: int,
+    xp: Namespace | None,
+    device: Device,
+    *,
+    kind: str = "index",
+    indexing: str = "ij",
+    offset: float = 0.0,
+    suffix: int = 0,
 ) -> tuple[Namespace, Array, Device]:
     """Row-major coordinates of a grid, rescaled and extended on the host, then moved to ``device``.
 

@@ -58,9 +58,18 @@ class Resizer:
             return self.start
         s, most = self.start, self.max_position_embeddings
         # plain ints and floats (a traced int's value is fixed here: the graph holds one length's frequencies)
-        found: RopeFrequencies = backends.host(xp, _frequencies, (
-            operator.index(s.head_dim), float(s.base), operator.index(s.rotary_dim), self.scaling,
-            None if most is None else operator.index(most), operator.index(current)))
+        found: RopeFrequencies = backends.host(
+            xp,
+            _frequencies,
+            (
+                operator.index(s.head_dim),
+                float(s.base),
+                operator.index(s.rotary_dim),
+                self.scaling,
+                None if most is None else operator.index(most),
+                operator.index(current),
+            ),
+        )
         return found
 
     def _frequencies(self, length: int) -> RopeFrequencies:
@@ -68,10 +77,12 @@ class Resizer:
         return _frequencies(s.head_dim, s.base, s.rotary_dim, self.scaling, self.max_position_embeddings, length)
 
 
-def _frequencies(head_dim: int, base: float, rotary_dim: int, scaling: Mapping[str, Any], max_len: int | None,
-                 length: int) -> RopeFrequencies:
+def _frequencies(
+    head_dim: int, base: float, rotary_dim: int, scaling: Mapping[str, Any], max_len: int | None, length: int
+) -> RopeFrequencies:
     """The type's frequencies for ``length``."""
     with warnings.catch_warnings():  # reported once, when the instance was made
         warnings.simplefilter("ignore")
-        return rope_frequencies(head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling,
-                                max_position_embeddings=max_len, seq_len=length)
+        return rope_frequencies(
+            head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling, max_position_embeddings=max_len, seq_len=length
+        )

@@ -56,7 +56,9 @@ def axial_rope_tables(
     indexing: GridIndexing = "ij",
     grid_offset: float = 0.0,
     frequencies: Sequence[float] | np.ndarray | None = None,
-    xp: Namespace | None = None, dtype: DType | None = None, device: Device = None,
+    xp: Namespace | None = None,
+    dtype: DType | None = None,
+    device: Device = None,
 ) -> tuple[Array, Array]:
     """Cos/sin tables of axial RoPE: feature block ``j`` rotates by coordinate ``j``.
 
@@ -165,12 +167,20 @@ def axial_rope_tables(
     offset = checks.finite_real(grid_offset, "grid_offset")
     shape = grid_shape(positions)
     if shape is not None:
-        ns, coords, device = grid_coordinates(shape, train_grid, prefix, xp, device, kind=kind, indexing=order,
-                                              offset=offset, suffix=suffix)
+        ns, coords, device = grid_coordinates(
+            shape, train_grid, prefix, xp, device, kind=kind, indexing=order, offset=offset, suffix=suffix
+        )
     else:
-        extras = [name for name, v, default in (("train_grid", train_grid, None), ("grid", kind, "index"),
-                                                ("indexing", order, "ij"), ("grid_offset", offset, 0.0))
-                  if v != default]
+        extras = [
+            name
+            for name, v, default in (
+                ("train_grid", train_grid, None),
+                ("grid", kind, "index"),
+                ("indexing", order, "ij"),
+                ("grid_offset", offset, 0.0),
+            )
+            if v != default
+        ]
         if extras:
             raise ValueError(f"{extras[0]} applies to a grid shape; compute the coordinates of an array yourself")
         ns, coords = coordinate_array(positions, xp, device)
@@ -206,8 +216,7 @@ def _axis_dims(axis_dims: Sequence[int] | None, n_axes: int, rotary: int, *, fro
     if len(dims) != n_axes:
         where = "the grid has" if from_grid else "positions has a trailing size of"
         raise ValueError(
-            f"axis_dims={list(dims)} gives {len(dims)} axes but {where} {n_axes}; "
-            "give one feature count per coordinate"
+            f"axis_dims={list(dims)} gives {len(dims)} axes but {where} {n_axes}; give one feature count per coordinate"
         )
     if sum(dims) != rotary:
         raise ValueError(f"axis_dims={list(dims)} sum to {sum(dims)}; they must sum to the rotary dim {rotary}")

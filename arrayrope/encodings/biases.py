@@ -83,7 +83,9 @@ def alibi_bias(
     *,
     causal: bool = True,
     offset: int | Array | None = None,
-    xp: Namespace | None = None, dtype: DType | None = None, device: Device = None,
+    xp: Namespace | None = None,
+    dtype: DType | None = None,
+    device: Device = None,
 ) -> Array:
     """The ALiBi bias ``-slope_h * distance``, shape ``(num_heads, q_len, k_len)``.
 

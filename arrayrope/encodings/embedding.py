@@ -138,8 +138,15 @@ class RotaryEmbedding:
         backends.load_imported()
 
     @classmethod
-    def from_config(cls, config: Any, *, layer_type: str | None = None, layer_idx: int | None = None,
-                    layout: Layout | None = None, axes: Axes = "bhsd") -> RotaryEmbedding:
+    def from_config(
+        cls,
+        config: Any,
+        *,
+        layer_type: str | None = None,
+        layer_idx: int | None = None,
+        layout: Layout | None = None,
+        axes: Axes = "bhsd",
+    ) -> RotaryEmbedding:
         """A rotary embedding from a Hugging Face config (dict or ``config.json`` path).
 
         See :func:`arrayrope.rope_frequencies_from_config` for the fields read. The rotary
@@ -193,11 +200,19 @@ axes='bhsd', rotary_features='trailing')
             rope.freqs = rope._start_freqs = no_rope(s.head_dim)
             rope._cache = TableCache(rope.freqs)
             return rope
-        rotary = rope_frequencies(s.head_dim, base=s.base, rotary_dim=s.rotary_dim,
-                                  partial_rotary_factor=s.partial_rotary_factor).rotary_dim
-        return cls(s.head_dim, base=s.base, rotary_dim=rotary, scaling=s.scaling,
-                   max_position_embeddings=s.max_position_embeddings, layout=chosen, axes=axes,
-                   rotary_features=features)
+        rotary = rope_frequencies(
+            s.head_dim, base=s.base, rotary_dim=s.rotary_dim, partial_rotary_factor=s.partial_rotary_factor
+        ).rotary_dim
+        return cls(
+            s.head_dim,
+            base=s.base,
+            rotary_dim=rotary,
+            scaling=s.scaling,
+            max_position_embeddings=s.max_position_embeddings,
+            layout=chosen,
+            axes=axes,
+            rotary_features=features,
+        )
 
     @property
     def head_dim(self) -> int:
@@ -233,26 +248,50 @@ axes='bhsd', rotary_features='trailing')
 
     @overload
     def __call__(
-        self, q: Array, k: None = None, *, positions: Array | None = None, offset: int | Array = 0,
-        seq_len: int | None = None, return_freqs: Literal[False] = False,
+        self,
+        q: Array,
+        k: None = None,
+        *,
+        positions: Array | None = None,
+        offset: int | Array = 0,
+        seq_len: int | None = None,
+        return_freqs: Literal[False] = False,
     ) -> Array: ...
 
     @overload
     def __call__(
-        self, q: Array, k: Array, *, positions: Array | None = None, offset: int | Array = 0,
-        seq_len: int | None = None, return_freqs: Literal[False] = False,
+        self,
+        q: Array,
+        k: Array,
+        *,
+        positions: Array | None = None,
+        offset: int | Array = 0,
+        seq_len: int | None = None,
+        return_freqs: Literal[False] = False,
     ) -> tuple[Array, Array]: ...
 
     @overload
     def __call__(
-        self, q: Array, k: None = None, *, positions: Array | None = None, offset: int | Array = 0,
-        seq_len: int | None = None, return_freqs: Literal[True],
+        self,
+        q: Array,
+        k: None = None,
+        *,
+        positions: Array | None = None,
+        offset: int | Array = 0,
+        seq_len: int | None = None,
+        return_freqs: Literal[True],
     ) -> tuple[Array, RopeFrequencies]: ...
 
     @overload
     def __call__(
-        self, q: Array, k: Array, *, positions: Array | None = None, offset: int | Array = 0,
-        seq_len: int | None = None, return_freqs: Literal[True],
+        self,
+        q: Array,
+        k: Array,
+        *,
+        positions: Array | None = None,
+        offset: int | Array = 0,
+        seq_len: int | None = None,
+        return_freqs: Literal[True],
     ) -> tuple[Array, Array, RopeFrequencies]: ...
 
     def __call__(
@@ -312,8 +351,11 @@ axes='bhsd', rotary_features='trailing')
             s_ax, other = (2, 1) if self.axes == "bhsd" else (1, 2)
             if q.shape[0] != k.shape[0] or q.shape[s_ax] != k.shape[s_ax]:
                 flip = "bshd" if self.axes == "bhsd" else "bhsd"
-                hint = (f"; these shapes fit axes={flip!r} (sequence on axis {other}), pass that"
-                        if q.shape[0] == k.shape[0] and q.shape[other] == k.shape[other] else "")
+                hint = (
+                    f"; these shapes fit axes={flip!r} (sequence on axis {other}), pass that"
+                    if q.shape[0] == k.shape[0] and q.shape[other] == k.shape[other]
+                    else ""
+                )
                 raise ValueError(
                     f"q and k must share batch and sequence sizes; with axes={self.axes!r} the sequence is axis "
                     f"{s_ax}, got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}{hint}"
@@ -322,8 +364,16 @@ axes='bhsd', rotary_features='trailing')
             checks.boolean(return_freqs, "return_freqs")
         graph = backends.graph_rotary(q)  # registered for graphs of q's library (ONNX export), while one is traced
         if graph is not None:
-            fused = graph(q, k, freqs=lambda: self._fixed_freqs(seq_len), positions=positions, offset=offset,
-                          layout=self.layout, axes=self.axes, max_positions=self.max_position_embeddings)
+            fused = graph(
+                q,
+                k,
+                freqs=lambda: self._fixed_freqs(seq_len),
+                positions=positions,
+                offset=offset,
+                layout=self.layout,
+                axes=self.axes,
+                max_positions=self.max_position_embeddings,
+            )
             if fused is not None:
                 return fused
         where = self._positions(xp, q, positions, offset, seq_len)
@@ -378,8 +428,11 @@ axes='bhsd', rotary_features='trailing')
             # lazy arrays), and a graph compiler's sequence length may be symbolic: no comparison of it may run
             # (dynamo turns one into a bound on the dimension, which torch.export refuses for a dynamic one)
             traced = not backends.concrete(q)
-            if not backends.tracing(xp) and isinstance(seq, int) and offset + seq > 2**31 and offset + seq - 1 > (
-                limit := int(xp.iinfo(index_dtype(xp, device)).max)
+            if (
+                not backends.tracing(xp)
+                and isinstance(seq, int)
+                and offset + seq > 2**31
+                and offset + seq - 1 > (limit := int(xp.iinfo(index_dtype(xp, device)).max))
             ):
                 raise ValueError(
                     f"offset + seq - 1 must be at most {limit} (the largest position this device holds), "
@@ -468,8 +521,10 @@ def _positions_mismatch(q_shape: tuple[int, ...], pos_shape: tuple[int, ...], ax
     """Why ``positions`` do not fit q, naming ``axes=`` and the other order when they would fit it."""
     s_ax, other = (2, 1) if axes == "bhsd" else (1, 2)
     seq, batch = q_shape[s_ax], q_shape[0]
-    msg = (f"positions must have shape (S,) or (B, S) = ({seq},) or ({batch}, {seq}): with axes={axes!r} the "
-           f"sequence of q {q_shape} is axis {s_ax}; got {pos_shape}")
+    msg = (
+        f"positions must have shape (S,) or (B, S) = ({seq},) or ({batch}, {seq}): with axes={axes!r} the "
+        f"sequence of q {q_shape} is axis {s_ax}; got {pos_shape}"
+    )
     if pos_shape and pos_shape[-1] == q_shape[other] != seq:
         msg += f". They fit axis {other}: for q laid out as {'bshd' if axes == 'bhsd' else 'bhsd'}, pass that as axes="
     return msg

@@ -76,9 +76,7 @@ def mixed_rope_tables(
     if not backends.is_real_floating(ns, freqs.dtype):
         raise TypeError(f"freqs must have a real floating dtype, got {freqs.dtype}")
     if freqs.ndim != 3:
-        raise ValueError(
-            f"freqs must have shape (n_axes, num_heads, rotary_dim // 2), got shape {tuple(freqs.shape)}"
-        )
+        raise ValueError(f"freqs must have shape (n_axes, num_heads, rotary_dim // 2), got shape {tuple(freqs.shape)}")
     if backends.concrete(freqs) and not bool(ns.all(ns.isfinite(freqs))):
         raise ValueError("freqs must be finite; got NaN or infinity")
     prefix = checks.non_negative_int(num_prefix_tokens, "num_prefix_tokens")

@@ -22,7 +22,9 @@ def mrope_tables(
     *,
     sections: Sequence[int],
     interleaved: bool = False,
-    xp: Namespace | None = None, dtype: DType | None = None, device: Device = None,
+    xp: Namespace | None = None,
+    dtype: DType | None = None,
+    device: Device = None,
 ) -> tuple[Array, Array]:
     """Cos/sin tables of multimodal RoPE (Qwen2-VL M-RoPE, Qwen3-VL interleaved M-RoPE).
 

@@ -28,7 +28,9 @@ def sinusoidal_embedding(
     base: float = 10000.0,
     layout: SinusoidalLayout = "interleaved",
     frequencies: SinusoidalFrequencies = "paper",
-    xp: Namespace | None = None, dtype: DType | None = None, device: Device = None,
+    xp: Namespace | None = None,
+    dtype: DType | None = None,
+    device: Device = None,
 ) -> Array:
     """Sinusoidal embedding ``sin/cos(pos / base ** (2i / dim))``, shape ``positions.shape + (dim,)``.
 

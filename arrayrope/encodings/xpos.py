@@ -40,8 +40,12 @@ def xpos_scales(
     freqs: RopeFrequencies,
     positions: Array | int,
     *,
-    scale_base: float = 512.0, gamma: float = 0.4, center: float = 0.0,
-    xp: Namespace | None = None, dtype: DType | None = None, device: Device = None,
+    scale_base: float = 512.0,
+    gamma: float = 0.4,
+    center: float = 0.0,
+    xp: Namespace | None = None,
+    dtype: DType | None = None,
+    device: Device = None,
 ) -> tuple[Array, Array]:
     """Query and key scales of xPos, each ``positions.shape + (rotary_dim // 2,)``.
 
@@ -100,8 +104,12 @@ def xpos_tables(
     freqs: RopeFrequencies,
     positions: Array | int,
     *,
-    scale_base: float = 512.0, gamma: float = 0.4, center: float = 0.0,
-    xp: Namespace | None = None, dtype: DType | None = None, device: Device = None,
+    scale_base: float = 512.0,
+    gamma: float = 0.4,
+    center: float = 0.0,
+    xp: Namespace | None = None,
+    dtype: DType | None = None,
+    device: Device = None,
     apply_attention_factor: bool = True,
 ) -> tuple[Array, Array, Array, Array]:
     """Cos/sin tables with the xPos scales folded in: ``(q_cos, q_sin, k_cos, k_sin)``.
@@ -151,8 +159,10 @@ def xpos_tables(
     >>> q.shape, k.dtype
     ((16, 8), dtype('float32'))
     """
-    q_scale, k_scale = xpos_scales(freqs, positions, scale_base=scale_base, gamma=gamma, center=center, xp=xp,
-                                   dtype=dtype, device=device)
-    cos, sin = rope_tables(freqs, positions, xp=xp, dtype=dtype, device=device,
-                           apply_attention_factor=apply_attention_factor)
+    q_scale, k_scale = xpos_scales(
+        freqs, positions, scale_base=scale_base, gamma=gamma, center=center, xp=xp, dtype=dtype, device=device
+    )
+    cos, sin = rope_tables(
+        freqs, positions, xp=xp, dtype=dtype, device=device, apply_attention_factor=apply_attention_factor
+    )
     return cos * q_scale, sin * q_scale, cos * k_scale, sin * k_scale

@@ -50,13 +50,23 @@ if TYPE_CHECKING:  # the same names, for type checkers
 
 _WHERE = {
     "Report": "arrayrope._lib.verdicts",
-    "ValidationError": "._validate", "validate": "._validate",
-    "rotary_function": ".build._model", "rotary_model": ".build._model",
-    "ExportKeywords": ".build._options", "ExportOptions": ".build._options", "SpliceKeywords": ".build._options",
+    "ValidationError": "._validate",
+    "validate": "._validate",
+    "rotary_function": ".build._model",
+    "rotary_model": ".build._model",
+    "ExportKeywords": ".build._options",
+    "ExportOptions": ".build._options",
+    "SpliceKeywords": ".build._options",
     "add_rotary": ".build._splice",
-    "Fused": ".fuse._report", "FusionReport": ".fuse._report", "Rotation": ".fuse._report",
-    "FuseTables": ".fuse._rewrite", "FuseTarget": ".fuse._rewrite", "fuse_rotary": ".fuse._rewrite",
-    "TorchOptions": ".torch._graphs", "torch_options": ".torch._graphs", "torch_translations": ".torch._graphs",
+    "Fused": ".fuse._report",
+    "FusionReport": ".fuse._report",
+    "Rotation": ".fuse._report",
+    "FuseTables": ".fuse._rewrite",
+    "FuseTarget": ".fuse._rewrite",
+    "fuse_rotary": ".fuse._rewrite",
+    "TorchOptions": ".torch._graphs",
+    "torch_options": ".torch._graphs",
+    "torch_translations": ".torch._graphs",
 }
 
 __all__ = [

@@ -47,6 +47,7 @@ def load_model(model: object, argument: str = "model") -> onnx.ModelProto:
             raise ValueError(f"{where} does not load as an ONNX model: {first}") from None
     raise TypeError(f"{argument} must be an onnx.ModelProto or a path to a .onnx file, got {type(model).__name__}")
 
+
 def subgraphs(node: NodeProto) -> list[GraphProto]:
     out: list[GraphProto] = []
     for a in node.attribute:

@@ -211,8 +211,10 @@ def _ort_runs(model: onnx.ModelProto, providers: list[str], bfloat16: bool) -> l
     data = model.SerializeToString()
     runs: list[Run] = []
     for prov in providers:
-        for level_name, level in (("off", ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
-                                  ("all", ort.GraphOptimizationLevel.ORT_ENABLE_ALL)):
+        for level_name, level in (
+            ("off", ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
+            ("all", ort.GraphOptimizationLevel.ORT_ENABLE_ALL),
+        ):
             device = f"{prov.replace('ExecutionProvider', '')} (optimisation {level_name})"
             if prov not in available:
                 runs.append(Run("onnxruntime", device, None, f"{prov} is not available in this onnxruntime build"))

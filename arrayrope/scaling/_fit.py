@@ -69,8 +69,9 @@ def _roundest(value: float, rel: float) -> list[float]:
     return out
 
 
-def _log_fit(omega: np.ndarray, sigma: np.ndarray, idx: np.ndarray, den: float, *, scale: bool
-             ) -> tuple[float, float, float, float]:
+def _log_fit(
+    omega: np.ndarray, sigma: np.ndarray, idx: np.ndarray, den: float, *, scale: bool
+) -> tuple[float, float, float, float]:
     """Weighted fit of ``ln omega[i] = -ln s - (2i / den) ln b`` over pairs ``idx``.
 
     Returns ``(ln b, its sigma, ln s, its sigma)`` (``ln s = 0`` when ``scale`` is False).
@@ -181,8 +182,17 @@ def llama3(omega: np.ndarray, sigma: np.ndarray, **context: Any) -> Iterator[Can
                     L0 = float(round(nice(w_low, 1e-4)))
                     specs.append((L0, 1.0, nice(L0 / w_high, 1e-4)))
             for L0, low, high in specs:
-                yield b, r, {"rope_type": "llama3", "factor": s, "low_freq_factor": low, "high_freq_factor": high,
-                             "original_max_position_embeddings": int(L0)}
+                yield (
+                    b,
+                    r,
+                    {
+                        "rope_type": "llama3",
+                        "factor": s,
+                        "low_freq_factor": low,
+                        "high_freq_factor": high,
+                        "original_max_position_embeddings": int(L0),
+                    },
+                )
 
 
 def _round_length(lo: float, hi: float) -> int | None:
@@ -199,8 +209,9 @@ def _ramp_end(length: float, beta: float, base: float, r: int) -> float:
     return r * math.log(length / (2 * math.pi * beta)) / (2 * math.log(base))
 
 
-def yarn(omega: np.ndarray, sigma: np.ndarray, *, gain: float, gain_sigma: float, **context: Any
-         ) -> Iterator[Candidate]:
+def yarn(
+    omega: np.ndarray, sigma: np.ndarray, *, gain: float, gain_sigma: float, **context: Any
+) -> Iterator[Candidate]:
     """A ramp in the pair index from ``theta`` (fast pairs) to ``theta / factor`` (slow ones)."""
     found = _unscaled_base(omega, sigma)
     if found is None:
@@ -212,16 +223,19 @@ def yarn(omega: np.ndarray, sigma: np.ndarray, *, gain: float, gain_sigma: float
         theta = b ** (-2.0 * i / r)
         factors = _factors(omega, sigma, theta)
         if gain > 1.0:  # the ramp may end past the last pair: the default attention factor names s
-            factors += [c for c in _roundest(math.exp((gain - 1.0) / 0.1), gain_sigma / 0.1)
-                        if c > 1.0 and c not in factors]
+            factors += [
+                c for c in _roundest(math.exp((gain - 1.0) / 0.1), gain_sigma / 0.1) if c > 1.0 and c not in factors
+            ]
         for s in factors:
             gamma = (1.0 - omega / theta) / (1.0 - 1.0 / s)
             tol = K_SIGMA * sigma / theta / (1.0 - 1.0 / s)
             ramp = (gamma > tol) & (gamma < 1.0 - tol)
 
             specs: list[dict[str, Any]] = [  # round lengths with the default betas first
-                {"original_max_position_embeddings": L0} for L0 in _POW2
-                if math.floor(_ramp_end(L0, 32.0, b, r)) <= r // 2 and math.ceil(_ramp_end(L0, 1.0, b, r)) >= 1]
+                {"original_max_position_embeddings": L0}
+                for L0 in _POW2
+                if math.floor(_ramp_end(L0, 32.0, b, r)) <= r // 2 and math.ceil(_ramp_end(L0, 1.0, b, r)) >= 1
+            ]
             if ramp.sum() >= 2:  # gamma = (i - lo) / (hi - lo)
                 slope, icept = np.polyfit(i[ramp], gamma[ramp], 1)
                 lo, hi = (-icept / slope, (1.0 - icept) / slope) if slope > 1.0 / r else (-1.0, -1.0)

@@ -18,8 +18,9 @@ def type_of(params: Mapping[str, Any]) -> str:
     return params.get("rope_type") or params.get("type") or "default"
 
 
-def real_value(params: Mapping[str, Any], key: str, *, default: Any = None, minimum: float | None = None,
-          strict_min: bool = False) -> Any:
+def real_value(
+    params: Mapping[str, Any], key: str, *, default: Any = None, minimum: float | None = None, strict_min: bool = False
+) -> Any:
     value = params.get(key)
     if value is None:
         return default

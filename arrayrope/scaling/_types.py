@@ -72,8 +72,16 @@ def _dynamic(
 
 @register(
     "yarn",
-    optional=("factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
-              "mscale_all_dim", "truncate"),
+    optional=(
+        "factor",
+        "original_max_position_embeddings",
+        "attention_factor",
+        "beta_fast",
+        "beta_slow",
+        "mscale",
+        "mscale_all_dim",
+        "truncate",
+    ),
     fit=_fit.yarn,
 )
 def _yarn(
@@ -165,8 +173,10 @@ def _longrope(
 ) -> tuple[np.ndarray, float]:
     original = original_length(params, max_position_embeddings)
     if original < 2:
-        raise ValueError(f"longrope: the original context length must be >= 2 (its attention factor divides by "
-                         f"ln of it), got original_max_position_embeddings={original}")
+        raise ValueError(
+            f"longrope: the original context length must be >= 2 (its attention factor divides by "
+            f"ln of it), got original_max_position_embeddings={original}"
+        )
     short = _factor_list(params, "short_factor", rotary_dim)
     long = _factor_list(params, "long_factor", rotary_dim)
     attention = real_value(params, "attention_factor", minimum=0.0, strict_min=True)
@@ -250,8 +260,12 @@ def _longrope_mscale(
     return inv_freq / short, float(short_mscale)
 
 
-@register("llama3", required=("factor", "low_freq_factor", "high_freq_factor"),
-          optional=("original_max_position_embeddings",), fit=_fit.llama3)
+@register(
+    "llama3",
+    required=("factor", "low_freq_factor", "high_freq_factor"),
+    optional=("original_max_position_embeddings",),
+    fit=_fit.llama3,
+)
 def _llama3(
     inv_freq: np.ndarray,
     params: Mapping[str, Any],
@@ -263,9 +277,7 @@ def _llama3(
     low = real_value(params, "low_freq_factor", minimum=0.0, strict_min=True)
     high = real_value(params, "high_freq_factor", minimum=0.0, strict_min=True)
     if low > high:
-        raise ValueError(
-            f"llama3: scaling['low_freq_factor']={low:g} must be <= scaling['high_freq_factor']={high:g}"
-        )
+        raise ValueError(f"llama3: scaling['low_freq_factor']={low:g} must be <= scaling['high_freq_factor']={high:g}")
     original = original_length(params, max_position_embeddings)
     wavelength = 2 * math.pi / inv_freq
     kept, interpolated = wavelength < original / high, wavelength > original / low

@@ -13,6 +13,7 @@ from ..backends import to_numpy
 
 __all__ = ["assert_close"]
 
+
 def _full_name(x: Any) -> str:
     """The dtype's own name whatever the library spells around it (``torch.float32``, ``dtype('float32')``)."""
     return str(getattr(x, "dtype", "")).split(".")[-1].removeprefix("dtype('").removesuffix("')")
@@ -67,8 +68,12 @@ def assert_close(
     for name, value in (("actual", actual), ("desired", desired)):
         if value is None or isinstance(value, (str, bytes)):
             raise TypeError(f"{name} must be an array (or numbers), got {value!r}")
-    for name, flag in (("check_namespace", check_namespace), ("check_dtype", check_dtype),
-                       ("check_shape", check_shape), ("check_device", check_device)):
+    for name, flag in (
+        ("check_namespace", check_namespace),
+        ("check_dtype", check_dtype),
+        ("check_shape", check_shape),
+        ("check_device", check_device),
+    ):
         checks.boolean(flag, name)
     rtol = None if rtol is None else tolerance_value(rtol, "rtol")
     atol = None if atol is None else tolerance_value(atol, "atol")
@@ -88,8 +93,9 @@ def assert_close(
         dev_a, dev_d = backends.device_of(actual), backends.device_of(desired)
         if dev_a is not None and dev_d is not None and dev_a != dev_d:
             raise AssertionError(f"devices differ: actual on {dev_a}, desired on {dev_d}")
-    shape_a, shape_d = tuple(np.shape(actual) if lib_a is None else actual.shape), tuple(
-        np.shape(desired) if lib_d is None else desired.shape
+    shape_a, shape_d = (
+        tuple(np.shape(actual) if lib_a is None else actual.shape),
+        tuple(np.shape(desired) if lib_d is None else desired.shape),
     )
     if check_shape and shape_a != shape_d:
         raise AssertionError(f"shapes differ: actual {shape_a}, desired {shape_d}")

@@ -136,12 +136,20 @@ class RopeConvention:
     def __str__(self) -> str:
         if not self.matched:
             found = ", ".join(
-                f"{k} {v}" for k, v in (("layout", self.layout), ("rotary_dim", self.rotary_dim),
-                                        ("base", self.base), ("offset", self.offset)) if v is not None
+                f"{k} {v}"
+                for k, v in (
+                    ("layout", self.layout),
+                    ("rotary_dim", self.rotary_dim),
+                    ("base", self.base),
+                    ("offset", self.offset),
+                )
+                if v is not None
             )
             return f"matches no known RoPE convention: {self.reason}" + (f" (found: {found})" if found else "")
-        scaling = "no frequency scaling" if self.scaling is None else "scaling " + ", ".join(
-            f"{k}={v}" for k, v in self.scaling.items()
+        scaling = (
+            "no frequency scaling"
+            if self.scaling is None
+            else "scaling " + ", ".join(f"{k}={v}" for k, v in self.scaling.items())
         )
         offset = "positions as given" if not self.offset else f"positions shifted by {self.offset:+d}"
         where = "" if self.rotary_features == "leading" else " (the trailing features)"
@@ -264,20 +272,26 @@ def identify_rope(
     meas = _probe.frequencies(theta, probes.positions, n, eps, probes.tiny)
     if meas.nonlinear is not None:
         i, pos, dev = meas.nonlinear
-        return _unmatched(found, (
-            f"the rotation angles do not grow linearly with the position: pair {i} is {dev:.2g} rad off its best "
-            f"line at position {pos}, more than its dtype and float32 angles allow (frequencies that change with "
-            "the length, such as dynamic NTK beyond max_position_embeddings, do this; lower max_position=)"
-        ))
+        return _unmatched(
+            found,
+            (
+                f"the rotation angles do not grow linearly with the position: pair {i} is {dev:.2g} rad off its best "
+                f"line at position {pos}, more than its dtype and float32 angles allow (frequencies that change with "
+                "the length, such as dynamic NTK beyond max_position_embeddings, do this; lower max_position=)"
+            ),
+        )
     omega = meas.omega
     still_turning = np.abs(omega) <= K_SIGMA * meas.sigma_omega
     if np.any(still_turning):
         i = int(np.argmax(still_turning))
         stop = f"; {probes.stopped}" if probes.stopped else ""
-        return _unmatched(found, (
-            f"pair {i} ({turning[i, 0]}, {turning[i, 1]}) does not turn measurably as the position grows to {last}"
-            f"{stop}"
-        ))
+        return _unmatched(
+            found,
+            (
+                f"pair {i} ({turning[i, 0]}, {turning[i, 1]}) does not turn measurably as the position grows to {last}"
+                f"{stop}"
+            ),
+        )
     if np.any(omega < 0):
         i = int(np.argmax(omega < 0))
         return _unmatched(found, f"pair {i} turns by {omega[i]:.3g} rad per position: the sine has the opposite sign")
@@ -297,13 +311,22 @@ def identify_rope(
         guess = next(iter(_guess(omega, sigma)), None)
         found = dataclasses.replace(found, base=guess)
         names = ", ".join(name for name, entry in ROPE_TYPES.items() if entry.fit is not None)
-        return _unmatched(found, (
-            "the pair frequencies follow neither base ** (-2i / rotary_dim) nor a known scaling of it "
-            f"(the rope types a probe can fit: {names})" + ("" if g == 1.0 else f", with cos and sin scaled by {g:.4g}")
-        ))
+        return _unmatched(
+            found,
+            (
+                "the pair frequencies follow neither base ** (-2i / rotary_dim) nor a known scaling of it "
+                f"(the rope types a probe can fit: {names})"
+                + ("" if g == 1.0 else f", with cos and sin scaled by {g:.4g}")
+            ),
+        )
     freqs, scaling = match
-    found = dataclasses.replace(found, base=freqs.base, scaling=scaling, rotary_dim=_rotary_of(scaling, freqs),
-                                attention_factor=freqs.attention_factor)
+    found = dataclasses.replace(
+        found,
+        base=freqs.base,
+        scaling=scaling,
+        rotary_dim=_rotary_of(scaling, freqs),
+        attention_factor=freqs.attention_factor,
+    )
     return _verify(fn, found, freqs, probes, dt, n)
 
 
@@ -334,16 +357,18 @@ def _offset(meas: _probe.Measured, max_offset: int) -> int | None:
     for i in np.argsort(meas.omega):  # the slowest pairs wrap least: they prune first
         om = meas.omega[i]
         res = _probe.wrap(meas.phi[i] - om * cands)
-        tol = (K_SIGMA * (meas.sigma_phi[i] + np.abs(cands) * meas.sigma_omega[i])
-               + 4 * _probe.EPS32 * np.abs(om * cands))
+        tol = K_SIGMA * (meas.sigma_phi[i] + np.abs(cands) * meas.sigma_omega[i]) + 4 * _probe.EPS32 * np.abs(
+            om * cands
+        )
         cands = cands[np.abs(res) <= tol + 1e-12]
         if cands.size == 0:
             return None
     return int(cands[np.argmin(np.abs(cands))])
 
 
-def _fit(omega: np.ndarray, sigma: np.ndarray, d: int, g: float, sigma_g: float, width: int
-         ) -> tuple[RopeFrequencies, dict[str, Any] | None] | None:
+def _fit(
+    omega: np.ndarray, sigma: np.ndarray, d: int, g: float, sigma_g: float, width: int
+) -> tuple[RopeFrequencies, dict[str, Any] | None] | None:
     """The first candidate of a fittable rope type whose own frequencies agree with the measured ones."""
     for entry in ROPE_TYPES.values():
         if entry.fit is None:
@@ -356,8 +381,10 @@ def _fit(omega: np.ndarray, sigma: np.ndarray, d: int, g: float, sigma_g: float,
             except (ValueError, TypeError):  # parameters this rope type does not accept
                 continue
             inv = freqs.inv_freq
-            if inv.shape == omega.shape and np.all(np.abs(inv - omega) <= K_SIGMA * sigma + 1e-15) and (
-                abs(freqs.attention_factor - g) <= K_SIGMA * sigma_g
+            if (
+                inv.shape == omega.shape
+                and np.all(np.abs(inv - omega) <= K_SIGMA * sigma + 1e-15)
+                and (abs(freqs.attention_factor - g) <= K_SIGMA * sigma_g)
             ):
                 return freqs, scaling
     return None
@@ -383,12 +410,21 @@ def _guess(omega: np.ndarray, sigma: np.ndarray) -> Iterator[float]:
 
 def _rotary_of(scaling: Mapping[str, Any] | None, freqs: RopeFrequencies) -> int:
     """The features that turn: the rotary dim, less the pairs a proportional rope leaves at frequency 0."""
-    return 2 * int(np.count_nonzero(freqs.inv_freq)) if scaling is not None and scaling.get(
-        "rope_type") == "proportional" else freqs.rotary_dim
+    return (
+        2 * int(np.count_nonzero(freqs.inv_freq))
+        if scaling is not None and scaling.get("rope_type") == "proportional"
+        else freqs.rotary_dim
+    )
 
 
-def _verify(fn: Callable[..., Any], found: RopeConvention, freqs: RopeFrequencies, probes: _probe.Probes,
-            dt: np.dtype[Any], n: int) -> RopeConvention:
+def _verify(
+    fn: Callable[..., Any],
+    found: RopeConvention,
+    freqs: RopeFrequencies,
+    probes: _probe.Probes,
+    dt: np.dtype[Any],
+    n: int,
+) -> RopeConvention:
     """``fn`` against the convention found (in float64) on random inputs near the start and near position 4096."""
     assert found.layout is not None and found.offset is not None
     far = probes.positions[n::4]
@@ -403,20 +439,29 @@ def _verify(fn: Callable[..., Any], found: RopeConvention, freqs: RopeFrequencie
         x = rng.standard_normal((2, positions.size, found.head_dim)).astype(dt)
         out, _, _ = _probe.call(fn, x, positions, probes.ndim)
         cos, sin = rope_tables(freqs, positions + found.offset, dtype=np.float64)
-        want = apply_rotary(x.astype(np.float64), cos, sin, layout=checks.layout(found.layout),
-                            rotary_features="trailing" if found.rotary_features == "trailing" else "leading")
+        want = apply_rotary(
+            x.astype(np.float64),
+            cos,
+            sin,
+            layout=checks.layout(found.layout),
+            rotary_features="trailing" if found.rotary_features == "trailing" else "leading",
+        )
         err = max(err, float(np.max(np.abs(out - want))) / float(np.max(np.abs(x))))
         angle = float(np.max(freqs.inv_freq)) * (float(positions[-1]) + abs(found.offset))
-        bound = max(bound, K_SIGMA * (2 * probes.eps * max(1.0, freqs.attention_factor) + 8 * _probe.EPS32 * angle
-                                      + probes.tiny) + 1e-12)
+        bound = max(
+            bound,
+            K_SIGMA * (2 * probes.eps * max(1.0, freqs.attention_factor) + 8 * _probe.EPS32 * angle + probes.tiny)
+            + 1e-12,
+        )
         if out0 is None:
             out0 = (x, out)
     if err > bound:
         assert out0 is not None
         same, _, _ = _probe.call(fn, out0[0], np.arange(n, dtype=np.int64), probes.ndim)
         if np.array_equal(same, out0[1]):
-            return dataclasses.replace(found, max_error=err, reason="fn ignores its positions argument "
-                                       "(it always uses 0, 1, 2, ...)")
+            return dataclasses.replace(
+                found, max_error=err, reason="fn ignores its positions argument (it always uses 0, 1, 2, ...)"
+            )
         where = " and ".join(f"{p[0]}..{p[-1]}" for p in blocks)
         return dataclasses.replace(
             found, max_error=err, reason=f"on random inputs at positions {where} it differs by {err:.2g}"

@@ -44,8 +44,9 @@ class Probes:
     stopped: str
 
 
-def call(fn: Callable[..., Any], basis: np.ndarray, positions: np.ndarray, ndim: int | None
-         ) -> tuple[np.ndarray, int, str]:
+def call(
+    fn: Callable[..., Any], basis: np.ndarray, positions: np.ndarray, ndim: int | None
+) -> tuple[np.ndarray, int, str]:
     """``fn`` on ``basis`` ``(B, S, D)`` as 4-D ``(1, B, S, D)`` or else 3-D.
 
     Returns the output as ``(B, S, D)`` float64, the rank that worked and the output's dtype name.
@@ -142,8 +143,9 @@ def _line(p: np.ndarray, th: np.ndarray, w: np.ndarray) -> tuple[float, float, f
     return float(omega), float(phi), float(np.sqrt(sw / det)), float(np.sqrt(spp / det))
 
 
-def frequencies(theta_w: np.ndarray, positions: np.ndarray, n: int, eps: float, tiny: float,
-                offset: int = 0) -> Measured:
+def frequencies(
+    theta_w: np.ndarray, positions: np.ndarray, n: int, eps: float, tiny: float, offset: int = 0
+) -> Measured:
     """Unwrap each pair's measured angles (``theta_w``, positions x pairs) and fit ``phi + omega p``."""
     k = theta_w.shape[1]
     omega, phi, s_om, s_phi = (np.zeros(k) for _ in range(4))

@@ -24,7 +24,6 @@ from helpers import check_like, exact_cos_sin
 pytestmark = pytest.mark.precision
 
 
-
 def float32_tables(xp, inv_freq, positions, device):
     """The digit method on positions as the pipeline passes them: a count n, or an array (bits read from it)."""
     if isinstance(positions, int):
@@ -79,10 +78,12 @@ def test_one_digit_positions_are_rounded_once():
 @pytest.mark.parametrize("dtype", ["int32", "int64"])
 def test_integer_positions_up_to_2_31(dtype):
     rng = np.random.default_rng(11)
-    positions = np.concatenate([
-        rng.integers(-(2**31) + 1, 2**31, 48),
-        [1024, 1025, 2**20 - 1, 2**20, 2**30, 2**31 - 1, -(2**31) + 1],
-    ]).astype(dtype)
+    positions = np.concatenate(
+        [
+            rng.integers(-(2**31) + 1, 2**31, 48),
+            [1024, 1025, 2**20 - 1, 2**20, 2**30, 2**31 - 1, -(2**31) + 1],
+        ]
+    ).astype(dtype)
     cos, sin = float32_tables(NP, INV_FREQ, positions, "cpu")
     assert cos.shape == (55, 32) and cos.dtype == np.float32
     assert _error(cos, sin, positions) <= BOUND

@@ -22,15 +22,24 @@ def test_every_declared_dtype_is_a_table_dtype_by_name_and_by_object(backend):
 
 def test_float64_where_the_device_has_none():
     strict = pytest.importorskip("array_api_strict")
-    with pytest.raises(ValueError, match=r"^dtype float64 is not supported by array_api_strict on device "
-                                         r".*no_float64"):
+    with pytest.raises(
+        ValueError,
+        match=r"^dtype float64 is not supported by array_api_strict on device "
+        r".*no_float64",
+    ):
         table_dtype(strict, "float64", strict.Device("no_float64"))
     assert table_dtype(strict, "float64", strict.Device("CPU_DEVICE")) == strict.float64
 
 
 #: how messages name each library's namespace
-NAMES = {"numpy": "numpy", "array_api_strict": "array_api_strict", "torch": "torch", "jax": "jax.numpy",
-         "dask": "dask.array", "cupy": "cupy"}
+NAMES = {
+    "numpy": "numpy",
+    "array_api_strict": "array_api_strict",
+    "torch": "torch",
+    "jax": "jax.numpy",
+    "dask": "dask.array",
+    "cupy": "cupy",
+}
 
 
 def test_dtypes_that_are_no_table_dtypes(backend):

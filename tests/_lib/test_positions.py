@@ -19,8 +19,11 @@ def test_a_count_stays_an_int_on_the_requested_namespace(backend):
 
 
 def test_a_negative_count_is_refused():
-    with pytest.raises(ValueError, match=r"^offset as an int is a count n \(positions 0..n-1\) and must be >= 0, "
-                                         r"got -2$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^offset as an int is a count n \(positions 0..n-1\) and must be >= 0, "
+        r"got -2$",
+    ):
         as_positions(-2, "offset")
 
 
@@ -31,8 +34,12 @@ def test_an_int_is_an_array_when_counts_are_not_meant():
 
 @pytest.mark.parametrize("value", [1.5, True, None, 2j, "3", b"3"])
 def test_scalars_that_are_not_counts_name_the_argument(value):
-    with pytest.raises(TypeError, match=f"^positions must be an int count or an array of integer or real positions, "
-                                        f"got {value!r}$".replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(
+        TypeError,
+        match=f"^positions must be an int count or an array of integer or real positions, got {value!r}$".replace(
+            "(", r"\("
+        ).replace(")", r"\)"),
+    ):
         as_positions(value)
     with pytest.raises(TypeError, match=r"^coords must be an array of integer or real positions"):
         as_positions(value, "coords", count=False)

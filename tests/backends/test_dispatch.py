@@ -172,8 +172,10 @@ def test_large_arrays_match_reference(backend, shape, rotary_dim, pattern, layou
     assert_close(out, rotate_reference(backend.xp, x, cos, sin, layout), **_tolerance(dtype))
 
 
-@pytest.mark.parametrize("dtype,table_dtype", [("float16", "float32"), ("bfloat16", "float32"),
-                                               ("float32", "float64"), ("float16", "float16")])
+@pytest.mark.parametrize(
+    "dtype,table_dtype",
+    [("float16", "float32"), ("bfloat16", "float32"), ("float32", "float64"), ("float16", "float16")],
+)
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_mixed_dtypes_large(backend, dtype, table_dtype, layout):
     """Casting kernels (x narrower or wider than the tables) on block-sized arrays."""

@@ -87,8 +87,11 @@ def test_a_non_array_is_named_in_the_error(value, kind):
 
 def test_mixed_libraries_name_both_arguments():
     strict = pytest.importorskip("array_api_strict")
-    with pytest.raises(TypeError, match=r"^cos is a array_api_strict array but x is a numpy array; pass arrays of one "
-                                        r"library$"):
+    with pytest.raises(
+        TypeError,
+        match=r"^cos is a array_api_strict array but x is a numpy array; pass arrays of one "
+        r"library$",
+    ):
         namespace(np.ones(2), strict.ones(2), names=("x", "cos"))
     with pytest.raises(TypeError, match=r"^argument 1 is a numpy array but argument 0 is a array_api_strict array"):
         namespace(strict.ones(2), np.ones(2))
@@ -96,8 +99,11 @@ def test_mixed_libraries_name_both_arguments():
 
 def test_arrays_of_another_library_than_xp_are_refused():
     strict = pytest.importorskip("array_api_strict")
-    with pytest.raises(TypeError, match=r"^positions is a numpy array but xp=array_api_strict; pass xp=None or arrays "
-                                        r"of that library$"):
+    with pytest.raises(
+        TypeError,
+        match=r"^positions is a numpy array but xp=array_api_strict; pass xp=None or arrays "
+        r"of that library$",
+    ):
         namespace(np.ones(2), xp=strict, names=("positions",))
 
 

@@ -66,7 +66,7 @@ def test_tables_kernel_against_float64(n, dtype):
     cos, sin = arrayrope.rope_tables(f, n, dtype=dtype)
     angles = np.arange(n, dtype=np.float64)[:, None] * f.inv_freq
     assert cos.shape == sin.shape == (n, 64) and cos.dtype == np.dtype(dtype)
-    tol = 2.0 ** -24 * 1.01 if dtype == "float32" else 2.0 ** -11 * 1.01  # half an ulp at 1
+    tol = 2.0**-24 * 1.01 if dtype == "float32" else 2.0**-11 * 1.01  # half an ulp at 1
     assert np.abs(cos - np.cos(angles)).max() <= tol
     assert np.abs(sin - np.sin(angles)).max() <= tol
 
@@ -75,10 +75,10 @@ def test_tables_kernel_attention_factor_and_empty():
     f = dataclasses.replace(arrayrope.rope_frequencies(32), attention_factor=1.25)
     cos, sin = arrayrope.rope_tables(f, 2000)
     angles = np.arange(2000.0)[:, None] * f.inv_freq
-    assert np.abs(cos - 1.25 * np.cos(angles)).max() <= 1.25 * 2.0 ** -24 * 1.01
-    assert np.abs(sin - 1.25 * np.sin(angles)).max() <= 1.25 * 2.0 ** -24 * 1.01
+    assert np.abs(cos - 1.25 * np.cos(angles)).max() <= 1.25 * 2.0**-24 * 1.01
+    assert np.abs(sin - 1.25 * np.sin(angles)).max() <= 1.25 * 2.0**-24 * 1.01
     cos, sin = arrayrope.rope_tables(f, 2000, apply_attention_factor=False)
-    assert np.abs(cos - np.cos(angles)).max() <= 2.0 ** -24 * 1.01
+    assert np.abs(cos - np.cos(angles)).max() <= 2.0**-24 * 1.01
     empty = arrayrope.rope_tables(f, 0)
     assert empty[0].shape == (0, 16) and empty[1].shape == (0, 16)
 
@@ -96,12 +96,20 @@ def test_kernels_against_onnx_reference(layout, rotary_dim):
     f = arrayrope.rope_frequencies(d, rotary_dim=rotary_dim)
     cos, sin = arrayrope.rope_tables(f, np.arange(7, 7 + s))
     assert x.nbytes > _np_kernels._SMALL
-    tensors = [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
-               for name, shape in (("X", [b, n, s, d]), ("cos", [b, s, h]), ("sin", [b, s, h]))]
-    node = helper.make_node("RotaryEmbedding", ["X", "cos", "sin"], ["Y"],
-                            interleaved=int(layout == "interleaved"), rotary_embedding_dim=rotary_dim)
-    graph = helper.make_graph([node], "rotary", tensors,
-                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [b, n, s, d])])
+    tensors = [
+        helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+        for name, shape in (("X", [b, n, s, d]), ("cos", [b, s, h]), ("sin", [b, s, h]))
+    ]
+    node = helper.make_node(
+        "RotaryEmbedding",
+        ["X", "cos", "sin"],
+        ["Y"],
+        interleaved=int(layout == "interleaved"),
+        rotary_embedding_dim=rotary_dim,
+    )
+    graph = helper.make_graph(
+        [node], "rotary", tensors, [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [b, n, s, d])]
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
     feeds = {"X": x, "cos": np.broadcast_to(cos, (b, s, h)).copy(), "sin": np.broadcast_to(sin, (b, s, h)).copy()}
     (expected,) = ReferenceEvaluator(model).run(None, feeds)

@@ -23,8 +23,13 @@ def test_libraries_and_variants_are_the_package_modules():
 
 def test_numpy_is_always_there():
     (b,) = available(["numpy"])
-    assert (b.name, b.library, b.device, b.dtypes, b.lazy) == ("numpy", "numpy", "cpu", ("float16", "float32",
-                                                                                         "float64"), False)
+    assert (b.name, b.library, b.device, b.dtypes, b.lazy) == (
+        "numpy",
+        "numpy",
+        "cpu",
+        ("float16", "float32", "float64"),
+        False,
+    )
     assert b.native is np and str(b) == "numpy" and b.device_label == "cpu"
 
 
@@ -47,9 +52,12 @@ def test_default_is_the_environment_variable_then_every_library(monkeypatch):
 
 
 def test_unknown_names_list_the_known_ones():
-    with pytest.raises(ValueError, match=r"^unknown backends \['nmupy', 'torch-mps'\]; known: \['numpy', "
-                                         r"'array_api_strict', 'torch', 'jax', 'dask', 'cupy'\] or one device of "
-                                         r"them: \['torch-cuda', 'jax-cuda', 'array_api_strict-no_float64'\]$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^unknown backends \['nmupy', 'torch-mps'\]; known: \['numpy', "
+        r"'array_api_strict', 'torch', 'jax', 'dask', 'cupy'\] or one device of "
+        r"them: \['torch-cuda', 'jax-cuda', 'array_api_strict-no_float64'\]$",
+    ):
         available(["numpy", "nmupy", "torch-mps"])
     with pytest.raises(ValueError, match=r"unknown backends \[3\]"):
         available([3])  # type: ignore[list-item]

@@ -136,8 +136,10 @@ def test_torch_blocks_in_inference_mode_and_strided_tables(monkeypatch):
 
 @pytest.mark.parametrize("lib", ["numpy", "torch"])
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-@pytest.mark.parametrize("shape,table_shape", [((1, 8, 1, 64), (1, 32)), ((2, 4, 3, 64), (3, 32)),
-                                               ((2, 3, 4, 64), (3, 1, 32)), ((3, 64), (3, 32))])
+@pytest.mark.parametrize(
+    "shape,table_shape",
+    [((1, 8, 1, 64), (1, 32)), ((2, 4, 3, 64), (3, 32)), ((2, 3, 4, 64), (3, 1, 32)), ((3, 64), (3, 32))],
+)
 def test_prepared_tables_match_reference(lib, layout, shape, table_shape):
     """rotate with prepared tables (RotaryEmbedding's path) against the reference on the same tables."""
     if lib == "torch":
@@ -163,9 +165,19 @@ def test_embedding_keeps_no_stale_step(backend, layout):
     k = RNG.standard_normal((1, 2, 3, 32))
     dtypes = ["float32"] + (["float64"] if "float64" in backend.dtypes else [])
     # each step twice in a row: the second call takes the prepared rows (every layer after the first)
-    for offset, seq, dtype in [(7, 1, "float32"), (7, 1, "float32"), (8, 1, "float32"), (8, 1, "float32"),
-                               (7, 3, "float32"), (7, 3, "float32"), (7, 1, dtypes[-1]), (7, 1, dtypes[-1]),
-                               (7, 1, "float32"), (300, 2, "float32"), (300, 2, "float32")]:
+    for offset, seq, dtype in [
+        (7, 1, "float32"),
+        (7, 1, "float32"),
+        (8, 1, "float32"),
+        (8, 1, "float32"),
+        (7, 3, "float32"),
+        (7, 3, "float32"),
+        (7, 1, dtypes[-1]),
+        (7, 1, dtypes[-1]),
+        (7, 1, "float32"),
+        (300, 2, "float32"),
+        (300, 2, "float32"),
+    ]:
         qs, ks = q[:, :, :seq], k[:, :, :seq]
         qr, kr = rope(backend.asarray(qs, dtype), backend.asarray(ks, dtype), offset=offset)
         pos = np.arange(offset, offset + seq)

@@ -32,8 +32,14 @@ def test_autograd_uses_reference():
     with torch.no_grad():
         out = arrayrope.apply_rotary(x, cos, sin)
     assert not out.requires_grad
-    assert_close(out, rope_by_matrix(x.detach().numpy(), np.arange(5), f.inv_freq, "half"), rtol=1e-12,
-                 atol=1e-12, check_namespace=False, check_dtype=False)
+    assert_close(
+        out,
+        rope_by_matrix(x.detach().numpy(), np.arange(5), f.inv_freq, "half"),
+        rtol=1e-12,
+        atol=1e-12,
+        check_namespace=False,
+        check_dtype=False,
+    )
 
 
 def test_autograd_gives_the_inverse_rotation_in_both_layouts():

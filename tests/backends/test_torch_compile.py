@@ -39,8 +39,9 @@ EAGER = 2.0**-25  # eager float32 tables: float64 values rounded once
 
 DEVICES = [
     pytest.param("cpu", id="cpu"),
-    pytest.param("cuda", id="cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
-                                                             reason="no CUDA device for PyTorch")),
+    pytest.param(
+        "cuda", id="cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device for PyTorch")
+    ),
 ]
 D, HQ, HK = 16, 4, 2  # grouped-query attention: 4 query heads, 2 key heads
 #: (mode, dynamic) of torch.compile
@@ -112,8 +113,15 @@ def calls_case(device, s=6):
     steps = np.arange(s)
     rows = np.stack([steps + 1020, steps + FAR])  # across a digit boundary, and up to 2**20 - 1
     offsets = np.array([0, 70_000])
-    args = (q, k, torch.tensor(steps + 70_000, device=device), torch.tensor(rows, device=device), FAR,
-            torch.tensor(1021, device=device), torch.tensor(offsets, device=device))
+    args = (
+        q,
+        k,
+        torch.tensor(steps + 70_000, device=device),
+        torch.tensor(rows, device=device),
+        FAR,
+        torch.tensor(1021, device=device),
+        torch.tensor(offsets, device=device),
+    )
     expected = {  # name -> (positions, rotary_dim, layout, trailing)
         "prefill": (steps, D, "half", False),
         "positions": (steps + 70_000, D, "half", False),
@@ -222,8 +230,9 @@ def test_decode_step_compiles(device, mode, dynamic):
 def decode_loop(device, offset_of, steps=100, backend="inductor", dynamic=None):
     """``steps`` decode steps at increasing offsets; each against eager and the oracle. The graphs compiled."""
     rope = arrayrope.RotaryEmbedding(D)
-    step = torch.compile(lambda q, k, offset: rope(q, k, offset=offset), fullgraph=True, backend=backend,
-                         dynamic=dynamic)
+    step = torch.compile(
+        lambda q, k, offset: rope(q, k, offset=offset), fullgraph=True, backend=backend, dynamic=dynamic
+    )
     rng = np.random.default_rng(4)
     q = torch.tensor(rng.standard_normal((2, HQ, 1, D)), dtype=torch.float32, device=device)
     k = torch.tensor(rng.standard_normal((2, HK, 1, D)), dtype=torch.float32, device=device)
@@ -268,8 +277,15 @@ def test_sequence_length_types_keep_the_frequencies_of_each_length(device):
     matrices with the frequencies a fresh instance picks for each length (its first call)."""
     half = D // 2
     types = {
-        "longrope": dict(scaling={"rope_type": "longrope", "long_factor": [2.0] * half, "short_factor": [1.0] * half,
-                                  "original_max_position_embeddings": 32}, max_position_embeddings=128),
+        "longrope": dict(
+            scaling={
+                "rope_type": "longrope",
+                "long_factor": [2.0] * half,
+                "short_factor": [1.0] * half,
+                "original_max_position_embeddings": 32,
+            },
+            max_position_embeddings=128,
+        ),
         "dynamic": dict(scaling={"rope_type": "dynamic", "factor": 2.0}, max_position_embeddings=32),
     }
     rng = np.random.default_rng(5)
@@ -296,7 +312,8 @@ def test_sequence_length_types_keep_the_frequencies_of_each_length(device):
     rope = arrayrope.RotaryEmbedding(D, **types["dynamic"])
     positions = torch.arange(3, device=device) + 40
     got = torch.compile(lambda x, p: rope(x, positions=p, seq_len=43), fullgraph=True, backend="eager")(
-        q.expand(1, HQ, 3, D), positions)
+        q.expand(1, HQ, 3, D), positions
+    )
     want = rope(q.expand(1, HQ, 3, D), positions=positions, seq_len=43)
     assert np.abs(host(got) - host(want)).max() <= tolerance(host(q), eager=True)
     with pytest.raises(Exception, match=r"pass seq_len=|ValueError"):  # dynamo before 2.9 names the type alone
@@ -311,37 +328,52 @@ def test_xpos_axial_and_mrope_tables_trace_whole(device):
     inv = inv_freq_formula(D, 10000.0)
     positions = torch.tensor([0, 5, 1023, 1024, 4000], device=device)
     qc, qs, kc, ks = torch.compile(lambda p: arrayrope.xpos_tables(f, p), fullgraph=True, backend="aot_eager")(
-        positions)
+        positions
+    )
     n = host(positions)[:, None]
     zeta = (np.arange(0, D, 2) / D + 0.4) / 1.4
     angle = n * inv
-    for got, want in ((qc, np.cos(angle) * zeta ** (n / 512)), (qs, np.sin(angle) * zeta ** (n / 512)),
-                      (kc, np.cos(angle) * zeta ** (-n / 512)), (ks, np.sin(angle) * zeta ** (-n / 512))):
+    for got, want in (
+        (qc, np.cos(angle) * zeta ** (n / 512)),
+        (qs, np.sin(angle) * zeta ** (n / 512)),
+        (kc, np.cos(angle) * zeta ** (-n / 512)),
+        (ks, np.sin(angle) * zeta ** (-n / 512)),
+    ):
         assert got.dtype == torch.float32
         # float32 power (n / 512) * log(zeta): relative error up to |power| * 2**-23 besides the tables'
         np.testing.assert_allclose(host(got), want, rtol=8 * 2.0**-23 * np.abs(n / 512).max() + 1e-6, atol=TABLE)
 
     coords = torch.stack([torch.arange(12, device=device) % 4, torch.arange(12, device=device) // 4], -1)
-    cos, sin = torch.compile(lambda c: arrayrope.axial_rope_tables(D, c, axis_dims=(4, 12)), fullgraph=True,
-                             backend="aot_eager")(coords)
+    cos, sin = torch.compile(
+        lambda c: arrayrope.axial_rope_tables(D, c, axis_dims=(4, 12)), fullgraph=True, backend="aot_eager"
+    )(coords)
     c = host(coords)
-    angles = np.concatenate([c[:, :1] * 100.0 ** (-np.arange(0, 4, 2) / 4),
-                             c[:, 1:] * 100.0 ** (-np.arange(0, 12, 2) / 12)], axis=-1)
+    angles = np.concatenate(
+        [c[:, :1] * 100.0 ** (-np.arange(0, 4, 2) / 4), c[:, 1:] * 100.0 ** (-np.arange(0, 12, 2) / 12)], axis=-1
+    )
     np.testing.assert_allclose(host(cos), np.cos(angles), rtol=0, atol=TABLE)
     np.testing.assert_allclose(host(sin), np.sin(angles), rtol=0, atol=TABLE)
 
-    mpos = torch.stack([torch.zeros(2, 5, dtype=torch.int64), torch.arange(5).expand(2, 5) + 2000,
-                        torch.arange(5).expand(2, 5) % 2]).to(device)
+    mpos = torch.stack(
+        [torch.zeros(2, 5, dtype=torch.int64), torch.arange(5).expand(2, 5) + 2000, torch.arange(5).expand(2, 5) % 2]
+    ).to(device)
     for interleaved in (False, True):
-        cos, sin = torch.compile(lambda p, i=interleaved: arrayrope.mrope_tables(f, p, sections=(2, 3, 3),
-                                                                                 interleaved=i),
-                                 fullgraph=True, backend="aot_eager")(mpos)
+        cos, sin = torch.compile(
+            lambda p, i=interleaved: arrayrope.mrope_tables(f, p, sections=(2, 3, 3), interleaved=i),
+            fullgraph=True,
+            backend="aot_eager",
+        )(mpos)
         m = host(mpos)
         k = np.arange(D // 2)
-        axis = np.where(k % 3 == 1, 1, np.where(k % 3 == 2, 2, 0)) * (k < 3 * np.array([2, 3, 3])[k % 3]) \
-            if interleaved else np.repeat([0, 1, 2], [2, 3, 3])
-        angle = np.take_along_axis(m[..., None].repeat(D // 2, -1), axis[None, None, None].repeat(2, 1).repeat(5, 2),
-                                   0)[0] * inv
+        axis = (
+            np.where(k % 3 == 1, 1, np.where(k % 3 == 2, 2, 0)) * (k < 3 * np.array([2, 3, 3])[k % 3])
+            if interleaved
+            else np.repeat([0, 1, 2], [2, 3, 3])
+        )
+        angle = (
+            np.take_along_axis(m[..., None].repeat(D // 2, -1), axis[None, None, None].repeat(2, 1).repeat(5, 2), 0)[0]
+            * inv
+        )
         np.testing.assert_allclose(host(cos), np.cos(angle), rtol=0, atol=TABLE)
         np.testing.assert_allclose(host(sin), np.sin(angle), rtol=0, atol=TABLE)
 
@@ -414,8 +446,12 @@ def test_torch_export_with_dynamic_batch_and_sequence(strict):
         return q, k, positions, torch.tensor(top - seq - np.arange(batch) * 12_345)
 
     model = Exported()
-    program = torch.export.export(model, inputs(2, 5, 100), strict=strict, dynamic_shapes={
-        "q": {0: b, 2: s}, "k": {0: b, 2: s}, "positions": {0: b, 1: s}, "offsets": {0: b}})
+    program = torch.export.export(
+        model,
+        inputs(2, 5, 100),
+        strict=strict,
+        dynamic_shapes={"q": {0: b, 2: s}, "k": {0: b, 2: s}, "positions": {0: b, 1: s}, "offsets": {0: b}},
+    )
     nodes = [n.meta["val"] for n in program.graph.nodes if isinstance(n.meta.get("val"), torch.Tensor)]
     assert nodes and not [v for v in nodes if v.dtype == torch.float64]
     assert program.constants and all(c.dtype != torch.float64 for c in program.constants.values())

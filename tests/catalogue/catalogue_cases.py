@@ -27,12 +27,27 @@ import pytest
 
 import arrayrope as ar
 
-HAS = {name: importlib.util.find_spec(name) is not None
-       for name in ("onnx", "onnxruntime", "torch", "jax", "array_api_strict", "matplotlib")}
+HAS = {
+    name: importlib.util.find_spec(name) is not None
+    for name in ("onnx", "onnxruntime", "torch", "jax", "array_api_strict", "matplotlib")
+}
 
 #: Words by which a message says what is expected.
-EXPECTS = ("must", "expect", "known", "need", "not ", "cannot", "only", "pass ", "missing", "give", "use ", "leave ",
-           "move ")
+EXPECTS = (
+    "must",
+    "expect",
+    "known",
+    "need",
+    "not ",
+    "cannot",
+    "only",
+    "pass ",
+    "missing",
+    "give",
+    "use ",
+    "leave ",
+    "move ",
+)
 #: Names an argument goes by in messages, where it is not its own.
 ALIASES = {"names": ("names", "backend"), "backends": ("backends", "backend"), "scaling": ("scaling", "rope_type")}
 
@@ -51,9 +66,22 @@ DTYPE = ["float8", "int32", np.int32, 3, object, np.complex64]
 XP = ["numpy", 3, object()]
 DEVICE = ["gpu", 3]
 FREQS = [np.ones(4), None, 8, {"inv_freq": [1.0]}]
-POSITIONS = [1.5, True, None, "3", np.array([np.nan]), np.array([np.inf]), np.array([1j]), np.array([True]),
-             np.array(["a"]), np.array([1e300]), np.array([2**64 - 1], np.uint64), [1, "a"], [[1], [1, 2]],
-             np.array([2.0**63])]
+POSITIONS = [
+    1.5,
+    True,
+    None,
+    "3",
+    np.array([np.nan]),
+    np.array([np.inf]),
+    np.array([1j]),
+    np.array([True]),
+    np.array(["a"]),
+    np.array([1e300]),
+    np.array([2**64 - 1], np.uint64),
+    [1, "a"],
+    [[1], [1, 2]],
+    np.array([2.0**63]),
+]
 
 
 def choice(first: str) -> list[Any]:
@@ -63,8 +91,16 @@ def choice(first: str) -> list[Any]:
 
 def arrays(shape: tuple[int, ...]) -> list[Any]:
     """Bad values of a real floating array argument of ``shape``."""
-    return [None, "x", 3, [[1.0]], np.ones(shape, np.int32), np.ones(shape, bool), np.ones(shape, np.complex64),
-            np.float32(1.0)]
+    return [
+        None,
+        "x",
+        3,
+        [[1.0]],
+        np.ones(shape, np.int32),
+        np.ones(shape, bool),
+        np.ones(shape, np.complex64),
+        np.float32(1.0),
+    ]
 
 
 F8 = ar.rope_frequencies(8)

@@ -31,8 +31,10 @@ def _commands():
             (["--head-dim", "8", "--max-positions", "0"], "--max-positions must be positive"),
             (["--head-dim", "8", "--num-heads", "-2"], "--num-heads must be positive"),
             (["--head-dim", "8", "--rotary-dim", "10"], "--rotary-dim must be <= --head-dim 8"),
-            (["--head-dim", "8", "--tables", "computed", "--max-positions", "64"],
-             "--max-positions 64 bounds stored tables, and --tables computed stores none"),
+            (
+                ["--head-dim", "8", "--tables", "computed", "--max-positions", "64"],
+                "--max-positions 64 bounds stored tables, and --tables computed stores none",
+            ),
             (["--head-dim", "8", "--dtype", "float64", "--target", "ort"], "cannot be carried by --target ort"),
             (["--head-dim", "8", "--rank", "3"], "--rank 3 input"),
             (["--head-dim", "8", "--num-kv-heads", "2"], "--num-kv-heads applies to k and needs --qk"),

@@ -60,8 +60,11 @@ def test_export_reads_a_config_folder_and_refuses_flags_it_would_ignore(config, 
     pytest.importorskip("onnx")
     out = tmp_path / "rope.onnx"
     # a config of no model type names no pair layout: the command says what to pass
-    one_line_error(arrayrope("export", "--config", str(config.parent), "-o", str(out)), "export",
-                   "the config has no model_type; pass --layout half or --layout interleaved")
+    one_line_error(
+        arrayrope("export", "--config", str(config.parent), "-o", str(out)),
+        "export",
+        "the config has no model_type; pass --layout half or --layout interleaved",
+    )
     done = arrayrope("export", "--config", str(config.parent), "--layout", "half", "-o", str(out))
     assert done.returncode == 0 and out.exists(), done.stderr
     assert "head_dim=64" in done.stdout
@@ -103,13 +106,17 @@ def test_a_fifo_is_refused_at_once(tmp_path):
         (["export", "--head-dim", "0"], ["--head-dim must be positive, got 0"]),
         (["export", "--head-dim", "7"], ["--head-dim must be even"]),
         (["export", "--head-dim", "8", "--base", "nan"], ["--base must be a finite number > 0, got nan"]),
-        (["export", "--head-dim", "8", "--target", "onnx23", "--opset", "17"],
-         ["--opset 17 is too old for --target onnx23"]),
+        (
+            ["export", "--head-dim", "8", "--target", "onnx23", "--opset", "17"],
+            ["--opset 17 is too old for --target onnx23"],
+        ),
         (["export", "--head-dim", "8", "--rank", "5"], ["argument --rank: invalid choice: 5"]),
         (["export", "--head-dim", "eight"], ["argument --head-dim: invalid int value: 'eight'"]),
         (["export"], ["-o/--output is required"]),
-        (["export", "--max-positions", "8388608", "--head-dim", "128"],
-         ["--max-positions 8388608 needs 4.29 GB", "use --max-positions <="]),
+        (
+            ["export", "--max-positions", "8388608", "--head-dim", "128"],
+            ["--max-positions 8388608 needs 4.29 GB", "use --max-positions <="],
+        ),
         (["check", "missing.onnx"], ["model='missing.onnx' does not exist"]),
         (["parity", "--backends", "nmupy"], ["--backends: unknown backends ['nmupy']"]),
         (["parity", "--dtypes", "float8"], ["--dtypes must be a non-empty selection"]),
@@ -194,8 +201,14 @@ def _parsers():
 
 def test_every_option_shows_its_default_and_verdict_commands_their_exit_statuses():
     parsers = _parsers()
-    assert {"arrayrope check", "arrayrope demo", "arrayrope parity", "arrayrope export fuse", "arrayrope plot",
-            "arrayrope export"} <= set(parsers)
+    assert {
+        "arrayrope check",
+        "arrayrope demo",
+        "arrayrope parity",
+        "arrayrope export fuse",
+        "arrayrope plot",
+        "arrayrope export",
+    } <= set(parsers)
     for prog, parser in parsers.items():
         text = parser.format_help()
         for action in parser._actions:
@@ -211,13 +224,24 @@ def test_every_option_shows_its_default_and_verdict_commands_their_exit_statuses
             assert "exit status: 0 done, 2 usage or input error" in text, prog
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["check", "x.onnx", "--provider", "gpu"], "arrayrope check: error: argument --provider: invalid choice: 'gpu'"),
-    (["export", "fuse", "x.onnx"], "arrayrope export fuse: error: the following arguments are required: -o/--output"),
-    (["parity", "--dtypes", "float8"], "arrayrope parity: error: --dtypes must be a non-empty selection of"),
-    (["export", "--head-dim", "8", "--layout", "half", "--target", "ort", "--dtype", "float64", "-o", "x.onnx"],
-     "arrayrope export: error: --dtype float64 cannot be carried by --target ort"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (
+            ["check", "x.onnx", "--provider", "gpu"],
+            "arrayrope check: error: argument --provider: invalid choice: 'gpu'",
+        ),
+        (
+            ["export", "fuse", "x.onnx"],
+            "arrayrope export fuse: error: the following arguments are required: -o/--output",
+        ),
+        (["parity", "--dtypes", "float8"], "arrayrope parity: error: --dtypes must be a non-empty selection of"),
+        (
+            ["export", "--head-dim", "8", "--layout", "half", "--target", "ort", "--dtype", "float64", "-o", "x.onnx"],
+            "arrayrope export: error: --dtype float64 cannot be carried by --target ort",
+        ),
+    ],
+)
 def test_one_error_form_naming_the_option_as_typed(args, expected, tmp_path):
     if args[0] in ("export", "check"):
         pytest.importorskip("onnx")

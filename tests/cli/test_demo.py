@@ -33,8 +33,10 @@ def test_demo_failing_export_is_a_failed_row(capsys, monkeypatch):
     monkeypatch.setattr(arrayrope.export, "validate", refuse)
     assert cli.main(["demo", "--backends", "numpy"]) == 1
     last = capsys.readouterr().out.rstrip().splitlines()[-1]
-    assert last.startswith("verdict: FAIL: 1 of 8 checks disagree (ONNX export, validated on ONNX Runtime: raised "
-                           "RuntimeError: onnxruntime refused the model"), last
+    assert last.startswith(
+        "verdict: FAIL: 1 of 8 checks disagree (ONNX export, validated on ONNX Runtime: raised "
+        "RuntimeError: onnxruntime refused the model"
+    ), last
 
 
 def test_demo_lists_the_export_row_when_onnx_is_missing(capsys, monkeypatch):
@@ -47,8 +49,9 @@ def test_demo_lists_the_export_row_when_onnx_is_missing(capsys, monkeypatch):
     monkeypatch.setattr(sys, "meta_path", [Finder(), *sys.meta_path])
     assert cli.main(["demo", "--backends", "numpy"]) == 0
     out = capsys.readouterr().out
-    assert ("not run here: ONNX export, validated on ONNX Runtime: No module named 'onnx' "
-            "(install the 'onnx' extra)") in out
+    assert (
+        "not run here: ONNX export, validated on ONNX Runtime: No module named 'onnx' (install the 'onnx' extra)"
+    ) in out
 
 
 def test_cli_demo_runs_and_agrees():
@@ -68,13 +71,21 @@ def test_demo_of_a_backend_that_is_not_here_is_not_verified(capsys, monkeypatch,
     monkeypatch.setattr(_demo, "_export_case", lambda **kw: Report((row,)))
     assert cli.main(["demo", "--backends", "cupy"]) == 3
     last = capsys.readouterr().out.rstrip().splitlines()[-1]
-    assert last.startswith("verdict: NOT VERIFIED: --backends cupy could not run here (cupy unavailable: "
-                           "ImportError: No module named 'cupy'); what ran: 1 numeric check agrees"), last
+    assert last.startswith(
+        "verdict: NOT VERIFIED: --backends cupy could not run here (cupy unavailable: "
+        "ImportError: No module named 'cupy'); what ran: 1 numeric check agrees"
+    ), last
     monkeypatch.setattr(_demo, "_export_case", lambda **kw: Report())
     assert cli.main(["demo", "--backends", "cupy"]) == 3
-    assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith(
-        "verdict: NOT VERIFIED: --backends cupy could not run here (cupy unavailable: ImportError: No module named "
-        "'cupy'); no numeric check could run here; not run here: cupy")
+    assert (
+        capsys.readouterr()
+        .out.rstrip()
+        .splitlines()[-1]
+        .startswith(
+            "verdict: NOT VERIFIED: --backends cupy could not run here (cupy unavailable: ImportError: No module named "
+            "'cupy'); no numeric check could run here; not run here: cupy"
+        )
+    )
     assert cli.main(["demo", "--backends", "numpy,cupy"]) == 3
 
 

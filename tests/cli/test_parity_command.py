@@ -31,13 +31,23 @@ def test_parity_passes_in_float64_at_far_positions(capsys):
 def test_parity_of_nothing_here_is_not_verified(capsys, missing_library):
     missing_library("cupy")
     assert cli.main(["parity", "--backends", "cupy"]) == 3
-    assert capsys.readouterr().out.splitlines()[-1].startswith(
-        "verdict: NOT VERIFIED: --backends cupy could not run here (cupy unavailable: ImportError: No module named "
-        "'cupy'); no numeric check could run here; not run here: cupy")
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[-1]
+        .startswith(
+            "verdict: NOT VERIFIED: --backends cupy could not run here (cupy unavailable: ImportError: No module named "
+            "'cupy'); no numeric check could run here; not run here: cupy"
+        )
+    )
     assert cli.main(["parity", "--backends", "numpy,cupy", "--dtypes", "float32"]) == 3
-    assert capsys.readouterr().out.splitlines()[-1].startswith(
-        "verdict: NOT VERIFIED: --backends cupy could not run here (cupy unavailable: ImportError: No module named "
-        "'cupy'); what ran: 5 numeric checks agree (numpy cpu)")
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[-1]
+        .startswith(
+            "verdict: NOT VERIFIED: --backends cupy could not run here (cupy unavailable: ImportError: No module named "
+            "'cupy'); what ran: 5 numeric checks agree (numpy cpu)"
+        )
+    )
 
 
 def test_parity_command_exits_1_when_a_row_fails(capsys, monkeypatch):

@@ -28,9 +28,16 @@ def test_bound_matches_its_definition():
 def test_plot_command_writes_png(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"head_dim": 64, "max_position_embeddings": 32768, "rope_theta": 1e6,
-                               "rope_scaling": {"rope_type": "yarn", "factor": 8.0,
-                                                "original_max_position_embeddings": 4096}}))
+    cfg.write_text(
+        json.dumps(
+            {
+                "head_dim": 64,
+                "max_position_embeddings": 32768,
+                "rope_theta": 1e6,
+                "rope_scaling": {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096},
+            }
+        )
+    )
     out = tmp_path / "rope.png"
     assert cli.main(["plot", str(cfg), "--types", "default,linear", "--head-dim", "64", "-o", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -50,8 +50,9 @@ def rotate64(x: np.ndarray, angles: np.ndarray, layout: str, *, att: float = 1.0
     return out
 
 
-def rotation_bound(x: np.ndarray, table_err: np.ndarray | float, dtype: str, layout: str, *,
-                   trailing: bool = False) -> np.ndarray:
+def rotation_bound(
+    x: np.ndarray, table_err: np.ndarray | float, dtype: str, layout: str, *, trailing: bool = False
+) -> np.ndarray:
     """Elementwise bound of a rotation of ``x`` whose tables err by ``table_err`` (S, r/2) and whose result
     is rounded to ``dtype``: ``(|x1| + |x2|) * (table_err + 4 eps)`` on rotary features, ``4 eps |x|`` elsewhere."""
     x = np.abs(np.asarray(x, dtype=np.float64))

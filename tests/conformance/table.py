@@ -56,14 +56,14 @@ def render(records: list[dict]) -> str:
     for r in sorted(records, key=lambda r: LIBRARIES.index(r["library"])):
         groups[(r["library"], r["family"])].append(r)
     lines = [
-        "| Library | Model family / module | Rope types (layout) | Compared | " + " | ".join(DTYPES)
+        "| Library | Model family / module | Rope types (layout) | Compared | "
+        + " | ".join(DTYPES)
         + " | identify_rope names it in |",
         "| --- | --- | --- | --- | " + " | ".join("---" for _ in DTYPES) + " | --- |",
     ]
     for (library, family), rows in groups.items():
         compared = [r for r in rows if not r["compared"].startswith("identify_rope")]
-        identified = sorted({r["dtype"] for r in rows if r["compared"].startswith("identify_rope")},
-                            key=DTYPES.index)
+        identified = sorted({r["dtype"] for r in rows if r["compared"].startswith("identify_rope")}, key=DTYPES.index)
         kinds = sorted({f"{r.get('rope_type', 'default')} ({r['layout']})" for r in rows})
         what = "; ".join(dict.fromkeys(r["compared"] for r in compared))
         errors = [_fmt(_max([r["max_error"] for r in compared if r["dtype"] == d])) for d in DTYPES]
@@ -75,10 +75,13 @@ def render(records: list[dict]) -> str:
     for r in records:
         if not r["compared"].startswith("identify_rope"):
             by_lib[(r["library"], r["dtype"])].append(r)
-    for (library, dtype), rows in sorted(by_lib.items(),
-                                         key=lambda kv: (LIBRARIES.index(kv[0][0]), DTYPES.index(kv[0][1]))):
-        lines.append(f"| {library} | {dtype} | {_fmt(_max([r['library_error'] for r in rows]))} | "
-                     f"{_fmt(_max([r['arrayrope_error'] for r in rows]))} |")
+    for (library, dtype), rows in sorted(
+        by_lib.items(), key=lambda kv: (LIBRARIES.index(kv[0][0]), DTYPES.index(kv[0][1]))
+    ):
+        lines.append(
+            f"| {library} | {dtype} | {_fmt(_max([r['library_error'] for r in rows]))} | "
+            f"{_fmt(_max([r['arrayrope_error'] for r in rows]))} |"
+        )
     notes = sorted({f"{r['library']}: {r['note']}" for r in records if r.get("note")})
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
@@ -86,8 +89,12 @@ def render(records: list[dict]) -> str:
 
 
 OUTCOMES = ("match", "refused", "out of scope", "transformers fails")
-KINDS = {"as is": "default config, keys a hub config.json states", "saved": "default config as transformers saves it",
-         "partial": "partial_rotary_factor 0.5", "composite": "multimodal config: its language model's settings"}
+KINDS = {
+    "as is": "default config, keys a hub config.json states",
+    "saved": "default config as transformers saves it",
+    "partial": "partial_rotary_factor 0.5",
+    "composite": "multimodal config: its language model's settings",
+}
 
 
 def _kind(variant: str) -> str:
@@ -124,15 +131,18 @@ def render_sweep(records: list[dict]) -> str:
         lines.append(f"| {kind} | " + " | ".join(str(c) for c in counts) + " |")
     totals = [sum(r["outcome"] == o for r in rows) for o in OUTCOMES]
     lines.append("| all | " + " | ".join(f"**{c}**" for c in totals) + " |")
-    refused = sorted({(r["family"], r["note"]) for r in rows if r["rope_type"] in ("as is", "saved")
-                      and r["outcome"] == "refused"})
+    refused = sorted(
+        {(r["family"], r["note"]) for r in rows if r["rope_type"] in ("as is", "saved") and r["outcome"] == "refused"}
+    )
     reasons: dict[str, list[str]] = defaultdict(list)
     for fam, note in refused:
         if fam not in reasons[_short(note)]:
             reasons[_short(note)].append(fam)
     lines += ["", "| Default configs refused | Why |", "| --- | --- |"]
-    lines += [f"| {', '.join(f'`{f}`' for f in fams)} | {why} |" for why, fams in sorted(reasons.items(),
-                                                                                         key=lambda kv: kv[1])]
+    lines += [
+        f"| {', '.join(f'`{f}`' for f in fams)} | {why} |"
+        for why, fams in sorted(reasons.items(), key=lambda kv: kv[1])
+    ]
     out_scope: dict[str, list[str]] = defaultdict(list)
     for r in rows:
         if r["outcome"] == "out of scope" and r["family"] not in out_scope[_short(r["note"])]:

@@ -43,16 +43,46 @@ sys.path.insert(0, str(TOOLS))
 import _hf_probe as hp  # noqa: E402
 
 SAME_RELEASE = transformers.__version__ == TRANSFORMERS_VERSION
-pytestmark = pytest.mark.skipif(not SAME_RELEASE, reason=(
-    f"the table comes from transformers {TRANSFORMERS_VERSION}, this is {transformers.__version__}; "
-    "regenerate it with python tools/families.py"))
+pytestmark = pytest.mark.skipif(
+    not SAME_RELEASE,
+    reason=(
+        f"the table comes from transformers {TRANSFORMERS_VERSION}, this is {transformers.__version__}; "
+        "regenerate it with python tools/families.py"
+    ),
+)
 
 TABLE_POSITIONS = np.concatenate([np.arange(64), [100, 257, 1000, 2047, 2048, 2049, 4095, 4096, 4097, 5000]])
 SCORE_POSITIONS = np.array([0, 1, 2, 3, 7, 16, 31, 100, 257, 1000, 2048, 4097])
 # model types whose default configs a popular checkpoint shares: these must match, not be refused
-POPULAR = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
-           "gemma3_text", "phi", "phi3", "deepseek_v2", "deepseek_v3", "glm", "glm4", "gpt_neox", "gptj", "cohere",
-           "llama4_text", "olmo2", "starcoder2", "granite", "smollm3", "gpt_oss", "ernie4_5", "modernbert")
+POPULAR = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "phi",
+    "phi3",
+    "deepseek_v2",
+    "deepseek_v3",
+    "glm",
+    "glm4",
+    "gpt_neox",
+    "gptj",
+    "cohere",
+    "llama4_text",
+    "olmo2",
+    "starcoder2",
+    "granite",
+    "smollm3",
+    "gpt_oss",
+    "ernie4_5",
+    "modernbert",
+)
 
 
 def _uses() -> dict[str, list[hp.Use]]:
@@ -85,15 +115,24 @@ SAMPLES = {
     "linear": {"rope_type": "linear", "factor": 4.0},
     "dynamic": {"rope_type": "dynamic", "factor": 2.0},
     "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512},
-    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 512},
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 512,
+    },
     "proportional": {"rope_type": "proportional", "partial_rotary_factor": 0.5},
 }
 
 
 def _longrope(half: int, original: int) -> dict[str, Any]:
-    return {"rope_type": "longrope", "short_factor": [1.0 + i / half for i in range(half)],
-            "long_factor": [1.5 + 2 * i / half for i in range(half)], "original_max_position_embeddings": original}
+    return {
+        "rope_type": "longrope",
+        "short_factor": [1.0 + i / half for i in range(half)],
+        "long_factor": [1.5 + 2 * i / half for i in range(half)],
+        "original_max_position_embeddings": original,
+    }
 
 
 def _with_rope(config: Any, params: dict[str, Any]) -> dict[str, Any]:
@@ -109,8 +148,7 @@ def _variant_kwargs(model_type: str, variant: str, probe: Any, rotary_half: int)
     if variant in ("as is", "saved"):
         return {}
     if variant == "partial":
-        return {"rope_parameters": _with_rope(probe.config, {
-            **_flat(probe.config), "partial_rotary_factor": 0.5})}
+        return {"rope_parameters": _with_rope(probe.config, {**_flat(probe.config), "partial_rotary_factor": 0.5})}
     if variant == "longrope":
         rope = _with_rope(probe.config, _longrope(rotary_half, 512))
         return {"max_position_embeddings": 4096, "rope_parameters": rope}
@@ -144,8 +182,7 @@ def _arrayrope(cfg: dict[str, Any], layer_type: str | None, layer_idx: int | Non
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            f = arrayrope.rope_frequencies_from_config(cfg, layer_type=layer_type, layer_idx=layer_idx,
-                                                       seq_len=seq_len)
+            f = arrayrope.rope_frequencies_from_config(cfg, layer_type=layer_type, layer_idx=layer_idx, seq_len=seq_len)
             rope = arrayrope.RotaryEmbedding.from_config(cfg, layer_type=layer_type, layer_idx=layer_idx)
         except ValueError as exc:
             raise Refused(str(exc)) from None
@@ -166,17 +203,30 @@ def test_family(model_type, variant, record):
         config = _config(use, probe, kwargs)
     except Exception as exc:  # transformers' own config refuses the variant: nothing to compare
         pytest.skip(f"transformers refuses the {variant} config of {model_type}: {type(exc).__name__}: {exc}")
-    cfg = {"model_type": model_type, **hp_plain(config.probe_kwargs)} if variant != "saved" else hp_plain(
-        config.to_dict())
+    cfg = (
+        {"model_type": model_type, **hp_plain(config.probe_kwargs)}
+        if variant != "saved"
+        else hp_plain(config.to_dict())
+    )
     outcomes = []
     for idx in _layers_to_compare(model_type, probe):
         try:
             outcomes.append(_compare_layer(use, probe, config, cfg, idx, variant))
         except TransformersFails as exc:
-            record(library="transformers", family=model_type, rope_type=variant, layout=entry.get("layout", ""),
-                   compared="sweep", dtype="float32", max_error=float("nan"), library_error=float("nan"),
-                   arrayrope_error=float("nan"), tolerance=float("nan"), outcome="transformers fails",
-                   note=str(exc))
+            record(
+                library="transformers",
+                family=model_type,
+                rope_type=variant,
+                layout=entry.get("layout", ""),
+                compared="sweep",
+                dtype="float32",
+                max_error=float("nan"),
+                library_error=float("nan"),
+                arrayrope_error=float("nan"),
+                tolerance=float("nan"),
+                outcome="transformers fails",
+                note=str(exc),
+            )
             pytest.skip(f"transformers' own code fails on the {variant} config of {model_type}: {exc}")
     if not outcomes:
         pytest.skip(f"no layer of the {variant} config of {model_type} runs alone in transformers")
@@ -184,10 +234,20 @@ def test_family(model_type, variant, record):
     outcome = "refused" if refused else "match"
     if model_type in POPULAR and variant in ("as is", "saved"):
         assert not refused, refused
-    record(library="transformers", family=model_type, rope_type=variant, layout=entry.get("layout", ""),
-           compared="sweep", dtype="float32", max_error=float("nan"), library_error=float("nan"),
-           arrayrope_error=float("nan"), tolerance=float("nan"), outcome=outcome,
-           note=refused[0].removeprefix("refused: ") if refused else "")
+    record(
+        library="transformers",
+        family=model_type,
+        rope_type=variant,
+        layout=entry.get("layout", ""),
+        compared="sweep",
+        dtype="float32",
+        max_error=float("nan"),
+        library_error=float("nan"),
+        arrayrope_error=float("nan"),
+        tolerance=float("nan"),
+        outcome=outcome,
+        note=refused[0].removeprefix("refused: ") if refused else "",
+    )
 
 
 def _config(use: hp.Use, probe: Any, kwargs: dict[str, Any]) -> Any:
@@ -310,8 +370,7 @@ def _tables(att: hp.Attention, f: Any, layer_type: str | None, seq: int) -> None
 
 def _columns(cos_t: np.ndarray, sin_t: np.ndarray, ref_c: np.ndarray, ref_s: np.ndarray) -> np.ndarray:
     """For each column of transformers' tables, the pair it holds (the nearest reference column)."""
-    err = np.max(np.abs(cos_t[:, :, None] - ref_c[:, None, :]) + np.abs(sin_t[:, :, None] - ref_s[:, None, :]),
-                 axis=0)
+    err = np.max(np.abs(cos_t[:, :, None] - ref_c[:, None, :]) + np.abs(sin_t[:, :, None] - ref_s[:, None, :]), axis=0)
     return np.argmin(err, axis=1)
 
 
@@ -365,12 +424,27 @@ def _composite(model_type: str, entry: dict[str, Any], record: Any) -> None:
         ours = arrayrope.config.settings(saved, layer_type=_first_type(sub))
         theirs = arrayrope.config.settings({**sub, "model_type": nested_type}, layer_type=_first_type(sub))
         assert (ours.head_dim, ours.base, ours.rotary_dim, ours.layout) == (
-            theirs.head_dim, theirs.base, theirs.rotary_dim, theirs.layout)
+            theirs.head_dim,
+            theirs.base,
+            theirs.rotary_dim,
+            theirs.layout,
+        )
     except ValueError as exc:
         outcome, note = "refused", str(exc)
-    record(library="transformers", family=model_type, rope_type="composite", layout="", compared="sweep",
-           dtype="", max_error=float("nan"), library_error=float("nan"), arrayrope_error=float("nan"),
-           tolerance=float("nan"), outcome=outcome, note=note)
+    record(
+        library="transformers",
+        family=model_type,
+        rope_type="composite",
+        layout="",
+        compared="sweep",
+        dtype="",
+        max_error=float("nan"),
+        library_error=float("nan"),
+        arrayrope_error=float("nan"),
+        tolerance=float("nan"),
+        outcome=outcome,
+        note=note,
+    )
 
 
 def _first_type(sub: dict[str, Any]) -> str | None:
@@ -387,9 +461,20 @@ def _not_read(model_type: str, entry: dict[str, Any], record: Any) -> None:
     cfg = {"model_type": model_type, "head_dim": 64, "rope_theta": 10000.0}
     with pytest.raises(ValueError, match="model type"):
         arrayrope.RotaryEmbedding.from_config(cfg)
-    record(library="transformers", family=model_type, rope_type="as is", layout="", compared="sweep", dtype="",
-           max_error=float("nan"), library_error=float("nan"), arrayrope_error=float("nan"),
-           tolerance=float("nan"), outcome="out of scope" if "out_of_scope" in entry else "refused", note=reason)
+    record(
+        library="transformers",
+        family=model_type,
+        rope_type="as is",
+        layout="",
+        compared="sweep",
+        dtype="",
+        max_error=float("nan"),
+        library_error=float("nan"),
+        arrayrope_error=float("nan"),
+        tolerance=float("nan"),
+        outcome="out of scope" if "out_of_scope" in entry else "refused",
+        note=reason,
+    )
 
 
 def test_the_table_is_what_this_transformers_gives():
@@ -402,5 +487,7 @@ def test_the_table_is_what_this_transformers_gives():
         import difflib
 
         diff = "".join(difflib.unified_diff(shipped.splitlines(True), fresh.splitlines(True), "shipped", "fresh"))
-        pytest.fail("arrayrope/families/_table.py differs from what transformers gives; run python "
-                    "tools/families.py and review:\n" + diff[:20000])
+        pytest.fail(
+            "arrayrope/families/_table.py differs from what transformers gives; run python "
+            "tools/families.py and review:\n" + diff[:20000]
+        )

@@ -28,8 +28,9 @@ def _np(t):
     return t.detach().to(torch.float64).numpy()
 
 
-def _check(record, compared, family, dtype, x, lib, ours, exact, lib_table, layout="interleaved", lib_exact=None,
-           **what):
+def _check(
+    record, compared, family, dtype, x, lib, ours, exact, lib_table, layout="interleaved", lib_exact=None, **what
+):
     """arrayrope against the float64 oracle; the library against arrayrope within its own error, or, where it
     rounds the positions themselves (``lib_exact``: the oracle at its rounded positions), against that."""
     x = np.asarray(x, dtype=np.float64)
@@ -44,9 +45,18 @@ def _check(record, compared, family, dtype, x, lib, ours, exact, lib_table, layo
     else:
         own = np.abs(_np(lib) - lib_exact)
         assert np.all(own <= bound), float(np.max(own - bound))
-    record(library="rotary-embedding-torch", family=family, layout=layout, compared=compared, dtype=dtype,
-           max_error=float(diff.max()), library_error=float(np.abs(_np(lib) - exact[0]).max()),
-           arrayrope_error=float(ours_err.max()), tolerance=float(bound.max()), **what)
+    record(
+        library="rotary-embedding-torch",
+        family=family,
+        layout=layout,
+        compared=compared,
+        dtype=dtype,
+        max_error=float(diff.max()),
+        library_error=float(np.abs(_np(lib) - exact[0]).max()),
+        arrayrope_error=float(ours_err.max()),
+        tolerance=float(bound.max()),
+        **what,
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -87,12 +97,25 @@ def test_language_rope(kwargs, rope_type, dtype, record):
         factor = kwargs.get("interpolate_factor", 1.0)
         rounded = ((torch.arange(s, dtype=TORCH[dtype]) + offset) / factor).double().numpy() * factor
         lib_exact = rotate64(_np(x), rounded[:, None] * inv, "interleaved")
-        note = f"computes positions in x's dtype: {offset}..{offset + s - 1} become " \
-               f"{len(set(rounded.tolist()))} distinct {dtype} values from {int(rounded.min())} to {int(rounded.max())}"
+        note = (
+            f"computes positions in x's dtype: {offset}..{offset + s - 1} become "
+            f"{len(set(rounded.tolist()))} distinct {dtype} values from {int(rounded.min())} to {int(rounded.max())}"
+        )
     family = "RotaryEmbedding(" + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ")"
-    _check(record, f"rotated x, positions {offset}..{offset + s - 1}", family, dtype,
-           x.to(torch.float64), lib, ours, (rotate64(_np(x), angles, "interleaved"), np.abs(angles)), lib_table,
-           rope_type=rope_type, lib_exact=lib_exact, note=note)
+    _check(
+        record,
+        f"rotated x, positions {offset}..{offset + s - 1}",
+        family,
+        dtype,
+        x.to(torch.float64),
+        lib,
+        ours,
+        (rotate64(_np(x), angles, "interleaved"), np.abs(angles)),
+        lib_table,
+        rope_type=rope_type,
+        lib_exact=lib_exact,
+        note=note,
+    )
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -104,8 +127,9 @@ def test_xpos(dtype, record):
     k = torch.from_numpy(g.standard_normal((1, 2, s, d))).to(TORCH[dtype])
     q_l, k_l = rope_l.rotate_queries_and_keys(q, k)
     f = arrayrope.rope_frequencies(d)
-    qc, qs, kc, ks = arrayrope.xpos_tables(f, torch.arange(s), scale_base=64.0, center=float(s // 2),
-                                           dtype=TORCH[dtype])
+    qc, qs, kc, ks = arrayrope.xpos_tables(
+        f, torch.arange(s), scale_base=64.0, center=float(s // 2), dtype=TORCH[dtype]
+    )
     q_a = arrayrope.apply_rotary(q, qc, qs, layout="interleaved")
     k_a = arrayrope.apply_rotary(k, kc, ks, layout="interleaved")
     zeta = (np.arange(0, d, 2) / d + 0.4) / 1.4
@@ -116,8 +140,18 @@ def test_xpos(dtype, record):
         exact = rotate64(_np(x), angles, "interleaved", att=1.0) * np.repeat(zeta ** (sign * power), 2, -1)
         scale = np.repeat(zeta ** (sign * power), 2, -1)
         table = table_bound(angles, rel) * zeta ** (sign * power) + 8 * EPS["float32"] * zeta ** (sign * power)
-        _check(record, "xPos q and k", "RotaryEmbedding(use_xpos=True)", dtype, _np(x) * scale, lib, ours,
-               (exact, np.abs(angles)), table, rope_type="xpos")
+        _check(
+            record,
+            "xPos q and k",
+            "RotaryEmbedding(use_xpos=True)",
+            dtype,
+            _np(x) * scale,
+            lib,
+            ours,
+            (exact, np.abs(angles)),
+            table,
+            rope_type="xpos",
+        )
 
 
 @pytest.mark.parametrize("freqs_for", ["pixel", "lang"])
@@ -144,19 +178,32 @@ def test_axial_grid(freqs_for, dtype, record):
     angles = np.concatenate([coords[:, :1] * inv, coords[:, 1:] * inv], -1)  # (h*w, dim): axis 0, then axis 1
     x = torch.from_numpy(np.random.default_rng(2).standard_normal((2, h, w, 2 * dim + 4))).to(TORCH[dtype])
     lib = ret.apply_rotary_emb(angles_l.to(TORCH[dtype] if dtype == "float64" else torch.float32), x)
-    ours = arrayrope.apply_rotary(x.reshape(2, h * w, -1), torch.from_numpy(cos).to(torch.float32 if dtype != "float64"
-                                  else torch.float64), torch.from_numpy(sin).to(torch.float32 if dtype != "float64"
-                                  else torch.float64), layout="interleaved").reshape(x.shape)
+    ours = arrayrope.apply_rotary(
+        x.reshape(2, h * w, -1),
+        torch.from_numpy(cos).to(torch.float32 if dtype != "float64" else torch.float64),
+        torch.from_numpy(sin).to(torch.float32 if dtype != "float64" else torch.float64),
+        layout="interleaved",
+    ).reshape(x.shape)
     assert ours.dtype == lib.dtype == TORCH[dtype]
     tol = 8 * (EPS["float32"] if dtype != "float64" or freqs_for == "lang" else EPS["float64"])
-    np.testing.assert_allclose(_np(angles_l).reshape(h * w, -1)[:, ::2], angles, rtol=tol,
-                               atol=tol * np.abs(angles).max())
+    np.testing.assert_allclose(
+        _np(angles_l).reshape(h * w, -1)[:, ::2], angles, rtol=tol, atol=tol * np.abs(angles).max()
+    )
     eps_t = EPS["float64"] if dtype == "float64" and freqs_for == "pixel" else EPS["float32"]
     lib_table = 4 * eps_t * (1 + np.abs(angles)) + (EPS[dtype] if dtype == "bfloat16" else 0.0)
     xf = _np(x).reshape(2, h * w, -1)
-    _check(record, f"axial grid {h}x{w} ({freqs_for} bands), rotated x", f"get_axial_freqs, freqs_for={freqs_for!r}",
-           dtype, xf, lib.reshape(2, h * w, -1), ours.reshape(2, h * w, -1),
-           (rotate64(xf, angles, "interleaved"), np.abs(angles)), lib_table, rope_type=f"axial-{freqs_for}")
+    _check(
+        record,
+        f"axial grid {h}x{w} ({freqs_for} bands), rotated x",
+        f"get_axial_freqs, freqs_for={freqs_for!r}",
+        dtype,
+        xf,
+        lib.reshape(2, h * w, -1),
+        ours.reshape(2, h * w, -1),
+        (rotate64(xf, angles, "interleaved"), np.abs(angles)),
+        lib_table,
+        rope_type=f"axial-{freqs_for}",
+    )
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
@@ -173,12 +220,25 @@ def test_identify_rope_names_the_module(dtype, record):
         far = identify_rope(fn, head_dim=64, dtype="float32", seq_len=8)
         assert not far.matched and "do not grow linearly" in far.reason, far
         note = f"{dtype}: positions past {exact_to} are rounded, identify_rope probed up to {exact_to}"
-    found = identify_rope(fn, head_dim=64, dtype="float32", seq_len=8,
-                          max_position=1 << 24 if not note else exact_to)
+    found = identify_rope(fn, head_dim=64, dtype="float32", seq_len=8, max_position=1 << 24 if not note else exact_to)
     assert found.matched, found
     assert (found.layout, found.rotary_dim, found.base, found.offset, found.scaling) == (
-        "interleaved", 32, 500000.0, 0, None)
-    record(library="rotary-embedding-torch", family="RotaryEmbedding(dim=32, theta=500000)", rope_type="default",
-           layout="interleaved", compared="identify_rope on rotate_queries_or_keys", dtype=dtype,
-           max_error=found.max_error, library_error=float("nan"), arrayrope_error=float("nan"),
-           tolerance=float("nan"), note=note)
+        "interleaved",
+        32,
+        500000.0,
+        0,
+        None,
+    )
+    record(
+        library="rotary-embedding-torch",
+        family="RotaryEmbedding(dim=32, theta=500000)",
+        rope_type="default",
+        layout="interleaved",
+        compared="identify_rope on rotate_queries_or_keys",
+        dtype=dtype,
+        max_error=found.max_error,
+        library_error=float("nan"),
+        arrayrope_error=float("nan"),
+        tolerance=float("nan"),
+        note=note,
+    )

@@ -36,8 +36,10 @@ def _load_pos_embed_sincos():
     version = importlib.metadata.version("timm")
     if tuple(int(p) for p in version.split(".")[:3] if p.isdigit()) < TIMM_TESTED:
         # older releases cast outputs to float32 and lack rotate_half=: not the behaviour compared here
-        pytest.skip(f"timm {version} is older than the {'.'.join(map(str, TIMM_TESTED))} these cases follow",
-                    allow_module_level=True)
+        pytest.skip(
+            f"timm {version} is older than the {'.'.join(map(str, TIMM_TESTED))} these cases follow",
+            allow_module_level=True,
+        )
     root = next(iter(spec.submodule_search_locations))
     added = []
     for name, path in (("timm", root), ("timm.layers", f"{root}/layers")):
@@ -67,8 +69,11 @@ def _coords(shape, kind, indexing="ij", ref=None):
     """Independent float64 grid coordinates (N, 2), tokens row-major over ``shape``."""
     axes = []
     for j, s in enumerate(shape):
-        c = {"index": np.arange(s, dtype=np.float64), "pixel": np.linspace(-1.0, 1.0, s),
-             "centered": (np.arange(s) + 0.5) / s}[kind]
+        c = {
+            "index": np.arange(s, dtype=np.float64),
+            "pixel": np.linspace(-1.0, 1.0, s),
+            "centered": (np.arange(s) + 0.5) / s,
+        }[kind]
         if ref is not None:
             c = c * ref[j] / s
         axes.append(2 * c - 1 if kind == "centered" else c)
@@ -79,19 +84,34 @@ def _coords(shape, kind, indexing="ij", ref=None):
 CASES = {  # name -> (timm module, arrayrope axial_rope_tables keywords, coordinate kind, band frequencies)
     "EVA-02 (index grid, ref 16x16, ij)": (
         lambda d: pes.RotaryEmbeddingCat(d, in_pixels=False, temperature=10000, ref_feat_shape=[16, 16]),
-        dict(base=10000.0, train_grid=(16, 16)), "index", None),
+        dict(base=10000.0, train_grid=(16, 16)),
+        "index",
+        None,
+    ),
     "EVA (index grid, xy)": (
         lambda d: pes.RotaryEmbeddingCat(d, in_pixels=False, temperature=100, grid_indexing="xy"),
-        dict(base=100.0, indexing="xy"), "index", None),
+        dict(base=100.0, indexing="xy"),
+        "index",
+        None,
+    ),
     "pixel bands (log), [-1, 1] grid": (
         lambda d: pes.RotaryEmbeddingCat(d, in_pixels=True, max_res=224),
-        dict(grid="pixel"), "pixel", ("log", 224.0)),
+        dict(grid="pixel"),
+        "pixel",
+        ("log", 224.0),
+    ),
     "pixel bands (linear), [-1, 1] grid": (
         lambda d: pes.RotaryEmbeddingCat(d, in_pixels=True, max_res=64, linear_bands=True),
-        dict(grid="pixel"), "pixel", ("linear", 64.0)),
+        dict(grid="pixel"),
+        "pixel",
+        ("linear", 64.0),
+    ),
     "DINOv3 (centred grid, periods)": (
         lambda d: pes.RotaryEmbeddingDinoV3(d, temperature=100.0, rotate_half=False),
-        dict(grid="centered"), "centered", ("dinov3", 100.0)),
+        dict(grid="centered"),
+        "centered",
+        ("dinov3", 100.0),
+    ),
 }
 
 
@@ -137,10 +157,18 @@ def test_vit_rope_with_class_token(name, layout, dtype, record):
     bound = rotation_bound(xs, table, dtype, layout) + ours_bound
     diff = np.abs(_np(lib) - _np(ours))
     assert np.all(diff <= bound), float(np.max(diff - bound))
-    record(library="timm", family=name, rope_type="axial", layout=layout,
-           compared=f"{shape[0]}x{shape[1]} grid + class token first, rotated x", dtype=dtype,
-           max_error=float(diff.max()), library_error=float(np.abs(_np(lib) - exact).max()),
-           arrayrope_error=float(ours_err.max()), tolerance=float(bound.max()))
+    record(
+        library="timm",
+        family=name,
+        rope_type="axial",
+        layout=layout,
+        compared=f"{shape[0]}x{shape[1]} grid + class token first, rotated x",
+        dtype=dtype,
+        max_error=float(diff.max()),
+        library_error=float(np.abs(_np(lib) - exact).max()),
+        arrayrope_error=float(ours_err.max()),
+        tolerance=float(bound.max()),
+    )
 
 
 @pytest.mark.parametrize("dtype", list(TORCH))
@@ -157,7 +185,15 @@ def test_identify_rope_on_a_one_axis_grid(dtype, record):
     found = identify_rope(fn, head_dim=d, dtype="float32", seq_len=8, max_position=1 << 14)
     assert found.matched, found
     assert (found.layout, found.rotary_dim, found.base, found.offset) == ("half", d // 2, 10000.0, 0)
-    record(library="timm", family="RotaryEmbeddingCat, 1-D grid", rope_type="axial", layout="half",
-           compared="identify_rope on get_embed + apply_rot_embed_cat (positions up to 16384)", dtype=dtype,
-           max_error=found.max_error, library_error=float("nan"), arrayrope_error=float("nan"),
-           tolerance=float("nan"))
+    record(
+        library="timm",
+        family="RotaryEmbeddingCat, 1-D grid",
+        rope_type="axial",
+        layout="half",
+        compared="identify_rope on get_embed + apply_rot_embed_cat (positions up to 16384)",
+        dtype=dtype,
+        max_error=found.max_error,
+        library_error=float("nan"),
+        arrayrope_error=float("nan"),
+        tolerance=float("nan"),
+    )

@@ -81,8 +81,7 @@ def llama_style(module: str, cls: str, *, layer_arg: bool = False, interleave: s
         else:
             q_rot, k_rot = mod.apply_rotary_pos_emb(q, k, cos, sin)
         tab = (cos[0, :, ::2], sin[0, :, ::2]) if interleave == "repeat" else (cos[0, :, :h], sin[0, :, :h])
-        return (*(t.float().numpy().astype(np.float64) for t in tab), q_rot, k_rot,
-                inv.double().numpy(), float(att))
+        return (*(t.float().numpy().astype(np.float64) for t in tab), q_rot, k_rot, inv.double().numpy(), float(att))
 
     return run
 
@@ -93,8 +92,14 @@ def llama4_run(config, layer_type, q, k, positions):
     cis = rot(q, torch.from_numpy(positions)[None])
     qr, kr = mod.apply_rotary_emb(q.transpose(1, 2), k.transpose(1, 2), cis)  # it takes (B, S, H, D)
     tab = cis[0]
-    return (tab.real.double().numpy(), tab.imag.double().numpy(), qr.transpose(1, 2), kr.transpose(1, 2),
-            rot.inv_freq.double().numpy(), float(rot.attention_scaling))
+    return (
+        tab.real.double().numpy(),
+        tab.imag.double().numpy(),
+        qr.transpose(1, 2),
+        kr.transpose(1, 2),
+        rot.inv_freq.double().numpy(),
+        float(rot.attention_scaling),
+    )
 
 
 def gptj_run(config, layer_type, q, k, positions):
@@ -115,8 +120,13 @@ def gptj_run(config, layer_type, q, k, positions):
     return cos[0].double().numpy(), sin[0].double().numpy(), rot(q), rot(k), inv.double().numpy(), 1.0
 
 
-LLAMA = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 2, "head_dim": 128,
-         "max_position_embeddings": 4096}
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 256,
+    "num_attention_heads": 2,
+    "head_dim": 128,
+    "max_position_embeddings": 4096,
+}
 LONG = (*range(24), 1000, 5000, 9000)  # past max_position_embeddings (dynamic) and the original length (longrope)
 _rng = np.random.default_rng(7)
 SHORT_F, LONG_F = (_rng.uniform(1.0, 1.5, 64).round(3).tolist(), _rng.uniform(1.0, 8.0, 64).round(3).tolist())
@@ -128,73 +138,250 @@ CASES = [
     Case("Llama", {**LLAMA, "rope_scaling": {"rope_type": "linear", "factor": 4.0}}, run=LLAMA_RUN),
     Case("Llama", {**LLAMA, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, run=LLAMA_RUN),
     Case("Llama", {**LLAMA, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, run=LLAMA_RUN, positions=LONG),
-    Case("Llama", {**LLAMA, "rope_theta": 1e6, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
-                                                                "original_max_position_embeddings": 1024}},
-         run=LLAMA_RUN),
-    Case("Llama", {**LLAMA, "rope_theta": 1e4, "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 16,
-                                                                "original_max_position_embeddings": 1024,
-                                                                "truncate": False, "attention_factor": 1.2}},
-         run=LLAMA_RUN),
-    Case("Llama", {**LLAMA, "rope_scaling": {"rope_type": "longrope", "short_factor": SHORT_F, "long_factor": LONG_F,
-                                             "original_max_position_embeddings": 2048}}, run=LLAMA_RUN,
-         positions=tuple(range(48))),
-    Case("Llama", {**LLAMA, "rope_scaling": {"rope_type": "longrope", "short_factor": SHORT_F, "long_factor": LONG_F,
-                                             "original_max_position_embeddings": 2048}}, run=LLAMA_RUN,
-         positions=LONG),
-    Case("Llama 3.1", {**LLAMA, "max_position_embeddings": 131072, "rope_theta": 500000.0,
-                       "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}},
-         run=LLAMA_RUN),
-    Case("Llama 4", {**LLAMA, "model_type": "llama4_text", "max_position_embeddings": 131072, "rope_theta": 500000.0,
-                     "intermediate_size_mlp": 64, "intermediate_size": 64, "num_hidden_layers": 4,
-                     "no_rope_layers": [1, 1, 1, 0],
-                     "rope_scaling": {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0,
-                                      "high_freq_factor": 1.0, "original_max_position_embeddings": 8192}},
-         layout="interleaved", run=llama4_run),
-    Case("Qwen2", {**LLAMA, "model_type": "qwen2", "rope_theta": 1e6},
-         run=llama_style("qwen2", "Qwen2RotaryEmbedding")),
-    Case("Phi-3", {"model_type": "phi3", "hidden_size": 192, "num_attention_heads": 2, "max_position_embeddings": 8192,
-                   "original_max_position_embeddings": 2048, "partial_rotary_factor": 0.5,
-                   "rope_scaling": {"type": "longrope", "short_factor": SHORT_F[:24], "long_factor": LONG_F[:24]}},
-         run=llama_style("phi3", "Phi3RotaryEmbedding"), positions=LONG),
-    Case("GPT-NeoX", {"model_type": "gpt_neox", "hidden_size": 256, "num_attention_heads": 2, "rotary_pct": 0.25,
-                      "rotary_emb_base": 20000, "max_position_embeddings": 4096},
-         run=llama_style("gpt_neox", "GPTNeoXRotaryEmbedding")),
-    Case("GPT-J", {"model_type": "gptj", "n_embd": 256, "n_head": 2, "rotary_dim": 64, "n_positions": 32768},
-         layout="interleaved", run=gptj_run),
-    Case("Cohere", {**LLAMA, "model_type": "cohere", "rope_theta": 8e6}, layout="interleaved",
-         run=llama_style("cohere", "CohereRotaryEmbedding", interleave="repeat")),
-    Case("Gemma 3 (v4)", {**LLAMA, "model_type": "gemma3_text", "rope_theta": 1e6, "rope_local_base_freq": 10000.0,
-                          "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "sliding_window": 512},
-         layer_type="full_attention", run=llama_style("gemma3", "Gemma3RotaryEmbedding", layer_arg=True)),
-    Case("Gemma 3 (v4)", {**LLAMA, "model_type": "gemma3_text", "rope_theta": 1e6, "rope_local_base_freq": 10000.0,
-                          "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "sliding_window": 512},
-         layer_type="sliding_attention", run=llama_style("gemma3", "Gemma3RotaryEmbedding", layer_arg=True)),
-    Case("Gemma 3 (v5)", {**LLAMA, "model_type": "gemma3_text", "layer_types": ["sliding_attention", "full_attention"],
-                          "num_hidden_layers": 2, "sliding_window": 512,
-                          "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0,
-                                                                 "rope_theta": 1e6},
-                                              "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
-         layer_type="sliding_attention", run=llama_style("gemma3", "Gemma3RotaryEmbedding", layer_arg=True)),
-    Case("ModernBERT", {"model_type": "modernbert", "hidden_size": 256, "num_attention_heads": 2,
-                        "global_rope_theta": 160000.0, "local_rope_theta": 10000.0, "max_position_embeddings": 8192},
-         layer_type="full_attention", run=llama_style("modernbert", "ModernBertRotaryEmbedding", layer_arg=True)),
-    Case("ModernBERT", {"model_type": "modernbert", "hidden_size": 256, "num_attention_heads": 2,
-                        "global_rope_theta": 160000.0, "local_rope_theta": 10000.0, "max_position_embeddings": 8192},
-         layer_type="sliding_attention", run=llama_style("modernbert", "ModernBertRotaryEmbedding", layer_arg=True)),
-    Case("Gemma 4", {**LLAMA, "model_type": "gemma4_text", "head_dim": 64, "global_head_dim": 128,
-                     "layer_types": ["sliding_attention", "full_attention"], "num_hidden_layers": 2,
-                     "rope_parameters": {"full_attention": {"rope_type": "proportional", "rope_theta": 1e6,
-                                                            "partial_rotary_factor": 0.25},
-                                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
-         layer_type="full_attention", run=llama_style("gemma4", "Gemma4TextRotaryEmbedding", layer_arg=True, one=True)),
-    Case("DeepSeek-V3", {"model_type": "deepseek_v3", "hidden_size": 256, "num_attention_heads": 2,
-                         "qk_nope_head_dim": 32, "qk_rope_head_dim": 64, "v_head_dim": 32, "kv_lora_rank": 32,
-                         "q_lora_rank": 48, "max_position_embeddings": 163840, "rope_interleave": True,
-                         "rope_scaling": {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
-                                          "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}},
-         layout="interleaved", trailing=True,
-         run=llama_style("deepseek_v3", "DeepseekV3RotaryEmbedding", interleave="deepseek")),
+    Case(
+        "Llama",
+        {
+            **LLAMA,
+            "rope_theta": 1e6,
+            "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024},
+        },
+        run=LLAMA_RUN,
+    ),
+    Case(
+        "Llama",
+        {
+            **LLAMA,
+            "rope_theta": 1e4,
+            "rope_scaling": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "beta_fast": 16,
+                "original_max_position_embeddings": 1024,
+                "truncate": False,
+                "attention_factor": 1.2,
+            },
+        },
+        run=LLAMA_RUN,
+    ),
+    Case(
+        "Llama",
+        {
+            **LLAMA,
+            "rope_scaling": {
+                "rope_type": "longrope",
+                "short_factor": SHORT_F,
+                "long_factor": LONG_F,
+                "original_max_position_embeddings": 2048,
+            },
+        },
+        run=LLAMA_RUN,
+        positions=tuple(range(48)),
+    ),
+    Case(
+        "Llama",
+        {
+            **LLAMA,
+            "rope_scaling": {
+                "rope_type": "longrope",
+                "short_factor": SHORT_F,
+                "long_factor": LONG_F,
+                "original_max_position_embeddings": 2048,
+            },
+        },
+        run=LLAMA_RUN,
+        positions=LONG,
+    ),
+    Case(
+        "Llama 3.1",
+        {
+            **LLAMA,
+            "max_position_embeddings": 131072,
+            "rope_theta": 500000.0,
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+        },
+        run=LLAMA_RUN,
+    ),
+    Case(
+        "Llama 4",
+        {
+            **LLAMA,
+            "model_type": "llama4_text",
+            "max_position_embeddings": 131072,
+            "rope_theta": 500000.0,
+            "intermediate_size_mlp": 64,
+            "intermediate_size": 64,
+            "num_hidden_layers": 4,
+            "no_rope_layers": [1, 1, 1, 0],
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 16.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 1.0,
+                "original_max_position_embeddings": 8192,
+            },
+        },
+        layout="interleaved",
+        run=llama4_run,
+    ),
+    Case(
+        "Qwen2", {**LLAMA, "model_type": "qwen2", "rope_theta": 1e6}, run=llama_style("qwen2", "Qwen2RotaryEmbedding")
+    ),
+    Case(
+        "Phi-3",
+        {
+            "model_type": "phi3",
+            "hidden_size": 192,
+            "num_attention_heads": 2,
+            "max_position_embeddings": 8192,
+            "original_max_position_embeddings": 2048,
+            "partial_rotary_factor": 0.5,
+            "rope_scaling": {"type": "longrope", "short_factor": SHORT_F[:24], "long_factor": LONG_F[:24]},
+        },
+        run=llama_style("phi3", "Phi3RotaryEmbedding"),
+        positions=LONG,
+    ),
+    Case(
+        "GPT-NeoX",
+        {
+            "model_type": "gpt_neox",
+            "hidden_size": 256,
+            "num_attention_heads": 2,
+            "rotary_pct": 0.25,
+            "rotary_emb_base": 20000,
+            "max_position_embeddings": 4096,
+        },
+        run=llama_style("gpt_neox", "GPTNeoXRotaryEmbedding"),
+    ),
+    Case(
+        "GPT-J",
+        {"model_type": "gptj", "n_embd": 256, "n_head": 2, "rotary_dim": 64, "n_positions": 32768},
+        layout="interleaved",
+        run=gptj_run,
+    ),
+    Case(
+        "Cohere",
+        {**LLAMA, "model_type": "cohere", "rope_theta": 8e6},
+        layout="interleaved",
+        run=llama_style("cohere", "CohereRotaryEmbedding", interleave="repeat"),
+    ),
+    Case(
+        "Gemma 3 (v4)",
+        {
+            **LLAMA,
+            "model_type": "gemma3_text",
+            "rope_theta": 1e6,
+            "rope_local_base_freq": 10000.0,
+            "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+            "sliding_window": 512,
+        },
+        layer_type="full_attention",
+        run=llama_style("gemma3", "Gemma3RotaryEmbedding", layer_arg=True),
+    ),
+    Case(
+        "Gemma 3 (v4)",
+        {
+            **LLAMA,
+            "model_type": "gemma3_text",
+            "rope_theta": 1e6,
+            "rope_local_base_freq": 10000.0,
+            "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+            "sliding_window": 512,
+        },
+        layer_type="sliding_attention",
+        run=llama_style("gemma3", "Gemma3RotaryEmbedding", layer_arg=True),
+    ),
+    Case(
+        "Gemma 3 (v5)",
+        {
+            **LLAMA,
+            "model_type": "gemma3_text",
+            "layer_types": ["sliding_attention", "full_attention"],
+            "num_hidden_layers": 2,
+            "sliding_window": 512,
+            "rope_parameters": {
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            },
+        },
+        layer_type="sliding_attention",
+        run=llama_style("gemma3", "Gemma3RotaryEmbedding", layer_arg=True),
+    ),
+    Case(
+        "ModernBERT",
+        {
+            "model_type": "modernbert",
+            "hidden_size": 256,
+            "num_attention_heads": 2,
+            "global_rope_theta": 160000.0,
+            "local_rope_theta": 10000.0,
+            "max_position_embeddings": 8192,
+        },
+        layer_type="full_attention",
+        run=llama_style("modernbert", "ModernBertRotaryEmbedding", layer_arg=True),
+    ),
+    Case(
+        "ModernBERT",
+        {
+            "model_type": "modernbert",
+            "hidden_size": 256,
+            "num_attention_heads": 2,
+            "global_rope_theta": 160000.0,
+            "local_rope_theta": 10000.0,
+            "max_position_embeddings": 8192,
+        },
+        layer_type="sliding_attention",
+        run=llama_style("modernbert", "ModernBertRotaryEmbedding", layer_arg=True),
+    ),
+    Case(
+        "Gemma 4",
+        {
+            **LLAMA,
+            "model_type": "gemma4_text",
+            "head_dim": 64,
+            "global_head_dim": 128,
+            "layer_types": ["sliding_attention", "full_attention"],
+            "num_hidden_layers": 2,
+            "rope_parameters": {
+                "full_attention": {"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.25},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            },
+        },
+        layer_type="full_attention",
+        run=llama_style("gemma4", "Gemma4TextRotaryEmbedding", layer_arg=True, one=True),
+    ),
+    Case(
+        "DeepSeek-V3",
+        {
+            "model_type": "deepseek_v3",
+            "hidden_size": 256,
+            "num_attention_heads": 2,
+            "qk_nope_head_dim": 32,
+            "qk_rope_head_dim": 64,
+            "v_head_dim": 32,
+            "kv_lora_rank": 32,
+            "q_lora_rank": 48,
+            "max_position_embeddings": 163840,
+            "rope_interleave": True,
+            "rope_scaling": {
+                "type": "yarn",
+                "factor": 40.0,
+                "original_max_position_embeddings": 4096,
+                "beta_fast": 32,
+                "beta_slow": 1,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+            },
+        },
+        layout="interleaved",
+        trailing=True,
+        run=llama_style("deepseek_v3", "DeepseekV3RotaryEmbedding", interleave="deepseek"),
+    ),
 ]
 IDS = [f"{c.family}-{c.rope_type}-{c.layer_type or c.layout}-{len(c.positions)}pos" for c in CASES]
 
@@ -243,9 +430,18 @@ def test_frequencies_and_tables(case, record):
     diff = np.maximum(np.abs(cos_l - cos), np.abs(sin_l - sin))
     assert np.all(diff <= bound), float(np.max(diff - bound))
     lib = max(float(np.max(np.abs(cos_l - exact_c))), float(np.max(np.abs(sin_l - exact_s))))
-    record(library="transformers", family=case.family, rope_type=case.rope_type, layout=case.layout,
-           compared="inv_freq, attention factor, cos/sin", dtype="float32",
-           max_error=float(np.max(diff)), library_error=lib, arrayrope_error=ours, tolerance=float(np.max(bound)))
+    record(
+        library="transformers",
+        family=case.family,
+        rope_type=case.rope_type,
+        layout=case.layout,
+        compared="inv_freq, attention factor, cos/sin",
+        dtype="float32",
+        max_error=float(np.max(diff)),
+        library_error=lib,
+        arrayrope_error=ours,
+        tolerance=float(np.max(bound)),
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -263,8 +459,11 @@ def test_rotated_q_and_k(case, dtype, record):
     q_in, k_in = _np(qt), _np(kt)  # the values both libraries see, rounded to dtype
     _, _, q_l, k_l, inv_l, _ = case.run(hf, case.layer_type, qt, kt, pos)
     assert q_l.dtype == TORCH[dtype]
-    f = rope.freqs if case.rope_type not in ("dynamic", "longrope") else arrayrope.rope_frequencies_from_config(
-        case.cfg, layer_type=case.layer_type, seq_len=_seq_len(case))
+    f = (
+        rope.freqs
+        if case.rope_type not in ("dynamic", "longrope")
+        else arrayrope.rope_frequencies_from_config(case.cfg, layer_type=case.layer_type, seq_len=_seq_len(case))
+    )
     q_a, k_a = rope(qt, kt, positions=torch.from_numpy(pos), seq_len=_seq_len(case))
     assert q_a.dtype == TORCH[dtype] and q_a.shape == qt.shape
 
@@ -274,8 +473,13 @@ def test_rotated_q_and_k(case, dtype, record):
     worst = {"max_error": 0.0, "library_error": 0.0, "arrayrope_error": 0.0, "tolerance": 0.0}
     layout = case.layout
     for x_in, lib, ours in ((q_in, q_l, q_a), (k_in, k_l, k_a)):
-        exact = rotate64(x_in, angles, "half" if case.family == "DeepSeek-V3" else layout,
-                         att=f.attention_factor, trailing=case.trailing)
+        exact = rotate64(
+            x_in,
+            angles,
+            "half" if case.family == "DeepSeek-V3" else layout,
+            att=f.attention_factor,
+            trailing=case.trailing,
+        )
         if case.family == "DeepSeek-V3":  # transformers' output is the half-split order of the interleaved pairs
             exact_ours = rotate64(x_in, angles, "interleaved", att=f.attention_factor, trailing=True)
             r = 2 * angles.shape[-1]
@@ -288,28 +492,46 @@ def test_rotated_q_and_k(case, dtype, record):
         assert np.all(ours_err <= ours_bound), float(np.max(ours_err - ours_bound))
         if case.family == "DeepSeek-V3":  # same result after the checkpoint permutation of q_pe / k_pe
             ours_h = rope.__class__.from_config(case.cfg, layout="half")(
-                torch.from_numpy(x_half).to(TORCH[dtype]), positions=torch.from_numpy(pos))
+                torch.from_numpy(x_half).to(TORCH[dtype]), positions=torch.from_numpy(pos)
+            )
             ours = ours_h
         lib_err = np.abs(_np(lib) - exact)
         x_lib = x_half if case.family == "DeepSeek-V3" else x_in
-        bound = rotation_bound(x_lib, lib_table, dtype, "half" if case.family == "DeepSeek-V3" else layout,
-                               trailing=case.trailing) + ours_bound
+        bound = (
+            rotation_bound(
+                x_lib, lib_table, dtype, "half" if case.family == "DeepSeek-V3" else layout, trailing=case.trailing
+            )
+            + ours_bound
+        )
         diff = np.abs(_np(lib) - _np(ours))
         assert np.all(diff <= bound), float(np.max(diff - bound))
-        for key, v in (("max_error", diff), ("library_error", lib_err), ("arrayrope_error", ours_err),
-                       ("tolerance", bound)):
+        for key, v in (
+            ("max_error", diff),
+            ("library_error", lib_err),
+            ("arrayrope_error", ours_err),
+            ("tolerance", bound),
+        ):
             worst[key] = max(worst[key], float(np.max(v)))
-    record(library="transformers", family=case.family, rope_type=case.rope_type, layout=case.layout,
-           compared="rotated q, k (GQA)", dtype=dtype, **worst)
+    record(
+        library="transformers",
+        family=case.family,
+        rope_type=case.rope_type,
+        layout=case.layout,
+        compared="rotated q, k (GQA)",
+        dtype=dtype,
+        **worst,
+    )
 
 
 # identify_rope in float32 on every module whose frequencies a probe can see (dynamic and longrope pick theirs by
 # length), and in float16 and bfloat16 on the ones of the issue (Llama 3.1, Llama 4, YaRN, DeepSeek, base 1e7)
-IDENTIFY = [pytest.param(c, dtype, id=f"{c.family}-{c.rope_type}-{c.layer_type or c.layout}-{dtype}")
-            for c in CASES if c.rope_type not in ("dynamic", "longrope")
-            for dtype in DTYPES
-            if dtype == "float32" or c.family in ("Llama 3.1", "Llama 4", "DeepSeek-V3")
-            or c.cfg.get("rope_theta") == 1e7]
+IDENTIFY = [
+    pytest.param(c, dtype, id=f"{c.family}-{c.rope_type}-{c.layer_type or c.layout}-{dtype}")
+    for c in CASES
+    if c.rope_type not in ("dynamic", "longrope")
+    for dtype in DTYPES
+    if dtype == "float32" or c.family in ("Llama 3.1", "Llama 4", "DeepSeek-V3") or c.cfg.get("rope_theta") == 1e7
+]
 
 
 @pytest.mark.parametrize("case, dtype", IDENTIFY)
@@ -333,9 +555,18 @@ def test_identify_rope_names_the_module(case, dtype, record):
     inv = arrayrope.RotaryEmbedding(**found.embedding_kwargs()).freqs.inv_freq
     np.testing.assert_allclose(inv, f.inv_freq, rtol=1e-6, atol=1e-12)
     assert math.isclose(found.attention_factor, f.attention_factor, rel_tol=1e-6)
-    record(library="transformers", family=case.family, rope_type=case.rope_type, layout=case.layout,
-           compared="identify_rope on the module", dtype=dtype, max_error=found.max_error,
-           library_error=float("nan"), arrayrope_error=float("nan"), tolerance=float("nan"))
+    record(
+        library="transformers",
+        family=case.family,
+        rope_type=case.rope_type,
+        layout=case.layout,
+        compared="identify_rope on the module",
+        dtype=dtype,
+        max_error=found.max_error,
+        library_error=float("nan"),
+        arrayrope_error=float("nan"),
+        tolerance=float("nan"),
+    )
 
 
 def test_every_rope_type_of_transformers_is_known_or_refused():
@@ -347,8 +578,14 @@ def test_every_rope_type_of_transformers_is_known_or_refused():
 
 def test_multimodal_rope_sections_of_qwen2_vl(record):
     """mrope_section: the pairs of each section turn by that axis' positions (temporal, height, width)."""
-    cfg = {"model_type": "qwen2_vl_text", "hidden_size": 256, "num_attention_heads": 2, "rope_theta": 1e6,
-           "max_position_embeddings": 4096, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}
+    cfg = {
+        "model_type": "qwen2_vl_text",
+        "hidden_size": 256,
+        "num_attention_heads": 2,
+        "rope_theta": 1e6,
+        "max_position_embeddings": 4096,
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+    }
     hf = CONFIG_MAPPING["qwen2_vl_text"].from_dict(copy.deepcopy(cfg))
     rot = models("qwen2_vl").Qwen2VLRotaryEmbedding(hf)
     rng = np.random.default_rng(1)
@@ -367,10 +604,18 @@ def test_multimodal_rope_sections_of_qwen2_vl(record):
     assert np.all(diff <= bound)
     ours = max(float(np.max(np.abs(cos - np.cos(angles)))), float(np.max(np.abs(sin - np.sin(angles)))))
     assert ours <= 1e-12
-    record(library="transformers", family="Qwen2-VL", rope_type="mrope", layout="half",
-           compared="M-RoPE cos/sin, 3 position axes up to 3000", dtype="float32", max_error=float(diff.max()),
-           library_error=float(np.max(np.abs(cos_l[..., :64].double().numpy() - np.cos(angles)))),
-           arrayrope_error=ours, tolerance=float(bound.max()))
+    record(
+        library="transformers",
+        family="Qwen2-VL",
+        rope_type="mrope",
+        layout="half",
+        compared="M-RoPE cos/sin, 3 position axes up to 3000",
+        dtype="float32",
+        max_error=float(diff.max()),
+        library_error=float(np.max(np.abs(cos_l[..., :64].double().numpy() - np.cos(angles)))),
+        arrayrope_error=ours,
+        tolerance=float(bound.max()),
+    )
 
 
 def test_every_config_key_transformers_reads_is_compared():

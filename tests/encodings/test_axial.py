@@ -75,8 +75,10 @@ def test_axial_half_layout_is_the_pair_block_rotation(xp, backend):
         out = arrayrope.apply_rotary(x, cos, sin, layout="half")
         xin = to_numpy(x).astype(np.float64)
         expected = np.stack(
-            [rotation_matrix(np.concatenate([(s % width) * theta, (s // width) * theta]), "half", dim) @ xin[s]
-             for s in t]
+            [
+                rotation_matrix(np.concatenate([(s % width) * theta, (s // width) * theta]), "half", dim) @ xin[s]
+                for s in t
+            ]
         )
         xp_assert_close(out, expected, backend, dtype, **tol(dtype))
 
@@ -243,10 +245,20 @@ def test_vision_grids(backend, kind, indexing):
     shape, d, train = (3, 5), 16, (6, 4)
     bands = arrayrope.pixel_frequencies(4, 32.0, spacing="log")
     coords = _grid_oracle(shape, kind, indexing, train, offset=0.25 if kind != "pixel" else 0.0)
-    cos, sin = arrayrope.axial_rope_tables(d, shape, grid=kind, indexing=indexing, train_grid=train,
-                                           grid_offset=0.25 if kind != "pixel" else 0.0, frequencies=bands,
-                                           num_prefix_tokens=1, num_suffix_tokens=2, xp=backend.xp,
-                                           device=backend.device, dtype="float32")
+    cos, sin = arrayrope.axial_rope_tables(
+        d,
+        shape,
+        grid=kind,
+        indexing=indexing,
+        train_grid=train,
+        grid_offset=0.25 if kind != "pixel" else 0.0,
+        frequencies=bands,
+        num_prefix_tokens=1,
+        num_suffix_tokens=2,
+        xp=backend.xp,
+        device=backend.device,
+        dtype="float32",
+    )
     angles = np.concatenate([coords[:, :1] * bands, coords[:, 1:] * bands], -1)
     angles = np.concatenate([np.zeros((1, 8)), angles, np.zeros((2, 8))])
     # without float64 the fractional coordinates themselves are float32: their rounding times the angle
@@ -256,10 +268,12 @@ def test_vision_grids(backend, kind, indexing):
 
 
 def test_pixel_frequencies_and_suffix_tokens_of_coordinate_arrays():
-    np.testing.assert_allclose(arrayrope.pixel_frequencies(5, 10.0), np.pi * np.array([1.0, 2.0, 3.0, 4.0, 5.0]),
-                               rtol=1e-15)
-    np.testing.assert_allclose(arrayrope.pixel_frequencies(3, 224.0, spacing="log"),
-                               np.pi * np.array([1.0, np.sqrt(112.0), 112.0]), rtol=1e-15)
+    np.testing.assert_allclose(
+        arrayrope.pixel_frequencies(5, 10.0), np.pi * np.array([1.0, 2.0, 3.0, 4.0, 5.0]), rtol=1e-15
+    )
+    np.testing.assert_allclose(
+        arrayrope.pixel_frequencies(3, 224.0, spacing="log"), np.pi * np.array([1.0, np.sqrt(112.0), 112.0]), rtol=1e-15
+    )
     coords = np.array([[[1.0, 2.0], [3.0, 4.0]]])
     cos, sin = arrayrope.axial_rope_tables(4, coords, num_suffix_tokens=1, num_prefix_tokens=1, dtype="float64")
     assert cos.shape == (1, 4, 2)
@@ -277,8 +291,11 @@ def test_pixel_frequencies_and_suffix_tokens_of_coordinate_arrays():
         (dict(positions=np.zeros((3, 2)), head_dim=8, grid_offset=1.0), ValueError, "grid_offset applies"),
         (dict(positions=(3, 3), head_dim=8, frequencies=[]), ValueError, "non-empty 1-D"),
         (dict(positions=(3, 3), head_dim=8, frequencies=["a"]), TypeError, "sequence of numbers"),
-        (dict(positions=(3, 3), head_dim=12, frequencies=[1.0, 2.0], axis_dims=(8, 4)), ValueError,
-         r"axis_dims\[0\]=8 must be 2 \* len\(frequencies\) = 4"),
+        (
+            dict(positions=(3, 3), head_dim=12, frequencies=[1.0, 2.0], axis_dims=(8, 4)),
+            ValueError,
+            r"axis_dims\[0\]=8 must be 2 \* len\(frequencies\) = 4",
+        ),
         (dict(positions=np.zeros(3), head_dim=8, num_suffix_tokens=1), ValueError, "num_suffix_tokens needs"),
     ],
 )

@@ -95,8 +95,9 @@ def test_alibi_bias_matches_loops(xp, backend, q_len, k_len, offset):
             got, ref = to_numpy(b).astype(np.float64), alibi_reference(6, q_len, k_len, expected_offset, causal)
             np.testing.assert_array_equal(np.isneginf(got), np.isneginf(ref))  # the causal mask
             finite = np.isfinite(ref)
-            assert_close(got[finite], ref[finite], rtol=4 * np.finfo(dtype).eps, atol=0, check_namespace=False,
-                         check_dtype=False)
+            assert_close(
+                got[finite], ref[finite], rtol=4 * np.finfo(dtype).eps, atol=0, check_namespace=False, check_dtype=False
+            )
 
 
 def test_alibi_softmax_matches_key_position_form():
@@ -214,15 +215,27 @@ def test_t5_bias_trains_the_table_with_torch_autograd():
         (lambda: arrayrope.alibi_bias(2, 2, 2, causal="yes"), TypeError, "causal must be True or False"),
         (lambda: arrayrope.alibi_bias(2, 2, 2, dtype="int32"), TypeError, "dtype must be a real floating"),
         (lambda: arrayrope.t5_relative_buckets(np.arange(3), num_buckets=1), ValueError, "num_buckets must be >= 2"),
-        (lambda: arrayrope.t5_relative_buckets(np.arange(3), num_buckets=3), ValueError,
-         "num_buckets must be >= 4 for bidirectional"),
-        (lambda: arrayrope.t5_relative_buckets(np.arange(3), max_distance=8), ValueError,
-         "max_distance must exceed the 8"),
-        (lambda: arrayrope.t5_relative_buckets(np.arange(3.0)), TypeError,
-         "relative_position must have an integer dtype"),
+        (
+            lambda: arrayrope.t5_relative_buckets(np.arange(3), num_buckets=3),
+            ValueError,
+            "num_buckets must be >= 4 for bidirectional",
+        ),
+        (
+            lambda: arrayrope.t5_relative_buckets(np.arange(3), max_distance=8),
+            ValueError,
+            "max_distance must exceed the 8",
+        ),
+        (
+            lambda: arrayrope.t5_relative_buckets(np.arange(3.0)),
+            TypeError,
+            "relative_position must have an integer dtype",
+        ),
         (lambda: arrayrope.t5_relative_buckets([1, 2]), TypeError, "relative_position must be an array"),
-        (lambda: arrayrope.t5_relative_bias(np.zeros(32), 2, 2), ValueError,
-         r"table must have shape \(num_buckets, num_heads\)"),
+        (
+            lambda: arrayrope.t5_relative_bias(np.zeros(32), 2, 2),
+            ValueError,
+            r"table must have shape \(num_buckets, num_heads\)",
+        ),
     ],
 )
 def test_bias_bad_input(call, exc, match):

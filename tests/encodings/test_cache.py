@@ -38,7 +38,7 @@ def _check(rope, out, x, offset):
 
 def _rows(rope) -> int:
     """The positions the cache holds (one namespace, device and dtype)."""
-    (cos, _), = rope._cache._tables.values()
+    ((cos, _),) = rope._cache._tables.values()
     return int(cos.shape[0])
 
 
@@ -114,8 +114,11 @@ def test_a_first_call_builds_the_smallest_cache_that_holds_it(builds):
     assert _rows(fresh) == 512
 
 
-@given(calls=st.lists(st.tuples(around(0, 256, 512, 1024, lo=0, hi=1100, spread=3), st.integers(1, 4)),
-                      min_size=1, max_size=5))
+@given(
+    calls=st.lists(
+        st.tuples(around(0, 256, 512, 1024, lo=0, hi=1100, spread=3), st.integers(1, 4)), min_size=1, max_size=5
+    )
+)
 def test_calls_around_the_edges_in_any_order(calls):
     """Calls starting at and around the cache's sizes, in any order: each rotated as rotation matrices say, and
     the cache always the smallest power of two (at least 256) that holds every call so far."""
@@ -144,14 +147,16 @@ def test_the_largest_cache_and_one_position_past_it(builds):
     assert builds == [edge] and _rows(rope) == edge
 
 
-@pytest.mark.parametrize(("cached", "offset", "seq", "size"), [
-    (256, 256, 1, 512),  # every thread needs one row more than the cache holds
-    (256, 511, 1, 512),  # every thread ends exactly where the table the first one builds ends
-    (512, 500, 13, 1024),  # one row past a cache of 512, as a chunk
-    (None, 0, 256, 256),  # an empty cache, filled to exactly what the threads need
-])
-def test_threads_waiting_at_the_lock_take_the_table_one_of_them_built(monkeypatch, builds, cached, offset, seq,
-                                                                      size):
+@pytest.mark.parametrize(
+    ("cached", "offset", "seq", "size"),
+    [
+        (256, 256, 1, 512),  # every thread needs one row more than the cache holds
+        (256, 511, 1, 512),  # every thread ends exactly where the table the first one builds ends
+        (512, 500, 13, 1024),  # one row past a cache of 512, as a chunk
+        (None, 0, 256, 256),  # an empty cache, filled to exactly what the threads need
+    ],
+)
+def test_threads_waiting_at_the_lock_take_the_table_one_of_them_built(monkeypatch, builds, cached, offset, seq, size):
     """Every thread finds the cache too short and waits at the lock while the first builds (its build waits
     until all have come); the others must then take that table, which holds what they need."""
     n = 4

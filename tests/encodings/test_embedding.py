@@ -86,8 +86,10 @@ def test_dtypes_follow_the_input(backend):
         xin = to_numpy(backend.asarray(q, dtype=dtype)).astype(np.float64)
         tol = {"float16": 2e-3, "bfloat16": 2e-2, "float32": 3e-6, "float64": 1e-12}[dtype]
         np.testing.assert_allclose(
-            to_numpy(out).astype(np.float64), _oracle_bhsd(xin, np.arange(5, 8), rope.freqs.inv_freq, "half"),
-            atol=tol * 4, rtol=tol,
+            to_numpy(out).astype(np.float64),
+            _oracle_bhsd(xin, np.arange(5, 8), rope.freqs.inv_freq, "half"),
+            atol=tol * 4,
+            rtol=tol,
         )
 
 
@@ -95,10 +97,10 @@ def test_cache_grows_on_demand_and_is_reused():
     rope = ar.RotaryEmbedding(8)
     q = np.random.default_rng(0).standard_normal((1, 1, 4, 8)).astype(np.float32)
     rope(q, offset=0)
-    (cos, _), = rope._cache._tables.values()
+    ((cos, _),) = rope._cache._tables.values()
     assert cos.shape[0] == 256
     out = rope(q, offset=5000)  # beyond the cache: it grows to the next power of two
-    (cos, _), = rope._cache._tables.values()
+    ((cos, _),) = rope._cache._tables.values()
     assert cos.shape[0] == 8192
     expected = _oracle_bhsd(q.astype(np.float64), np.arange(5000, 5004), rope.freqs.inv_freq, "half")
     np.testing.assert_allclose(out, expected, atol=3e-6)
@@ -230,14 +232,28 @@ def test_dynamic_at_max_position_embeddings_keeps_what_transformers_keeps(call):
     ``max_position_embeddings`` keeps the grown ones (transformers resets only below it); one of length
     ``max_position_embeddings - 1`` takes the original ones back, and one of ``max_position_embeddings + 1``
     grows them again. Each call against transformers' module after the same calls."""
-    cfg = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 2, "head_dim": 32,
-           "max_position_embeddings": LMAX, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "head_dim": 32,
+        "max_position_embeddings": LMAX,
+        "rope_scaling": {"rope_type": "dynamic", "factor": 2.0},
+    }
     hf = _hf_rotary(cfg)
     rope = ar.RotaryEmbedding.from_config(cfg)
     q = np.random.default_rng(3).standard_normal((1, 2, 2, 32))
     original = inv_freq_formula(32, 1e4)
-    for length, grown in ((LMAX, False), (2 * LMAX, True), (LMAX, True), (LMAX - 1, False), (LMAX, False),
-                          (LMAX + 1, True), (LMAX, True), (3, False)):
+    for length, grown in (
+        (LMAX, False),
+        (2 * LMAX, True),
+        (LMAX, True),
+        (LMAX - 1, False),
+        (LMAX, False),
+        (LMAX + 1, True),
+        (LMAX, True),
+        (3, False),
+    ):
         theirs = hf(length)
         pos = np.arange(length - 2, length)
         if call == "offset":
@@ -257,9 +273,14 @@ def test_longrope_without_an_original_context_switches_at_max_position_embedding
     """A longrope dict without ``original_max_position_embeddings`` takes ``max_position_embeddings`` for it (as
     transformers does when it loads the config): short factors up to that length, long ones one past it."""
     short, long = list(np.linspace(1.0, 1.3, 16)), list(np.linspace(1.0, 20.0, 16))
-    cfg = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 2, "head_dim": 32,
-           "max_position_embeddings": LMAX,
-           "rope_scaling": {"rope_type": "longrope", "short_factor": short, "long_factor": long}}
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "head_dim": 32,
+        "max_position_embeddings": LMAX,
+        "rope_scaling": {"rope_type": "longrope", "short_factor": short, "long_factor": long},
+    }
     hf = _hf_rotary(cfg)
     rope = ar.RotaryEmbedding.from_config(cfg)
     theta = inv_freq_formula(32, 1e4)
@@ -280,8 +301,7 @@ def test_the_length_of_a_call_comes_from_an_int_offset_else_seq_len_else_the_pos
 
     def length_of(**kwargs):
         _, freqs = rope(q, return_freqs=True, **kwargs)
-        found = [n for n in (LMAX, 3 * LMAX, 5 * LMAX) if np.allclose(freqs.inv_freq, ntk(32, 1e4, 2.0, n),
-                                                                       rtol=1e-12)]
+        found = [n for n in (LMAX, 3 * LMAX, 5 * LMAX) if np.allclose(freqs.inv_freq, ntk(32, 1e4, 2.0, n), rtol=1e-12)]
         rope(q)  # back to the original frequencies (a call below max_position_embeddings)
         return found
 
@@ -295,9 +315,16 @@ def test_the_length_of_a_call_comes_from_an_int_offset_else_seq_len_else_the_pos
 def test_longrope_switch(backend):
     short = list(np.linspace(1.0, 1.3, 16))
     long = list(np.linspace(1.0, 20.0, 16))
-    rope = ar.RotaryEmbedding(32, scaling={
-        "rope_type": "longrope", "short_factor": short, "long_factor": long, "original_max_position_embeddings": LMAX,
-    }, max_position_embeddings=4 * LMAX)
+    rope = ar.RotaryEmbedding(
+        32,
+        scaling={
+            "rope_type": "longrope",
+            "short_factor": short,
+            "long_factor": long,
+            "original_max_position_embeddings": LMAX,
+        },
+        max_position_embeddings=4 * LMAX,
+    )
     theta = inv_freq_formula(32, 1e4)
     att = np.sqrt(1 + np.log(4) / np.log(LMAX))
     dtype = "float64" if "float64" in backend.dtypes else "float32"
@@ -371,7 +398,10 @@ def test_axes_mistakes_are_loud():
         rope(np.zeros((1, 4, 10, 8), np.float32))
     with pytest.raises(ValueError, match="axes='bshd'"):
         ar.RotaryEmbedding(16, axes="bshd")(np.zeros((4, 10, 16), np.float32))
+
+
 # -- far positions: the tables of the positions asked for, never a cache grown to reach them -------------
+
 
 def _exact_bhsd(x, positions, inv_freq):
     """Half-split RoPE of x (B, H, S, D) at integer positions (B, S) of any size: angles reduced exactly."""
@@ -431,14 +461,17 @@ def test_a_decode_step_at_offset_2_31_costs_what_it_uses():
 
 # -- every array argument checked; each output in its own input's dtype ---------------------------------
 
+
 @pytest.mark.parametrize("dtype", ["int64", "int32", "complex64", "bool"])
 def test_k_is_checked_like_q(dtype):
     rope = ar.RotaryEmbedding(8)
     q = np.ones((1, 2, 3, 8), np.float32)
     with pytest.raises(TypeError, match=rf"k must have a real floating dtype .*, got {dtype}"):
         rope(q, np.ones((1, 2, 3, 8), dtype=dtype))
-    for bad, message in ((np.ones((1, 2, 3, 6), np.float32), r"k.shape\[-1\] must be head_dim=8"),
-                         (np.ones((2, 3, 8), np.float32), "k must be 4-D")):
+    for bad, message in (
+        (np.ones((1, 2, 3, 6), np.float32), r"k.shape\[-1\] must be head_dim=8"),
+        (np.ones((2, 3, 8), np.float32), "k must be 4-D"),
+    ):
         with pytest.raises(ValueError, match=message):
             rope(q, bad)
 
@@ -463,6 +496,7 @@ def test_each_input_is_rotated_in_its_own_dtype(backend):
 
 
 # -- offsets of any integer dtype: positions in a dtype that holds them -----------------------------------
+
 
 @pytest.mark.parametrize("dtype", ["uint8", "int8", "int16", "uint16", "int32", "uint32", "int64"])
 def test_offsets_never_wrap_in_their_own_dtype(backend, dtype):
@@ -515,6 +549,7 @@ def test_offsets_are_integers_and_not_negative():
 
 
 # -- threads and rejected calls ------------------------------------------------------------------------
+
 
 def test_a_rejected_call_changes_no_state():
     """A call refused for its positions' shape (or any other argument) leaves the dynamic frequencies and

@@ -24,8 +24,12 @@ from arrayrope.testing import Report, Row
 from helpers import rope_by_matrix
 
 DYNAMIC = {"rope_type": "dynamic", "factor": 4.0}
-LONGROPE = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.5, 2.0, 3.0, 4.0],
-            "original_max_position_embeddings": 16}
+LONGROPE = {
+    "rope_type": "longrope",
+    "short_factor": [1.0] * 4,
+    "long_factor": [1.5, 2.0, 3.0, 4.0],
+    "original_max_position_embeddings": 16,
+}
 
 
 def _qk(s=4, seed=0):
@@ -119,8 +123,9 @@ def test_torch_save_and_load_of_a_whole_module():
     loaded.double()  # moves the projection; the embedding has nothing to move, its tables follow the input
     with torch.no_grad():
         h = loaded.proj(x.double())
-        np.testing.assert_allclose(loaded(x.double()).numpy(), _oracle(h.numpy(), np.arange(40),
-                                                                       model.rope.freqs.inv_freq), atol=1e-12)
+        np.testing.assert_allclose(
+            loaded(x.double()).numpy(), _oracle(h.numpy(), np.arange(40), model.rope.freqs.inv_freq), atol=1e-12
+        )
         short = x[:, :, :4]  # length 4: the starting frequencies, whose tables are cached
         loaded(short.double())
         loaded.float()(short)
@@ -161,21 +166,25 @@ def test_a_dask_distributed_worker_rotates_as_the_original():
 
     rope = _warm(DYNAMIC)
     q, k = _qk(s=2, seed=3)
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster, timeout=60) as client:
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster, timeout=60) as client,
+    ):
         result = client.submit(_rotate_in_worker, rope, q, k, OFFSETS, pure=False).result(timeout=120)
     _check_worker_result(rope, q, k, result)
 
 
 # -- the other objects a user holds ------------------------------------------------------------------------
 
+
 def _round_trips(obj):
     return [pickle.loads(pickle.dumps(obj)), copy.deepcopy(obj), copy.copy(obj)]
 
 
 def test_frequencies_copy_read_only():
-    freqs = ar.rope_frequencies(16, rotary_dim=12, scaling={"rope_type": "yarn", "factor": 4.0},
-                                max_position_embeddings=64)
+    freqs = ar.rope_frequencies(
+        16, rotary_dim=12, scaling={"rope_type": "yarn", "factor": 4.0}, max_position_embeddings=64
+    )
     for other in _round_trips(freqs):
         assert other == freqs and other.rope_type == "yarn" and other.attention_factor == freqs.attention_factor
         assert not other.inv_freq.flags.writeable
@@ -185,9 +194,14 @@ def test_frequencies_copy_read_only():
 
 
 def test_reports_and_backends():
-    report = Report((Row("numpy", "cpu", "float32", 1e-7, 1e-7, 5e-7, True),
-                     Row("torch", "cpu", "float32", 1e-3, 1e-3, 5e-7, False, note="off")),
-                    skipped=(("cupy", "no GPU"),), title="parity")
+    report = Report(
+        (
+            Row("numpy", "cpu", "float32", 1e-7, 1e-7, 5e-7, True),
+            Row("torch", "cpu", "float32", 1e-3, 1e-3, 5e-7, False, note="off"),
+        ),
+        skipped=(("cupy", "no GPU"),),
+        title="parity",
+    )
     for other in _round_trips(report):
         assert other == report and other.verdict() == report.verdict() and str(other) == str(report)
     backend = ar.testing.available_backends("numpy")[0]
@@ -201,8 +215,9 @@ def test_a_backend_pickled_where_its_library_is_missing(missing_library):
     says which and why (here: NumPy made to look uninstalled after pickling)."""
     data = pickle.dumps(ar.testing.available_backends("numpy")[0])
     message = missing_library("numpy")
-    with pytest.raises(ValueError, match=f"backend 'numpy' is not available here: numpy unavailable: "
-                                         f"ImportError: {message}"):
+    with pytest.raises(
+        ValueError, match=f"backend 'numpy' is not available here: numpy unavailable: ImportError: {message}"
+    ):
         pickle.loads(data)
 
 
@@ -217,9 +232,31 @@ def test_export_options_and_reports():
     assert deep.scaling is not options.scaling  # a deep copy shares no dict with the original
     for other in _round_trips(TorchOptions(target="ort", max_positions=128)):
         assert other == TorchOptions(target="ort", max_positions=128)
-    fusion = FusionReport((Rotation("q", "q_rot", True, node="RotaryEmbedding", layout="half", rotary_dim=8,
-                                    head_dim=8, heads=2, base=1e4, positions="ids", tables="stored, 64 rows",
-                                    error=1e-7),), "onnx23", "stored", 10, 3, 17, 23, Report())
+    fusion = FusionReport(
+        (
+            Rotation(
+                "q",
+                "q_rot",
+                True,
+                node="RotaryEmbedding",
+                layout="half",
+                rotary_dim=8,
+                head_dim=8,
+                heads=2,
+                base=1e4,
+                positions="ids",
+                tables="stored, 64 rows",
+                error=1e-7,
+            ),
+        ),
+        "onnx23",
+        "stored",
+        10,
+        3,
+        17,
+        23,
+        Report(),
+    )
     for other in _round_trips(fusion):
         assert other == fusion and str(other) == str(fusion)
     error = ValidationError("3 of 4 checks disagree", Report(title="validation"))

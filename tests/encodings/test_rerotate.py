@@ -33,18 +33,25 @@ def freq_pair(kind: str, head_dim: int, rotary_dim: int):
     if kind == "dynamic":  # a dynamic-NTK growth from 4096 to 12000 tokens
         sc = {"rope_type": "dynamic", "factor": 4.0}
         f1 = arrayrope.rope_frequencies(head_dim, rotary_dim=r, scaling=sc, max_position_embeddings=4096)
-        f2 = arrayrope.rope_frequencies(head_dim, rotary_dim=r, scaling=sc, max_position_embeddings=4096,
-                                        seq_len=12000)
+        f2 = arrayrope.rope_frequencies(head_dim, rotary_dim=r, scaling=sc, max_position_embeddings=4096, seq_len=12000)
     elif kind == "longrope":  # the short -> long switch, attention factor 1.19 on both sides
-        sc = {"rope_type": "longrope", "short_factor": list(np.linspace(1, 1.5, r // 2)),
-              "long_factor": list(np.linspace(1, 30, r // 2)), "original_max_position_embeddings": 4096}
+        sc = {
+            "rope_type": "longrope",
+            "short_factor": list(np.linspace(1, 1.5, r // 2)),
+            "long_factor": list(np.linspace(1, 30, r // 2)),
+            "original_max_position_embeddings": 4096,
+        }
         f1 = arrayrope.rope_frequencies(head_dim, rotary_dim=r, scaling=sc, max_position_embeddings=131072)
-        f2 = arrayrope.rope_frequencies(head_dim, rotary_dim=r, scaling=sc, max_position_embeddings=131072,
-                                        seq_len=5000)
+        f2 = arrayrope.rope_frequencies(
+            head_dim, rotary_dim=r, scaling=sc, max_position_embeddings=131072, seq_len=5000
+        )
     else:  # default -> yarn: different frequencies and attention factors
         f1 = arrayrope.rope_frequencies(head_dim, rotary_dim=r)
-        f2 = arrayrope.rope_frequencies(head_dim, rotary_dim=r, scaling={
-            "rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096})
+        f2 = arrayrope.rope_frequencies(
+            head_dim,
+            rotary_dim=r,
+            scaling={"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096},
+        )
     return f1, f2
 
 

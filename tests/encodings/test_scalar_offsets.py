@@ -38,8 +38,8 @@ def _exact_rope(x, positions, inv_freq):
     x = np.asarray(x, dtype=np.float64)
     c, s = cos[:, None], sin[:, None]
     out = x.copy()
-    out[..., :h] = x[..., :h] * c - x[..., h:2 * h] * s
-    out[..., h:2 * h] = x[..., h:2 * h] * c + x[..., :h] * s
+    out[..., :h] = x[..., :h] * c - x[..., h : 2 * h] * s
+    out[..., h : 2 * h] = x[..., h : 2 * h] * c + x[..., :h] * s
     return out
 
 
@@ -50,6 +50,7 @@ def _bound(x, *table_errors):
 
 
 # -- RotaryEmbedding ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("value", [0, 300, 2**17 + 5])  # from the cache, and past it
 def test_a_0d_offset_is_the_int(backend, value):
@@ -110,19 +111,24 @@ def test_0d_offsets_are_refused_as_ints_are():
     rope = ar.RotaryEmbedding(16)
     with pytest.raises(ValueError, match="offset must be >= 0, got -1"):
         rope(q, offset=np.array(-1))
-    with pytest.raises(TypeError, match=r"offset must be an int or an integer array of shape \(\) or \(B,\), got "
-                                        r"dtype float64"):
+    with pytest.raises(
+        TypeError,
+        match=r"offset must be an int or an integer array of shape \(\) or \(B,\), got "
+        r"dtype float64",
+    ):
         rope(q, offset=np.array(1.5))
     with pytest.raises(TypeError, match="offset must have an integer or real floating dtype, got bool"):
         rope(q, offset=np.array(True))
     with pytest.raises(ValueError, match="pass positions or offset, not both"):
         rope(q, positions=np.arange(3), offset=np.array(2))
     # offset 0 is no offset, as the int 0 is
-    np.testing.assert_array_equal(rope(q, positions=np.arange(5, 8), offset=np.array(0)),
-                                  rope(q, positions=np.arange(5, 8)))
+    np.testing.assert_array_equal(
+        rope(q, positions=np.arange(5, 8), offset=np.array(0)), rope(q, positions=np.arange(5, 8))
+    )
 
 
 # -- under jax.jit -----------------------------------------------------------------------------------------
+
 
 def _compilations(records, name):
     """How many times jax compiled the jitted function ``name`` (its log under ``jax.log_compiles``)."""
@@ -229,11 +235,13 @@ def test_traced_offsets_are_checked_by_their_dtype_and_shape():
     # with seq_len (the length whose frequencies the graph keeps: offset + S), as the eager int call
     got = jax.jit(lambda q, o: dynamic(q, offset=o, seq_len=40))(q, 37)
     want = ar.RotaryEmbedding(8, scaling={"rope_type": "dynamic", "factor": 2.0}, max_position_embeddings=16)(
-        q, offset=37)
+        q, offset=37
+    )
     assert np.abs(np.asarray(got) - np.asarray(want)).max() <= _bound(np.asarray(q), *[TABLE_ERROR["no float64"]] * 2)
 
 
 # -- attention biases --------------------------------------------------------------------------------------
+
 
 def _alibi_formula(num_heads, q_len, k_len, offset):
     """-slope_h * (i + offset - j) for keys at or before the query, -inf after (slopes 2**(-8h/n), n a power of
@@ -247,12 +255,15 @@ def test_bias_offsets_as_0d_arrays(backend):
     value = 5
     offset = backend.asarray(np.array(value))
     got = ar.alibi_bias(4, 3, 9, offset=offset, xp=backend.xp, device=backend.device)
-    np.testing.assert_array_equal(to_numpy(got), to_numpy(ar.alibi_bias(4, 3, 9, offset=value, xp=backend.xp,
-                                                                       device=backend.device)))
+    np.testing.assert_array_equal(
+        to_numpy(got), to_numpy(ar.alibi_bias(4, 3, 9, offset=value, xp=backend.xp, device=backend.device))
+    )
     np.testing.assert_allclose(to_numpy(got), _alibi_formula(4, 3, 9, value), rtol=1e-7)
     table = backend.asarray(np.arange(64.0).reshape(32, 2), dtype="float32")
-    np.testing.assert_array_equal(to_numpy(ar.t5_relative_bias(table, 3, 9, offset=offset)),
-                                  to_numpy(ar.t5_relative_bias(table, 3, 9, offset=value)))
+    np.testing.assert_array_equal(
+        to_numpy(ar.t5_relative_bias(table, 3, 9, offset=offset)),
+        to_numpy(ar.t5_relative_bias(table, 3, 9, offset=value)),
+    )
 
 
 def test_bias_offsets_under_jit_compile_once():

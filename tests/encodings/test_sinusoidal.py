@@ -63,8 +63,16 @@ def test_sinusoidal_tensor2tensor_timing_signal(backend):
     pos = np.arange(n, dtype=np.float64)
     inv = np.exp(-np.arange(dim // 2) * np.log(base) / (dim // 2 - 1))
     want = np.concatenate([np.sin(pos[:, None] * inv), np.cos(pos[:, None] * inv)], axis=1)
-    out = ar.sinusoidal_embedding(dim, n, base=base, layout="concat", frequencies="tensor2tensor",
-                                  xp=backend.xp, device=backend.device, dtype="float32")
+    out = ar.sinusoidal_embedding(
+        dim,
+        n,
+        base=base,
+        layout="concat",
+        frequencies="tensor2tensor",
+        xp=backend.xp,
+        device=backend.device,
+        dtype="float32",
+    )
     xp_assert_close(out, want, backend, "float32", rtol=0, atol=4e-7)
     with pytest.raises(ValueError, match="frequencies must be one of"):
         ar.sinusoidal_embedding(8, 4, frequencies="t2t")

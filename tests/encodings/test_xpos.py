@@ -21,8 +21,9 @@ pytestmark = pytest.mark.precision
 lazy_xp_function(xpos_tables)
 
 
-def xpos_matrix(n: float, inv_freq: np.ndarray, head_dim: int, layout: str, sign: int, scale_base=512.0,
-                gamma=0.4, center=0.0) -> np.ndarray:
+def xpos_matrix(
+    n: float, inv_freq: np.ndarray, head_dim: int, layout: str, sign: int, scale_base=512.0, gamma=0.4, center=0.0
+) -> np.ndarray:
     """diag(zeta_i ** (sign * (n - c) / scale_base) on both features of pair i) @ R(n theta)."""
     r = 2 * len(inv_freq)
     zeta = [(2 * i / r + gamma) / (1 + gamma) for i in range(r // 2)]
@@ -58,8 +59,9 @@ def test_xpos_every_backend(xp, backend, layout):
         np.testing.assert_allclose(to_numpy(out).astype(np.float64), want, rtol=2e-6, atol=2e-6)
 
 
-@given(st.integers(0, 5000), st.integers(0, 5000), st.sampled_from(["half", "interleaved"]),
-       st.sampled_from([64.0, 512.0]))
+@given(
+    st.integers(0, 5000), st.integers(0, 5000), st.sampled_from(["half", "interleaved"]), st.sampled_from([64.0, 512.0])
+)
 def test_scores_depend_on_distance_only(m, n, layout, scale_base):
     f = arrayrope.rope_frequencies(16)
     rng = np.random.default_rng(m + n)
@@ -69,8 +71,9 @@ def test_scores_depend_on_distance_only(m, n, layout, scale_base):
     q_m = arrayrope.apply_rotary(q[None], qc[:1], qs[:1], layout=layout)[0]
     k_n = arrayrope.apply_rotary(k[None], kc[1:], ks[1:], layout=layout)[0]
     # the same pair shifted to positions (m - n, 0): relative positions only
-    want = (xpos_matrix(m - n, f.inv_freq, 16, layout, 1, scale_base) @ q) @ (rotation_matrix(
-        0 * f.inv_freq, layout, 16) @ k)
+    want = (xpos_matrix(m - n, f.inv_freq, 16, layout, 1, scale_base) @ q) @ (
+        rotation_matrix(0 * f.inv_freq, layout, 16) @ k
+    )
     assert float(q_m @ k_n) == pytest.approx(float(want), rel=1e-9, abs=1e-9)
 
 

@@ -62,8 +62,14 @@ def _dynamo_cannot_write(opset):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(Shape(), (torch.ones(2, 3),), dynamo=True, opset_version=opset, verbose=False,
-                              dynamic_shapes={"x": {1: torch.export.Dim("S")}})
+            torch.onnx.export(
+                Shape(),
+                (torch.ones(2, 3),),
+                dynamo=True,
+                opset_version=opset,
+                verbose=False,
+                dynamic_shapes={"x": {1: torch.export.Dim("S")}},
+            )
     except Exception as exc:
         name = type(exc).__name__
         return f"PyTorch {torch.__version__}'s dynamo exporter writes no dynamic graph at opset {opset}: {name}"
@@ -85,8 +91,15 @@ def export(module, axes="bhsd", with_positions=True, opset=23, dynamo=True):
             f = io.BytesIO()
             names = ["q", "k", "position_ids"][: len(args)]
             axes_of = {"q": {0: "B", seq: "S"}, "k": {0: "B", seq: "S"}, "position_ids": {0: "B", 1: "S"}}
-            torch.onnx.export(module, args, f, dynamo=False, opset_version=opset, input_names=names,
-                              dynamic_axes={n: axes_of[n] for n in names})
+            torch.onnx.export(
+                module,
+                args,
+                f,
+                dynamo=False,
+                opset_version=opset,
+                input_names=names,
+                dynamic_axes={n: axes_of[n] for n in names},
+            )
             return onnx.load_from_string(f.getvalue())
         b, s = torch.export.Dim("B"), torch.export.Dim("S")
         dims = {"q": {0: b, seq: s}, "k": {0: b, seq: s}}
@@ -210,8 +223,14 @@ def test_caches_take_the_model_dtype():
     b, s = torch.export.Dim("B"), torch.export.Dim("S")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = torch.onnx.export(module, (q, k, pos), dynamo=True, opset_version=23, verbose=False,
-                                  dynamic_shapes={"q": {0: b, 2: s}, "k": {0: b, 2: s}, "position_ids": {0: b, 1: s}})
+        model = torch.onnx.export(
+            module,
+            (q, k, pos),
+            dynamo=True,
+            opset_version=23,
+            verbose=False,
+            dynamic_shapes={"q": {0: b, 2: s}, "k": {0: b, 2: s}, "position_ids": {0: b, 1: s}},
+        )
     model = model.model_proto
     assert rotations(model) == {"RotaryEmbedding": 2}
     floats = {t.data_type for t in model.graph.initializer if t.data_type != onnx.TensorProto.INT64}  # not the id guard
@@ -276,8 +295,9 @@ def test_torch_export_with_dynamic_batch_and_sequence_without_positions():
     module = Attention()
     sq, sk = shapes("bhsd", 2, 5)
     b, s = torch.export.Dim("B"), torch.export.Dim("S")
-    program = torch.export.export(module, (torch.randn(sq), torch.randn(sk)),
-                                  dynamic_shapes={"q": {0: b, 2: s}, "k": {0: b, 2: s}})
+    program = torch.export.export(
+        module, (torch.randn(sq), torch.randn(sk)), dynamic_shapes={"q": {0: b, 2: s}, "k": {0: b, 2: s}}
+    )
     q, k = (torch.randn(s) for s in shapes("bhsd", 3, 11))
     got, eager = program.module()(q, k), module(q, k)
     assert all(type(t) is torch.Tensor for t in eager)
@@ -318,12 +338,17 @@ class Unbounded(Attention):
 
 
 #: Far beyond the 4096 rows a default cache had (whose ids from 4096 on gave NaN), up to 2**29.
-FAR = np.array([[0, 1, 4095, 4096, 4097, 70_000, 1 << 20, (1 << 20) + 5, 123_456_789, 1 << 29],
-                [7, 5000, 65_536, 999_999, (1 << 21) + 3, 1 << 24, 3 << 25, 1 << 28, 5, 2**30 - 1]])
+FAR = np.array(
+    [
+        [0, 1, 4095, 4096, 4097, 70_000, 1 << 20, (1 << 20) + 5, 123_456_789, 1 << 29],
+        [7, 5000, 65_536, 999_999, (1 << 21) + 3, 1 << 24, 3 << 25, 1 << 28, 5, 2**30 - 1],
+    ]
+)
 
 
-@pytest.mark.parametrize("opset,target,dynamo", [(23, "auto", True), (18, "auto", True), (17, "ort", True),
-                                                 (17, "auto", False)])
+@pytest.mark.parametrize(
+    "opset,target,dynamo", [(23, "auto", True), (18, "auto", True), (17, "ort", True), (17, "auto", False)]
+)
 def test_without_a_bound_the_graph_computes_cos_sin_right_at_every_position(opset, target, dynamo):
     """Nothing bounds the positions, so nothing may be stored in rows: cos/sin come from the position ids in the
     graph with the exact float32 method. Oracle: rotation matrices on float64 angles, whose own error at 2**30 is
@@ -371,8 +396,10 @@ def test_offsets_as_inputs_of_the_graph(offset):
         eager = module(q, k, torch.from_numpy(other))
         positions = np.broadcast_to(other, (2,))[:, None]
         for x, y, e in zip((q, k), got, eager, strict=True):
-            assert np.max(np.abs(y - oracle(x.numpy(), positions, inv_freq_formula(HEAD_DIM, 10000.0), "half",
-                                            "bhsd"))) <= 1e-5
+            assert (
+                np.max(np.abs(y - oracle(x.numpy(), positions, inv_freq_formula(HEAD_DIM, 10000.0), "half", "bhsd")))
+                <= 1e-5
+            )
             assert np.max(np.abs(y - e.numpy())) <= 1e-5
 
 
@@ -390,8 +417,9 @@ def test_the_public_translation_table_writes_the_fused_nodes_without_registratio
         table = torch_translations(23) if fused else None  # asking for the table is what lets exports record the op
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            program = torch.onnx.export(module, (q, k, pos), dynamo=True, opset_version=23, verbose=False,
-                                        custom_translation_table=table)
+            program = torch.onnx.export(
+                module, (q, k, pos), dynamo=True, opset_version=23, verbose=False, custom_translation_table=table
+            )
         found = ops(program.model_proto)
         assert ("RotaryEmbedding" in found) == fused, found
         assert "Cos" not in found and double_uses(program.model_proto) == []

@@ -35,8 +35,11 @@ class Graph:
         self.count += 1
         a = np.asarray(value)
         name = f"c{self.count}"
-        self.inits.append(helper.make_tensor(name, TensorProto.FLOAT if a.dtype.kind == "f" else TensorProto.INT64,
-                                             a.shape, a.ravel().tolist()))
+        self.inits.append(
+            helper.make_tensor(
+                name, TensorProto.FLOAT if a.dtype.kind == "f" else TensorProto.INT64, a.shape, a.ravel().tolist()
+            )
+        )
         return name
 
     def op(self, op_type, *inputs, **attrs):
@@ -48,26 +51,48 @@ class Graph:
     def model(self, output, axes="bhsd", opset=18):
         dims = ["B", N, "S", D] if axes == "bhsd" else ["B", "S", N, D]
         self.nodes.append(helper.make_node("Identity", [output], ["y"]))
-        g = helper.make_graph(self.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims),
-                                                helper.make_tensor_value_info("pos", TensorProto.INT64, ["B", "S"])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)], self.inits)
+        g = helper.make_graph(
+            self.nodes,
+            "g",
+            [
+                helper.make_tensor_value_info("x", TensorProto.FLOAT, dims),
+                helper.make_tensor_value_info("pos", TensorProto.INT64, ["B", "S"]),
+            ],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)],
+            self.inits,
+        )
         return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
 
 
-def rope_graph(layout="half", rotate="slice", partial=False, axes="bhsd", x_first=True, cos_first=True,
-               tables=("Cos", "Sin"), sign=1.0, rotary=None):
+def rope_graph(
+    layout="half",
+    rotate="slice",
+    partial=False,
+    axes="bhsd",
+    x_first=True,
+    cos_first=True,
+    tables=("Cos", "Sin"),
+    sign=1.0,
+    rotary=None,
+):
     """``x * cos + R(x) * sin`` as exporters write it, with the variants they produce."""
     g = Graph()
     r = rotary or (D // 2 if partial else D)
     h = r // 2
     last = g.const([-1])
-    f = g.op("Mul", g.op("Cast", g.op("Unsqueeze", "pos", g.const([2])), to=1),
-             g.const(inv_freq_formula(r, 10000.0).astype(np.float32)))
+    f = g.op(
+        "Mul",
+        g.op("Cast", g.op("Unsqueeze", "pos", g.const([2])), to=1),
+        g.const(inv_freq_formula(r, 10000.0).astype(np.float32)),
+    )
     if layout == "half":
         angles = g.op("Concat", f, f, axis=-1)
     else:  # repeat_interleave: each angle twice, side by side
-        angles = g.op("Reshape", g.op("Concat", g.op("Unsqueeze", f, last), g.op("Unsqueeze", f, last), axis=-1),
-                      g.const([0, 0, -1]))
+        angles = g.op(
+            "Reshape",
+            g.op("Concat", g.op("Unsqueeze", f, last), g.op("Unsqueeze", f, last), axis=-1),
+            g.const([0, 0, -1]),
+        )
     head_axis = g.const([1 if axes == "bhsd" else 2])
     cos, sin = (g.op("Unsqueeze", g.op(op, angles), head_axis) for op in tables)
     x = g.op("Slice", "x", g.const([0]), g.const([r]), last) if partial else "x"
@@ -98,7 +123,8 @@ def run(model, x, pos):
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(
-        None, {"x": x, "pos": pos})[0]
+        None, {"x": x, "pos": pos}
+    )[0]
 
 
 def oracle(x, pos, layout, rotary, axes):
@@ -134,7 +160,12 @@ def test_variants_fuse_to_one_node(layout, rotate, partial, axes, x_first, cos_f
     assert report.fused == 1 and report.ok and report.validation.rows  # type: ignore[union-attr]
     (rotation,) = report.rotations
     assert (rotation.layout, rotation.rotary_dim, rotation.head_dim, rotation.heads, rotation.base) == (
-        layout, D // 2 if partial else D, D, N, 10000.0)
+        layout,
+        D // 2 if partial else D,
+        D,
+        N,
+        10000.0,
+    )
     domain = {n.domain for n in fused.graph.node if n.op_type == "RotaryEmbedding"}
     assert domain == ({""} if target == "onnx23" else {"com.microsoft"})
     assert _fuse._opset(fused) == (23 if target == "onnx23" else 18)
@@ -186,8 +217,11 @@ def mla_graph(passing=0):
     g = Graph()
     last = g.const([-1])
     width = D - passing
-    f = g.op("Mul", g.op("Cast", g.op("Unsqueeze", "pos", g.const([2])), to=1),
-             g.const(inv_freq_formula(width, 10000.0).astype(np.float32)))
+    f = g.op(
+        "Mul",
+        g.op("Cast", g.op("Unsqueeze", "pos", g.const([2])), to=1),
+        g.const(inv_freq_formula(width, 10000.0).astype(np.float32)),
+    )
     cos, sin = (g.op("Unsqueeze", g.op(op, f), g.const([1])) for op in ("Cos", "Sin"))
     x = g.op("Slice", "x", g.const([passing]), g.const([D]), last) if passing else "x"
     a = g.op("Slice", x, g.const([0]), g.const([width]), last, g.const([2]))
@@ -216,8 +250,11 @@ def test_deepseek_interleaved_mla_fuses_to_a_gather_and_one_node(passing):
 
 def test_a_cos_table_no_known_rotation_reads_is_reported_with_the_reason():
     g = Graph()
-    f = g.op("Mul", g.op("Cast", g.op("Unsqueeze", "pos", g.const([2])), to=1),
-             g.const(inv_freq_formula(D, 10000.0).astype(np.float32)))
+    f = g.op(
+        "Mul",
+        g.op("Cast", g.op("Unsqueeze", "pos", g.const([2])), to=1),
+        g.const(inv_freq_formula(D, 10000.0).astype(np.float32)),
+    )
     cos, sin = (g.op("Unsqueeze", g.op(op, g.op("Concat", f, f, axis=-1)), g.const([1])) for op in ("Cos", "Sin"))
     y = g.op("Add", g.op("Mul", "x", cos), g.op("Mul", "x", sin))  # no feature moves: no rotation
     _, report = fuse_rotary(g.model(y), providers="cpu")
@@ -253,8 +290,9 @@ def test_models_past_protobufs_limit_run_from_a_file(monkeypatch):
     fused, report = fuse_rotary(model, max_positions=64, providers="cpu")
     assert report.fused == 1 and report.ok
     # the tensors of both models stay in memory (saving with external data moves them out of the proto it saves)
-    assert all(t.data_location != onnx.TensorProto.EXTERNAL for t in [*model.graph.initializer,
-                                                                       *fused.graph.initializer])
+    assert all(
+        t.data_location != onnx.TensorProto.EXTERNAL for t in [*model.graph.initializer, *fused.graph.initializer]
+    )
 
 
 def test_validation_names_a_missing_provider_as_skipped(monkeypatch):
@@ -280,9 +318,15 @@ def test_bad_arguments():
         fuse_rotary(model, tables="computed", max_positions=64)
 
 
-@pytest.mark.parametrize("rows, tables, words", [(64, None, "stored, 64 rows"), (None, None, "computed from the "
-                                                 "position ids"), (64, "stored", "stored, 64 rows"),
-                                                 (None, "computed", "computed from the position ids")])
+@pytest.mark.parametrize(
+    "rows, tables, words",
+    [
+        (64, None, "stored, 64 rows"),
+        (None, None, "computed from the position ids"),
+        (64, "stored", "stored, 64 rows"),
+        (None, "computed", "computed from the position ids"),
+    ],
+)
 def test_tables_default_to_stored_with_a_bound_and_computed_without(rows, tables, words):
     """One vocabulary with ExportOptions: the bound decides where the tables come from, unless tables= says."""
     fused, report = fuse_rotary(rope_graph(), tables=tables, max_positions=rows, providers="cpu")
@@ -334,9 +378,11 @@ def test_cli_checks_its_arguments_before_any_work(tmp_path, capsys, monkeypatch)
     onnx.save(rope_graph(), src)
     assert main(["export", "fuse", str(src), "-o", str(out), "--max-positions", "2"]) == 2
     err = capsys.readouterr().err
-    assert err == ("arrayrope export fuse: error: --max-positions 2 is below the 8 positions of the sample inputs the "
-                   "fusion is checked with (the exact caches must hold a row for every position a model runs at); "
-                   "use --max-positions >= 8\n")
+    assert err == (
+        "arrayrope export fuse: error: --max-positions 2 is below the 8 positions of the sample inputs the "
+        "fusion is checked with (the exact caches must hold a row for every position a model runs at); "
+        "use --max-positions >= 8\n"
+    )
     assert main(["export", "fuse", str(src), "-o", str(out), "--max-positions", "8", "--provider", "cpu"]) == 0
     capsys.readouterr()
 
@@ -359,8 +405,11 @@ def test_cli_verdicts_of_a_fusion_not_compared(tmp_path, capsys):
     src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
     onnx.save(rope_graph(), src)
     assert main(["export", "fuse", str(src), "-o", str(out), "--no-validate"]) == 3
-    assert "verdict: NOT VERIFIED: the fused model was not compared with the original (--no-validate)" in (
-        capsys.readouterr().out) and out.exists()
+    assert (
+        "verdict: NOT VERIFIED: the fused model was not compared with the original (--no-validate)"
+        in (capsys.readouterr().out)
+        and out.exists()
+    )
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         assert main(["export", "fuse", str(src), "-o", str(out), "--provider", "cuda"]) == 3
         assert "verdict: NOT VERIFIED: --provider cuda could not run here" in capsys.readouterr().out

@@ -63,8 +63,9 @@ def test_every_rotation_fused_and_the_model_agrees_with_pytorch(family, exporter
     assert report.nodes_after < report.nodes_before
     assert report.opset_after == (23 if target == "onnx23" else report.opset_before)
     rotary = {"neox": 4, "gptj": 8}.get(family, 16)
-    assert {(r.layout, r.rotary_dim) for r in report.rotations} == {("interleaved" if family == "gptj" else "half",
-                                                                      rotary)}
+    assert {(r.layout, r.rotary_dim) for r in report.rotations} == {
+        ("interleaved" if family == "gptj" else "half", rotary)
+    }
     if family == "qwen2":  # grouped-query keys: 2 heads against 4 query heads
         assert sorted({r.heads for r in report.rotations}) == [2, 4]  # type: ignore[type-var]
     if family == "deepseek_v3":  # q_pe of 4 heads, one k_pe shared by all; interleaved in, half-split order out

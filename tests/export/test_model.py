@@ -67,15 +67,25 @@ def inputs(rng, rank, batch, seq, heads=HEADS, dtype="float32", head_dim=HEAD_DI
     return rng.standard_normal(shape).astype(dtype)
 
 
-MATRIX = list(itertools.product(TARGETS, ("half", "interleaved"), (HEAD_DIM, 8), (4, 3), (True, False),
-                                ("float32", "float16")))
+MATRIX = list(
+    itertools.product(TARGETS, ("half", "interleaved"), (HEAD_DIM, 8), (4, 3), (True, False), ("float32", "float16"))
+)
 
 
 @pytest.mark.parametrize("target,layout,rot,rank,with_pos,dtype", MATRIX)
 def test_matrix_against_rotation_matrices(target, layout, rot, rank, with_pos, dtype):
     num_heads = HEADS if (rank == 3 or target == "ort") else None
-    model = rotary_model(HEAD_DIM, rotary_dim=rot, layout=layout, target=target, rank=rank, num_heads=num_heads,
-                         max_positions=P, position_ids=with_pos, dtype=dtype)
+    model = rotary_model(
+        HEAD_DIM,
+        rotary_dim=rot,
+        layout=layout,
+        target=target,
+        rank=rank,
+        num_heads=num_heads,
+        max_positions=P,
+        position_ids=with_pos,
+        dtype=dtype,
+    )
     rng = np.random.default_rng(zlib.crc32(repr((target, layout, rot, rank, with_pos)).encode()))
     batch, seq = 2, 6 if dtype == "float32" else 40
     x = inputs(rng, rank, batch, seq, dtype=dtype)
@@ -180,10 +190,12 @@ def test_computed_tables_are_not_bounded_and_stay_exact(layout):
 def test_scaled_frequencies_and_attention_factor(target, tables):
     """Tables carry any scaling: a custom inv_freq (linear x4) and an attention factor of 1.25."""
     inv = inv_freq_formula(16, 500000.0) / 4
-    freqs = arrayrope.RopeFrequencies(inv_freq=inv, head_dim=32, rotary_dim=16, attention_factor=1.25, base=500000.0,
-                                      rope_type="linear")
-    model = rotary_model(freqs, target=target, num_heads=2, max_positions=64 if tables == "stored" else None,
-                         tables=tables)
+    freqs = arrayrope.RopeFrequencies(
+        inv_freq=inv, head_dim=32, rotary_dim=16, attention_factor=1.25, base=500000.0, rope_type="linear"
+    )
+    model = rotary_model(
+        freqs, target=target, num_heads=2, max_positions=64 if tables == "stored" else None, tables=tables
+    )
     rng = np.random.default_rng(3)
     x = inputs(rng, 4, 2, 5, heads=2, head_dim=32)
     pos = rng.integers(0, 64, (2, 5))
@@ -195,8 +207,9 @@ def test_scaled_frequencies_and_attention_factor(target, tables):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("rank", [4, 3])
 def test_qk_share_tables_with_grouped_query_heads(target, rank):
-    model = rotary_model(16, target=target, rank=rank, qk=True, num_heads=4, num_kv_heads=2, max_positions=32,
-                         layout="interleaved")
+    model = rotary_model(
+        16, target=target, rank=rank, qk=True, num_heads=4, num_kv_heads=2, max_positions=32, layout="interleaved"
+    )
     assert [i.name for i in model.graph.input] == ["q", "k", "position_ids"]
     assert [o.name for o in model.graph.output] == ["q_rot", "k_rot"]
     big = [t for t in model.graph.initializer if len(t.dims) >= 2 and t.dims[0] == 33]  # (max_positions + 1, ...)
@@ -217,13 +230,19 @@ def test_function_composes_into_a_model(target):
     f = rotary_function(16, target=target, num_heads=2, max_positions=32)
     t = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, ["B", 2, "S", 16])
     pos_in = helper.make_tensor_value_info("pos", TensorProto.INT64, ["B", "S"])
-    nodes = [helper.make_node("Neg", ["a"], ["n"]),
-             helper.make_node("RotaryEmbedding", ["n", "pos"], ["r"], domain="arrayrope")]
+    nodes = [
+        helper.make_node("Neg", ["a"], ["n"]),
+        helper.make_node("RotaryEmbedding", ["n", "pos"], ["r"], domain="arrayrope"),
+    ]
     ops = [helper.make_opsetid("", 23 if target == "onnx23" else 17), helper.make_opsetid("arrayrope", 1)]
     if target == "ort":
         ops.append(helper.make_opsetid("com.microsoft", 1))
-    m = helper.make_model(helper.make_graph(nodes, "g", [t("a"), pos_in], [t("r")]), functions=[f],
-                          opset_imports=ops, ir_version=11 if target == "onnx23" else 8)
+    m = helper.make_model(
+        helper.make_graph(nodes, "g", [t("a"), pos_in], [t("r")]),
+        functions=[f],
+        opset_imports=ops,
+        ir_version=11 if target == "onnx23" else 8,
+    )
     onnx.checker.check_model(m)
     rng = np.random.default_rng(5)
     a = inputs(rng, 4, 1, 4, heads=2)
@@ -238,13 +257,19 @@ def _attention_stub(opset=17):
 
     rng = np.random.default_rng(6)
     wq, wk = rng.standard_normal((32, 32)).astype(np.float32), rng.standard_normal((32, 32)).astype(np.float32)
-    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"]), helper.make_node("MatMul", ["x", "wk"], ["k"]),
-             helper.make_node("Mul", ["q", "k"], ["score"])]
+    nodes = [
+        helper.make_node("MatMul", ["x", "wq"], ["q"]),
+        helper.make_node("MatMul", ["x", "wk"], ["k"]),
+        helper.make_node("Mul", ["q", "k"], ["score"]),
+    ]
     vi = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
-    g = helper.make_graph(nodes, "attn", [vi("x", ["B", "S", 32]),
-                                          helper.make_tensor_value_info("pos", TensorProto.INT64, ["B", "S"])],
-                          [vi("score", ["B", "S", 32]), vi("q", ["B", "S", 32])],
-                          [numpy_helper.from_array(wq, "wq"), numpy_helper.from_array(wk, "wk")])
+    g = helper.make_graph(
+        nodes,
+        "attn",
+        [vi("x", ["B", "S", 32]), helper.make_tensor_value_info("pos", TensorProto.INT64, ["B", "S"])],
+        [vi("score", ["B", "S", 32]), vi("q", ["B", "S", 32])],
+        [numpy_helper.from_array(wq, "wq"), numpy_helper.from_array(wk, "wk")],
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8), wq, wk
 
 
@@ -252,8 +277,7 @@ def _attention_stub(opset=17):
 def test_add_rotary_rewires_consumers_and_leaves_the_input_alone(target):
     model, wq, wk = _attention_stub()
     before = model.SerializeToString()
-    out = add_rotary(model, q="q", k="k", position_ids="pos", freqs=8, num_heads=4, target=target,
-                     max_positions=64)
+    out = add_rotary(model, q="q", k="k", position_ids="pos", freqs=8, num_heads=4, target=target, max_positions=64)
     assert model.SerializeToString() == before
     onnx.checker.check_model(out, full_check=target == "portable")
     rng = np.random.default_rng(7)
@@ -327,13 +351,19 @@ def test_bad_arguments_name_the_argument():
 _SESSIONS: dict = {}
 
 
-@given(batch=st.integers(1, 3), seq=st.integers(1, 9), target=st.sampled_from(TARGETS),
-       layout=st.sampled_from(["half", "interleaved"]), seed=st.integers(0, 2**16))
+@given(
+    batch=st.integers(1, 3),
+    seq=st.integers(1, 9),
+    target=st.sampled_from(TARGETS),
+    layout=st.sampled_from(["half", "interleaved"]),
+    seed=st.integers(0, 2**16),
+)
 def test_dynamic_batch_and_sequence(batch, seq, target, layout, seed):
     key = (target, layout)
     if key not in _SESSIONS:
-        _SESSIONS[key] = session(rotary_model(16, target=target, layout=layout, rotary_dim=12, num_heads=2,
-                                              max_positions=40))
+        _SESSIONS[key] = session(
+            rotary_model(16, target=target, layout=layout, rotary_dim=12, num_heads=2, max_positions=40)
+        )
     rng = np.random.default_rng(seed)
     x = inputs(rng, 4, batch, seq, heads=2)
     pos = rng.integers(0, 40, (batch, seq))
@@ -348,8 +378,9 @@ _PARITY: dict = {}
 def test_graph_matches_the_core_on_every_backend(backend, target):
     """The exported graph and arrayrope on each array backend rotate alike (float32, positions near the end)."""
     if target not in _PARITY:
-        _PARITY[target] = session(rotary_model(32, target=target, layout="interleaved", rotary_dim=24, num_heads=2,
-                                               max_positions=2048))
+        _PARITY[target] = session(
+            rotary_model(32, target=target, layout="interleaved", rotary_dim=24, num_heads=2, max_positions=2048)
+        )
     rng = np.random.default_rng(9)
     x = inputs(rng, 4, 2, 5, heads=2, head_dim=32)
     pos = np.array([[2047, 2046, 1500, 3, 0], [1024, 1023, 2047, 7, 2040]])
@@ -369,10 +400,13 @@ def test_add_rotary_rewires_reads_inside_control_flow():
     vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 2, "S", 8])
     then_g = helper.make_graph([helper.make_node("Identity", ["q"], ["t"])], "then", [], [vi("t")])
     else_g = helper.make_graph([helper.make_node("Neg", ["q"], ["e"])], "else", [], [vi("e")])
-    nodes = [helper.make_node("Relu", ["x"], ["q"]),  # the If reads q only inside its branches
-             helper.make_node("If", ["flag"], ["out"], then_branch=then_g, else_branch=else_g)]
-    g = helper.make_graph(nodes, "g", [vi("x"), helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
-                          [vi("out")])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["q"]),  # the If reads q only inside its branches
+        helper.make_node("If", ["flag"], ["out"], then_branch=then_g, else_branch=else_g),
+    ]
+    g = helper.make_graph(
+        nodes, "g", [vi("x"), helper.make_tensor_value_info("flag", TensorProto.BOOL, [])], [vi("out")]
+    )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.checker.check_model(model)
     out = add_rotary(model, q="q", freqs=8, target="portable", max_positions=16)
@@ -419,8 +453,10 @@ def test_what_the_bare_ops_do_with_ids_outside_a_table(op):
     sess = session(model)
     if op == "gather":
         np.testing.assert_array_equal(sess.run(None, feed(-1))[0], sess.run(None, feed(15))[0])
-        np.testing.assert_array_equal(ReferenceEvaluator(model).run(None, feed(-1))[0],  # type: ignore[index]
-                                      ReferenceEvaluator(model).run(None, feed(15))[0])  # type: ignore[index]
+        np.testing.assert_array_equal(
+            ReferenceEvaluator(model).run(None, feed(-1))[0],  # type: ignore[index]
+            ReferenceEvaluator(model).run(None, feed(15))[0],  # type: ignore[index]
+        )
         return
     for pid in (-1, 16):
         with pytest.raises(Exception, match=rf"position_ids value {pid} at index 0 is out of range \[0, 16\)"):

@@ -97,7 +97,8 @@ def test_a_default_model_is_what_the_defaults_say():
     ids = np.array([[0, 1, 4095, 4096, 5000, 123_457, 2**20, 2**20 + 1, 2**29 + 12_345, 2**30 - 1]])
     xs = rng.standard_normal((1, 2, ids.shape[1], 16)).astype(np.float32)
     (y,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-        None, {"x": xs, "position_ids": ids})
+        None, {"x": xs, "position_ids": ids}
+    )
     ang = exact_angles(ids[0], inv_freq_formula(16, 10000.0))
     cos, sin = np.concatenate([np.cos(ang)] * 2, -1), np.concatenate([np.sin(ang)] * 2, -1)
     x64 = xs.astype(np.float64)
@@ -160,9 +161,12 @@ def test_unknown_keywords_are_refused_as_python_refuses_them():
         rotary_model(8, max_position=64)
     with pytest.raises(TypeError, match=r"^rotary_function\(\) got an unexpected keyword argument 'heads'$"):
         rotary_function(8, heads=2)
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["q"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 2, "S", 8])],
-                              [helper.make_tensor_value_info("q", TensorProto.FLOAT, ["B", 2, "S", 8])])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["q"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 2, "S", 8])],
+        [helper.make_tensor_value_info("q", TensorProto.FLOAT, ["B", 2, "S", 8])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     for name in sorted(FROM_THE_MODEL - {"rank", "position_ids"}):  # those two are arguments of add_rotary
         with pytest.raises(TypeError, match=rf"^add_rotary\(\) got an unexpected keyword argument '{name}'$"):
@@ -171,8 +175,13 @@ def test_unknown_keywords_are_refused_as_python_refuses_them():
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_keywords_from_a_typed_dict_build_a_correct_model(target):
-    options: ExportKeywords = {"target": target, "layout": "interleaved", "num_heads": 2, "max_positions": 32,
-                               "rotary_dim": 12}
+    options: ExportKeywords = {
+        "target": target,
+        "layout": "interleaved",
+        "num_heads": 2,
+        "max_positions": 32,
+        "rotary_dim": 12,
+    }
     sess = ort.InferenceSession(rotary_model(16, **options).SerializeToString(), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(11)
     x = rng.standard_normal((1, 2, 5, 16)).astype(np.float32)
@@ -198,9 +207,15 @@ def test_command_line_flags_agree_with_the_options():
         assert tuple(action.choices or ()) == ExportOptions.choices(name), name
 
 
-@pytest.mark.parametrize("target,dtype,tables", [("onnx23", "float32", "stored"), ("ort", "float16", "stored"),
-                                                 ("portable", "float32", "stored"),
-                                                 ("portable", "float64", "stored")])
+@pytest.mark.parametrize(
+    "target,dtype,tables",
+    [
+        ("onnx23", "float32", "stored"),
+        ("ort", "float16", "stored"),
+        ("portable", "float32", "stored"),
+        ("portable", "float64", "stored"),
+    ],
+)
 def test_max_positions_is_checked_against_protobufs_limit_with_the_figures(target, dtype, tables):
     """Refused before any table is computed; the largest max_positions the message offers fits, one more not."""
     import re
@@ -209,8 +224,10 @@ def test_max_positions_is_checked_against_protobufs_limit_with_the_figures(targe
     from arrayrope.export.build._tables import check_size
 
     options = dict(target=target, dtype=dtype, tables=tables, num_heads=2)
-    pattern = (r"max_positions=8388608 needs [\d.]+ GB of cos/sin tables \(\d+ bytes per position .*, but an ONNX "
-               r"model is at most 2.15 GB \(protobuf's 2 GiB limit\); use max_positions <= (\d+), or no max_positions")
+    pattern = (
+        r"max_positions=8388608 needs [\d.]+ GB of cos/sin tables \(\d+ bytes per position .*, but an ONNX "
+        r"model is at most 2.15 GB \(protobuf's 2 GiB limit\); use max_positions <= (\d+), or no max_positions"
+    )
     with pytest.raises(ValueError, match=pattern) as info:
         rotary_model(128, max_positions=2**23, **options)
     largest = int(re.search(r"max_positions <= (\d+)", str(info.value)).group(1))  # type: ignore[union-attr]

@@ -19,22 +19,37 @@ from arrayrope.export import ValidationError, rotary_model, validate  # noqa: E4
 from arrayrope.testing import tolerance_at  # noqa: E402
 
 
-@pytest.mark.parametrize("target,dtype,tables", [("onnx23", "float32", "stored"), ("ort", "float16", "stored"),
-                                                  ("portable", "float16", "stored"),
-                                                  ("portable", "float32", "computed"),
-                                                  ("portable", "bfloat16", "stored"),
-                                                  ("portable", "float64", "computed"),
-                                                  ("onnx23", "float16", "computed"),
-                                                  ("ort", "float32", "computed")])
+@pytest.mark.parametrize(
+    "target,dtype,tables",
+    [
+        ("onnx23", "float32", "stored"),
+        ("ort", "float16", "stored"),
+        ("portable", "float16", "stored"),
+        ("portable", "float32", "computed"),
+        ("portable", "bfloat16", "stored"),
+        ("portable", "float64", "computed"),
+        ("onnx23", "float16", "computed"),
+        ("ort", "float32", "computed"),
+    ],
+)
 def test_validate_passes_good_models(target, dtype, tables):
-    model = rotary_model(32, target=target, dtype=dtype, tables=tables, num_heads=2,
-                         max_positions=128 if tables == "stored" else None, layout="interleaved")
+    model = rotary_model(
+        32,
+        target=target,
+        dtype=dtype,
+        tables=tables,
+        num_heads=2,
+        max_positions=128 if tables == "stored" else None,
+        layout="interleaved",
+    )
     report = validate(model, providers="cpu")
     assert report.ok
     assert any(r.case == "onnx.checker (full)" and r.ok for r in report.rows)
     if dtype != "bfloat16":  # onnxruntime's Python API returns no bfloat16 arrays
         assert {r.device for r in report.rows if r.backend == "onnxruntime"} == {
-            "CPU (optimisation off)", "CPU (optimisation all)"}
+            "CPU (optimisation off)",
+            "CPU (optimisation all)",
+        }
     numeric = [r for r in report.rows if r.backend != "onnx"]
     assert all(r.max_abs_error <= r.tolerance for r in numeric)
 
@@ -85,8 +100,28 @@ def test_cuda_provider_is_tried_first_or_skipped_cleanly():
 
 def test_cli_export_then_check(tmp_path, capsys):
     path = tmp_path / "rope.onnx"
-    assert cli.main(["export", "--head-dim", "64", "--num-heads", "4", "--layout", "half", "--target", "portable",
-                     "--max-positions", "512", "--dtype", "float16", "-o", str(path)]) == 0
+    assert (
+        cli.main(
+            [
+                "export",
+                "--head-dim",
+                "64",
+                "--num-heads",
+                "4",
+                "--layout",
+                "half",
+                "--target",
+                "portable",
+                "--max-positions",
+                "512",
+                "--dtype",
+                "float16",
+                "-o",
+                str(path),
+            ]
+        )
+        == 0
+    )
     assert "12 nodes, opsets ai.onnx 17, IR version 8" in capsys.readouterr().out  # 10 + two float32 casts
     assert cli.main(["check", str(path), "--provider", "cpu"]) == 0
     out = capsys.readouterr().out
@@ -103,11 +138,33 @@ def test_cli_export_from_config(tmp_path, capsys):
     import json
 
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"hidden_size": 256, "num_attention_heads": 4, "rope_theta": 500000.0,
-                               "partial_rotary_factor": 0.5, "max_position_embeddings": 256}))
+    cfg.write_text(
+        json.dumps(
+            {
+                "hidden_size": 256,
+                "num_attention_heads": 4,
+                "rope_theta": 500000.0,
+                "partial_rotary_factor": 0.5,
+                "max_position_embeddings": 256,
+            }
+        )
+    )
     path = tmp_path / "rope.onnx"
-    args = ["export", "--config", str(cfg), "--rank", "3", "--target", "onnx23", "--layout", "half", "--max-positions",
-            "256", "-o", str(path)]
+    args = [
+        "export",
+        "--config",
+        str(cfg),
+        "--rank",
+        "3",
+        "--target",
+        "onnx23",
+        "--layout",
+        "half",
+        "--max-positions",
+        "256",
+        "-o",
+        str(path),
+    ]
     assert cli.main(args) == 0  # a config of no model type: the layout from the command
     model = onnx.load(path)
     node = model.graph.node[-1]
@@ -142,8 +199,12 @@ def test_demo_export_row():
 
 @pytest.mark.parametrize("opset", [13, 21])
 def test_portable_runs_from_opset_13(opset):
-    for kw in ({}, {"rotary_dim": 8, "layout": "interleaved"}, {"position_ids": False, "rank": 3, "num_heads": 2},
-               {"tables": "computed"}):
+    for kw in (
+        {},
+        {"rotary_dim": 8, "layout": "interleaved"},
+        {"position_ids": False, "rank": 3, "num_heads": 2},
+        {"tables": "computed"},
+    ):
         bound = {} if kw.get("tables") == "computed" else {"max_positions": 64}
         model = rotary_model(16, target="portable", opset=opset, **bound, **kw)
         assert model.opset_import[0].version == opset
@@ -162,11 +223,11 @@ def test_float16_fused_models_are_valid_for_every_seed(target):
     worst = 0.0
     for layout in ("half", "interleaved"):
         for rotary_dim in (None, 16):
-            model = rotary_model(64, rotary_dim=rotary_dim, target=target, layout=layout, num_heads=4,
-                                 dtype="float16", max_positions=512)
+            model = rotary_model(
+                64, rotary_dim=rotary_dim, target=target, layout=layout, num_heads=4, dtype="float16", max_positions=512
+            )
             for seed in range(12):
-                report = validate(model, providers="cpu", reference_evaluator=False, seed=seed,
-                                  raise_on_failure=False)
+                report = validate(model, providers="cpu", reference_evaluator=False, seed=seed, raise_on_failure=False)
                 assert report.ok, report
                 worst = max(worst, *(r.max_abs_error / r.tolerance for r in report.rows if r.tolerance == r.tolerance))
     assert worst < 0.5, worst
@@ -201,8 +262,24 @@ def test_a_model_nothing_could_run_is_not_verified(tmp_path, capsys):
     if "CUDAExecutionProvider" in ort.get_available_providers():
         pytest.skip("CUDA runs bfloat16 contrib ops: the model is verified here")
     path = tmp_path / "rope.onnx"
-    assert cli.main(["export", "--head-dim", "16", "--target", "ort", "--dtype", "bfloat16", "--max-positions", "64",
-                     "-o", str(path)]) == 0
+    assert (
+        cli.main(
+            [
+                "export",
+                "--head-dim",
+                "16",
+                "--target",
+                "ort",
+                "--dtype",
+                "bfloat16",
+                "--max-positions",
+                "64",
+                "-o",
+                str(path),
+            ]
+        )
+        == 0
+    )
     report = validate(str(path), raise_on_failure=False)
     assert report.status == "not verified" and not report.ok and not report.failures
     assert [r.case for r in report.rows] == ["onnx.checker (full)"] and not report.rows[0].numeric
@@ -211,13 +288,21 @@ def test_a_model_nothing_could_run_is_not_verified(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["check", str(path)]) == 3
     last = capsys.readouterr().out.splitlines()[-1]
-    assert last.startswith("verdict: NOT VERIFIED: no numeric check could run here (1 structural check passed); "
-                           "not run here: shape inference (strict), onnxruntime CPU (optimisation off)"), last
+    assert last.startswith(
+        "verdict: NOT VERIFIED: no numeric check could run here (1 structural check passed); "
+        "not run here: shape inference (strict), onnxruntime CPU (optimisation off)"
+    ), last
 
 
 @pytest.mark.parametrize("target", ["onnx23", "ort", "portable"])
-@pytest.mark.parametrize("kw", [{}, {"rank": 3, "num_heads": 2, "rotary_dim": 16, "layout": "interleaved"},
-                                {"position_ids": False, "qk": True, "num_heads": 4, "num_kv_heads": 2}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"rank": 3, "num_heads": 2, "rotary_dim": 16, "layout": "interleaved"},
+        {"position_ids": False, "qk": True, "num_heads": 4, "num_kv_heads": 2},
+    ],
+)
 def test_computed_tables_on_every_target(target, kw):
     """No bound: every target computes cos/sin from the ids and validates (ids to 2**30, NaN beyond)."""
     model = rotary_model(32, target=target, **kw)

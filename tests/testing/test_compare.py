@@ -53,8 +53,11 @@ def _strict():
 
 def test_namespaces_must_match():
     strict = _strict()
-    with pytest.raises(AssertionError, match=r"namespaces differ: actual is a numpy array, desired a array_api_strict "
-                                             r"array \(pass check_namespace=False"):
+    with pytest.raises(
+        AssertionError,
+        match=r"namespaces differ: actual is a numpy array, desired a array_api_strict "
+        r"array \(pass check_namespace=False",
+    ):
         assert_close(np.ones(3), strict.ones(3, dtype=strict.float64))
     with pytest.raises(AssertionError, match="namespaces differ: actual is a numpy array, desired a list array"):
         assert_close(np.ones(2), [1.0, 1.0])
@@ -141,13 +144,17 @@ def test_same_backend_passes_and_any_other_library_fails(backend):
 def test_values_within_the_bound_pass_and_beyond_it_fail():
     desired = np.float32([1.0, 2.0, 3.0, 4.0, 5.0])
     bound = 4 * EPS["float32"] * (1 + np.abs(desired.astype(np.float64)))  # atol + rtol |desired|, float32 default
-    assert_close(desired.astype(np.float64) + bound, desired.astype(np.float64), rtol=4 * EPS["float32"],
-                 atol=4 * EPS["float32"])
+    assert_close(
+        desired.astype(np.float64) + bound, desired.astype(np.float64), rtol=4 * EPS["float32"], atol=4 * EPS["float32"]
+    )
     actual = desired.copy()
     actual[1] += np.float32(1e-5)  # type: ignore[index]
     actual[3] += np.float32(1e-4)  # type: ignore[index]
-    with pytest.raises(AssertionError, match=r"2 of 5 elements differ beyond rtol=4\.76837e-07, atol=4\.76837e-07 "
-                                             r"\(float32\); worst at index \(3,\): actual .*4\.0001.*, desired .*4\.0"):
+    with pytest.raises(
+        AssertionError,
+        match=r"2 of 5 elements differ beyond rtol=4\.76837e-07, atol=4\.76837e-07 "
+        r"\(float32\); worst at index \(3,\): actual .*4\.0001.*, desired .*4\.0",
+    ):
         assert_close(actual, desired)
     assert_close(actual, desired, rtol=0.0, atol=1.1e-4)
     with pytest.raises(AssertionError, match=r"1 of 1 elements differ.*worst at index \(\)"):

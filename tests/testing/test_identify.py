@@ -176,14 +176,25 @@ MIDDLE = [4, 5, 2, 3, 0, 1, 6, 7]  # its own inverse: features 2..5 become the r
         (lambda x, p: rotate_half_style()(x, np.arange(x.shape[-2])), "ignores its positions"),
         (lambda x, p: rotate_half_style()(x, -p), "opposite sign"),
         (lambda x, p: rotate_half_style(rotary_dim=4)(x[..., ::-1], p)[..., ::-1], "opposite sign"),
-        (lambda x, p: rotate_half_style(rotary_dim=4)(x[..., MIDDLE], p)[..., MIDDLE],
-         "not the leading or the trailing"),
+        (
+            lambda x, p: rotate_half_style(rotary_dim=4)(x[..., MIDDLE], p)[..., MIDDLE],
+            "not the leading or the trailing",
+        ),
         (lambda x, p: complex_style()(x[..., [0, 2, 1, 3, 4, 5, 6, 7]], p), "neither half-split"),
         (lambda x, p: rotate_half_style()(x, p.astype(np.float64) ** 1.5), "linearly"),
         (lambda x, p: rotate_half_style()(x, p) * np.float64(1.5), "neither base"),
     ],
-    ids=["scaled", "identity", "ignores-positions", "reversed", "trailing-reversed", "middle", "pairs", "nonlinear",
-         "gain"],
+    ids=[
+        "scaled",
+        "identity",
+        "ignores-positions",
+        "reversed",
+        "trailing-reversed",
+        "middle",
+        "pairs",
+        "nonlinear",
+        "gain",
+    ],
 )
 def test_says_plainly_when_nothing_matches(fn, why):
     found = identify_rope(fn, head_dim=8)
@@ -291,16 +302,24 @@ def test_float32_and_float16_recipes_at_large_bases(base, layout, fraction, dtyp
     found = identify_rope(float32_recipe(inv, layout, dtype), head_dim=head_dim, dtype="float32", seq_len=8)
     assert found.matched, found
     assert (found.layout, found.rotary_dim, found.base, found.offset) == (layout, r, base, 0), found
-    np.testing.assert_allclose(arrayrope.RotaryEmbedding(**found.embedding_kwargs()).freqs.inv_freq, inv,
-                               rtol=1e-6 if dtype == np.float32 else 1e-4)
+    np.testing.assert_allclose(
+        arrayrope.RotaryEmbedding(**found.embedding_kwargs()).freqs.inv_freq,
+        inv,
+        rtol=1e-6 if dtype == np.float32 else 1e-4,
+    )
     # honest error: the float32 angles at the far verification positions, then the output rounding
     assert found.max_error <= 8 * np.finfo(dtype).eps + 1e-6 * 4100
 
 
 def test_rotary_embedding_in_float32_at_llama31_settings():
     """The issue's case: arrayrope's own RotaryEmbedding in float32, base 500000, llama3 scaling."""
-    sc = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 8192}
+    sc = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
     rope = arrayrope.RotaryEmbedding(128, base=500000.0, scaling=sc)
     found = identify_rope(lambda x, p: rope(x, positions=p), head_dim=128, dtype="float32", seq_len=8)
     assert found.matched and found.scaling == sc and found.base == 500000.0, found
@@ -316,9 +335,16 @@ def test_bfloat16_recipes_with_scalings(layout, fraction, scaling):
     head_dim = 128
     r = int(head_dim * fraction)
     base = 1e6 if scaling == "yarn" else 1e7
-    sc = {"llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                     "original_max_position_embeddings": 8192},
-          "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}}.get(scaling)
+    sc = {
+        "llama3": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096},
+    }.get(scaling)
     f = arrayrope.rope_frequencies(head_dim, base=base, rotary_dim=r, scaling=sc)
     inv = torch.tensor(f.inv_freq, dtype=torch.float32)
     att = f.attention_factor
@@ -358,8 +384,9 @@ def test_bfloat16_implementation_in_torch():
 
 
 def test_trailing_proportional_and_yarn_are_named():
-    trailing = identify_rope(float32_recipe(theta(16, 1e4), "interleaved", trailing=True), head_dim=48,
-                             dtype="float32", seq_len=8)
+    trailing = identify_rope(
+        float32_recipe(theta(16, 1e4), "interleaved", trailing=True), head_dim=48, dtype="float32", seq_len=8
+    )
     assert trailing.matched and (trailing.rotary_features, trailing.rotary_dim) == ("trailing", 16), trailing
     assert "(the trailing features)" in str(trailing)
     assert trailing.embedding_kwargs()["rotary_features"] == "trailing"
@@ -416,6 +443,5 @@ def test_permuted_output_is_pointed_out():
 
     found = identify_rope(kernel, head_dim=16, dtype="float32", seq_len=8)
     assert not found.matched and "output is permuted" in found.reason, found
-    fixed = identify_rope(lambda x, p: kernel(arrayrope.to_interleaved(x), p), head_dim=16, dtype="float32",
-                          seq_len=8)
+    fixed = identify_rope(lambda x, p: kernel(arrayrope.to_interleaved(x), p), head_dim=16, dtype="float32", seq_len=8)
     assert fixed.matched and fixed.layout == "half", fixed

@@ -129,8 +129,9 @@ def test_outputs_of_wrong_namespace_shape_or_dtype_are_reported():
     }
     for note, fn in cases.items():
         with np.errstate(divide="ignore", invalid="ignore"):
-            report = check_parity(fn, X, backends=["numpy", "array_api_strict"], dtypes=["float32"],
-                                  reference=lambda x: x)
+            report = check_parity(
+                fn, X, backends=["numpy", "array_api_strict"], dtypes=["float32"], reference=lambda x: x
+            )
         strict = next(r for r in report.rows if r.backend == "array_api_strict")
         assert not strict.ok and note in strict.note, (note, strict.note)
         assert [r.ok for r in report.rows if r.backend == "numpy"] == [True]

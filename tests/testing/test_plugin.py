@@ -29,12 +29,15 @@ def test_plugin_serves_a_downstream_suite_through_its_entry_point(tmp_path):
     points = importlib.metadata.entry_points(group="pytest11")
     if "_arrayrope_pytest" not in [p.value for p in points]:
         pytest.skip("arrayrope is installed without its entry-point metadata; reinstall it")
-    (tmp_path / "test_downstream.py").write_text(textwrap.dedent("""
+    (tmp_path / "test_downstream.py").write_text(
+        textwrap.dedent("""
         def test_uses_fixtures(xp, backend):
             x = backend.asarray([1.0, 2.0], dtype="float32")
             assert float(xp.sum(x)) == 3.0
-    """))
-    (tmp_path / "test_own_fixture.py").write_text(textwrap.dedent("""
+    """)
+    )
+    (tmp_path / "test_own_fixture.py").write_text(
+        textwrap.dedent("""
         import pytest
 
         @pytest.fixture
@@ -43,14 +46,19 @@ def test_plugin_serves_a_downstream_suite_through_its_entry_point(tmp_path):
 
         def test_own_backend_fixture_is_left_alone(backend):
             assert backend == "the suite's own"
-    """))
+    """)
+    )
     pytest.importorskip("array_api_strict")
     env = {"ARRAYROPE_BACKENDS": "numpy,array_api_strict", "PATH": "/usr/bin:/bin"}
     if "PYTHONPATH" in os.environ:  # where the libraries come from a path rather than site-packages
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", str(tmp_path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "4 passed" in done.stdout, done.stdout

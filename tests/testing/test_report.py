@@ -70,8 +70,9 @@ def test_a_report_that_compared_nothing_is_not_verified_and_prints_its_skips_onl
     report = Report(skipped=(("cupy", "no GPU"),))
     assert not report.ok and report.failures == () and report.worst() is None
     assert (report.status, report.exit_status) == ("not verified", 3)
-    assert report.verdict() == ("not verified: no numeric check could run here; not run here: cupy (reasons listed "
-                                "above)")
+    assert report.verdict() == (
+        "not verified: no numeric check could run here; not run here: cupy (reasons listed above)"
+    )
     assert str(report) == "skipped cupy: no GPU"
 
 
@@ -82,14 +83,16 @@ def test_status_verified_failed_not_verified():
     bad = Row("onnxruntime", "CPU", "float32", 1e-3, 1e-3, 5e-7, False, "error above tolerance")
     only_structure = Report((structural,), (("onnxruntime CPU", "no bfloat16 kernel"),))
     assert (only_structure.status, only_structure.ok, only_structure.exit_status) == ("not verified", False, 3)
-    assert only_structure.verdict().startswith("not verified: no numeric check could run here (1 structural check "
-                                               "passed); not run here: onnxruntime CPU")
+    assert only_structure.verdict().startswith(
+        "not verified: no numeric check could run here (1 structural check passed); not run here: onnxruntime CPU"
+    )
     assert (Report((structural, good)).status, Report((structural, good)).exit_status) == ("verified", 0)
     assert Report((structural, good, good)).verdict() == "verified: 2 numeric checks agree (onnxruntime CPU)"
     for failed in (Report((good, bad)), Report((bad_structure,)), Report((bad_structure, good))):
         assert (failed.status, failed.ok, failed.exit_status) == ("failed", False, 1)
-    assert Report((good, bad)).verdict() == ("failed: 1 of 2 checks disagree (onnxruntime CPU float32: error above "
-                                             "tolerance)")
+    assert Report((good, bad)).verdict() == (
+        "failed: 1 of 2 checks disagree (onnxruntime CPU float32: error above tolerance)"
+    )
 
 
 def test_worst_is_the_failure_furthest_beyond_its_tolerance():

@@ -31,12 +31,27 @@ from onnx import NodeProto, TensorProto, numpy_helper
 from ..build._spec import MS_DOMAIN
 
 #: Ops that move, split, join or negate features without other arithmetic (R and partial rotary).
-_MOVES = frozenset({"Slice", "Split", "Neg", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Identity", "Transpose",
-                    "Expand", "Flatten", "Gather"})
+_MOVES = frozenset(
+    {
+        "Slice",
+        "Split",
+        "Neg",
+        "Concat",
+        "Unsqueeze",
+        "Squeeze",
+        "Reshape",
+        "Identity",
+        "Transpose",
+        "Expand",
+        "Flatten",
+        "Gather",
+    }
+)
 #: Integer ops that only reshape the positions on their way to the tables (data input first), or guard them
 #: (Clip and Mod: the id guard of arrayrope's own graphs, which send ids outside the tables to a NaN row).
-_INT_VIEWS = frozenset({"Unsqueeze", "Squeeze", "Reshape", "Expand", "Tile", "Identity", "Cast", "Flatten", "Clip",
-                        "Mod"})
+_INT_VIEWS = frozenset(
+    {"Unsqueeze", "Squeeze", "Reshape", "Expand", "Tile", "Identity", "Cast", "Flatten", "Clip", "Mod"}
+)
 _INTS = frozenset({TensorProto.INT64, TensorProto.INT32})
 _FLOATS = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE})
 
@@ -132,6 +147,7 @@ class Graph:
 
     def depends_on(self, name: str, target: str) -> bool:
         """Whether the values of ``name`` depend on those of ``target`` (shapes do not count)."""
+
         def follow(v: str, node: NodeProto | None) -> Iterable[str]:
             return [] if node is None or node.op_type in ("Shape", "Size") else node.input
 
@@ -207,7 +223,7 @@ def _rotation(graph: Graph, add: NodeProto) -> Site | None:
     a, b = (_mul_operands(graph, i) for i in add.input)
     if a is None or b is None:
         return None
-    for (x_c, r_s) in ((a, b), (b, a)):
+    for x_c, r_s in ((a, b), (b, a)):
         for x, cos in (x_c, x_c[::-1]):
             for rot, sin in (r_s, r_s[::-1]):
                 if rot == x or graph.constant(x) is not None or graph.leaves(rot, _MOVES, x) != {x}:
@@ -246,8 +262,9 @@ def _two_parts(graph: Graph, concat: NodeProto, k: int) -> Site | None:
             if not _floating(graph, x):
                 continue
             parts = (tuple(concat.input[:k]), tuple(concat.input[k + 2 :]), concat.input[k], concat.input[k + 1])
-            return Site(x, concat.output[0], cos, sin, positions_of(graph, cos) or positions_of(graph, sin),
-                        parts=parts)
+            return Site(
+                x, concat.output[0], cos, sin, positions_of(graph, cos) or positions_of(graph, sin), parts=parts
+            )
     return None
 
 

@@ -35,11 +35,23 @@ _PROTOBUF_LIMIT = 2**31 - 1
 #: Sizes given to symbolic dimensions of sample inputs: the first axis (batch), the others (sequence).
 SAMPLE_BATCH, SAMPLE_SEQ = 2, 8
 
-_NUMPY = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16, TensorProto.DOUBLE: np.float64,
-          TensorProto.INT64: np.int64, TensorProto.INT32: np.int32, TensorProto.BOOL: np.bool_}
+_NUMPY = {
+    TensorProto.FLOAT: np.float32,
+    TensorProto.FLOAT16: np.float16,
+    TensorProto.DOUBLE: np.float64,
+    TensorProto.INT64: np.int64,
+    TensorProto.INT32: np.int32,
+    TensorProto.BOOL: np.bool_,
+}
 #: NumPy dtypes of ONNX Runtime's type strings.
-_NUMPY_OF = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
-             "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
+_NUMPY_OF = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(bool)": np.bool_,
+}
 
 
 def session(model: onnx.ModelProto, providers: Sequence[str] = ("CPUExecutionProvider",)) -> Any:
@@ -73,8 +85,10 @@ def sample_inputs(graph: Graph, seed: int = 0) -> Feed:
         if value.name not in graph.inputs:
             continue
         t = value.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else (SAMPLE_BATCH if i == 0 else SAMPLE_SEQ)
-                for i, d in enumerate(t.shape.dim)]
+        dims = [
+            d.dim_value if d.HasField("dim_value") else (SAMPLE_BATCH if i == 0 else SAMPLE_SEQ)
+            for i, d in enumerate(t.shape.dim)
+        ]
         dtype = _NUMPY.get(t.elem_type)
         if dtype is None:
             raise ValueError(f"input {value.name!r} has an element type sample inputs cannot be made for; pass inputs=")
@@ -92,14 +106,21 @@ def sample_inputs(graph: Graph, seed: int = 0) -> Feed:
 
 def _index_bound(graph: Graph, name: str) -> int:
     """The fewest rows among the tables that ``name`` indexes directly (Gather data), else 2."""
-    rows = [graph.shape(n.input[0]) for n in graph.consumers.get(name, []) if n.op_type == "Gather"
-            and len(n.input) > 1 and n.input[1] == name]
+    rows = [
+        graph.shape(n.input[0])
+        for n in graph.consumers.get(name, [])
+        if n.op_type == "Gather" and len(n.input) > 1 and n.input[1] == name
+    ]
     sizes = [r[0] for r in rows if r and isinstance(r[0], int) and r[0] > 0]
     return min(sizes, default=2)
 
 
-def run(model: onnx.ModelProto, feed: Mapping[str, npt.NDArray[Any]], extra: Sequence[str] = (),
-        providers: Sequence[str] = ("CPUExecutionProvider",)) -> dict[str, npt.NDArray[Any]]:
+def run(
+    model: onnx.ModelProto,
+    feed: Mapping[str, npt.NDArray[Any]],
+    extra: Sequence[str] = (),
+    providers: Sequence[str] = ("CPUExecutionProvider",),
+) -> dict[str, npt.NDArray[Any]]:
     """The model's outputs, and the inner tensors ``extra``, by name."""
     if extra:
         model = _with_outputs(model, extra)
@@ -180,11 +201,11 @@ def cut(graph: Graph, site: Site, shape: Shapes) -> Cut:
     for name, like in standins.items():
         rank = 4 if like == "x" else shape.positions_rank
         inputs.append(helper.make_tensor_value_info(name, graph.elem_type(name) or TensorProto.INT64, [None] * rank))
-    g = helper.make_graph(nodes, "rotation", inputs, [helper.make_tensor_value_info(site.rotated, x_type, None)],
-                          inits)
+    g = helper.make_graph(nodes, "rotation", inputs, [helper.make_tensor_value_info(site.rotated, x_type, None)], inits)
     m = graph.model
-    model = helper.make_model(g, opset_imports=list(m.opset_import), ir_version=m.ir_version,
-                              functions=list(m.functions))
+    model = helper.make_model(
+        g, opset_imports=list(m.opset_import), ir_version=m.ir_version, functions=list(m.functions)
+    )
     return Cut(model, site, shape, standins)
 
 
@@ -241,7 +262,8 @@ def output_order(piece: Cut) -> npt.NDArray[np.int64] | None:
     rounded = np.round(m0)
     moved = np.max(np.abs(m0 - rounded)) <= 1e-3 and np.all(np.isin(rounded, (0.0, 1.0)))
     if not (moved and np.all(rounded.sum(0) == 1) and np.all(rounded.sum(1) == 1)) or np.array_equal(
-            rounded, np.eye(d)):
+        rounded, np.eye(d)
+    ):
         return None
     order: npt.NDArray[np.int64] = np.argmax(rounded, axis=1).astype(np.int64)
     return order
@@ -249,6 +271,7 @@ def output_order(piece: Cut) -> npt.NDArray[np.int64] | None:
 
 def reordered_input(fn: Probe, order: npt.NDArray[np.int64]) -> Probe:
     """``fn`` on inputs whose features are first put in ``order``."""
+
     def call(x: npt.NDArray[Any], positions: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
         return fn(np.take(np.asarray(x), order, axis=-1), positions)
 
@@ -290,6 +313,7 @@ Probe = Callable[[npt.NDArray[Any], npt.NDArray[np.int64]], npt.NDArray[Any]]
 
 def reference(piece: Cut, freqs: RopeFrequencies, layout: str) -> Probe:
     """The core's rotation in float64, called like :class:`SiteRunner` on ``piece``."""
+
     def rotate(x: npt.NDArray[Any], positions: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
         cos, sin = arrayrope.rope_tables(freqs, positions, dtype=np.float64)
         y = arrayrope.apply_rotary(np.asarray(x, np.float64), cos, sin, layout=checks.layout(layout))

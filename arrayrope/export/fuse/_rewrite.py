@@ -137,15 +137,22 @@ def fuse_rotary(
     source = load_model(model)
     target = checks.choice(target, "target", ("onnx23", "ort"))
     rows = None if max_positions is None else checks.positive_int(max_positions, "max_positions")
-    chosen: FuseTables = checks.choice(tables, "tables", ("stored", "computed", "model")) if tables is not None else (
-        "computed" if rows is None else "stored")
+    chosen: FuseTables = (
+        checks.choice(tables, "tables", ("stored", "computed", "model"))
+        if tables is not None
+        else ("computed" if rows is None else "stored")
+    )
     tables = chosen
     if tables == "stored" and rows is None:
-        raise ValueError("tables='stored' stores max_positions rows: pass max_positions (the bound of the position "
-                         "ids), or tables='computed' to compute cos/sin in the graph")
+        raise ValueError(
+            "tables='stored' stores max_positions rows: pass max_positions (the bound of the position "
+            "ids), or tables='computed' to compute cos/sin in the graph"
+        )
     if tables == "computed" and rows is not None:
-        raise ValueError(f"max_positions={rows} bounds stored tables, and tables='computed' stores none (it rotates "
-                         "every position below 2**30): pass one of them")
+        raise ValueError(
+            f"max_positions={rows} bounds stored tables, and tables='computed' stores none (it rotates "
+            "every position below 2**30): pass one of them"
+        )
     validate = checks.boolean(validate, "validate")
     opset_before = _opset(source)
     work = source
@@ -157,24 +164,33 @@ def fuse_rotary(
     longest = max((v.shape[-1] for v in feed.values() if v.ndim and v.dtype.kind in "iu"), default=0)
     if tables == "stored" and sites and rows is not None and rows < longest:  # before anything runs (ORT's error)
         made = "the given inputs" if inputs is not None else "sample inputs"
-        raise ValueError(f"max_positions={rows} is below the {longest} positions of the {made} the fusion is "
-                         f"checked with (the exact caches must hold a row for every position a model runs at); "
-                         f"use max_positions >= {longest}")
+        raise ValueError(
+            f"max_positions={rows} is below the {longest} positions of the {made} the fusion is "
+            f"checked with (the exact caches must hold a row for every position a model runs at); "
+            f"use max_positions >= {longest}"
+        )
     wanted = [n for s in sites for n in (s.x, s.cos, s.positions) if n and n not in feed]
     try:
         seen = {**feed, **run(work, feed, wanted)} if sites else dict(feed)
     except Exception as exc:  # ONNX Runtime's errors: inputs of the wrong sizes or types
         made = "the given inputs" if inputs is not None else "sample inputs made from its input types"
-        raise ValueError(f"the model does not run on {made} ({str(exc).splitlines()[0][:200]}); "
-                         "pass inputs= with a feed it runs on") from exc
+        raise ValueError(
+            f"the model does not run on {made} ({str(exc).splitlines()[0][:200]}); pass inputs= with a feed it runs on"
+        ) from exc
     job = _Job(graph, target, chosen, rows, _opset(work))
     done = [job.fuse(i, site, seen) for i, site in enumerate(sites)]
     rotations = tuple(r for r, _ in done) + _unrecognised(graph, sites)
     builders = [b for _, b in done if b is not None]
-    fused = _rewritten(work, [n for b in builders for n in b.nodes], [t for b in builders for t in b.initializers],
-                       {r.output for r in rotations if r.fused}, contrib=target == "ort")
-    report = FusionReport(rotations, target, chosen, len(source.graph.node), len(fused.graph.node), opset_before,
-                          _opset(fused))
+    fused = _rewritten(
+        work,
+        [n for b in builders for n in b.nodes],
+        [t for b in builders for t in b.initializers],
+        {r.output for r in rotations if r.fused},
+        contrib=target == "ort",
+    )
+    report = FusionReport(
+        rotations, target, chosen, len(source.graph.node), len(fused.graph.node), opset_before, _opset(fused)
+    )
     if validate:
         report = dataclasses.replace(report, validation=_validation(source, fused, feed, providers))
     return Fused(fused, report)
@@ -191,10 +207,18 @@ def _unrecognised(graph: Graph, sites: Sequence[Site]) -> tuple[Rotation, ...]:
         if node.op_type != "Cos" or node.output[0] in used or not graph.consumers.get(node.output[0]):
             continue
         reads = [n.output[0] for n in graph.consumers[node.output[0]]]
-        out.append(Rotation(node.input[0], node.output[0], False, reason=(
-            f"its cos table {node.output[0]!r} (read by {reads[:3]}) feeds no rotation of a form fuse_rotary knows "
-            "(x * C + R(x) * S with R moving and negating features of x, or the two parts a * C - b * S and "
-            "b * C + a * S of DeepSeek's interleaved MLA); it was left as it is")))
+        out.append(
+            Rotation(
+                node.input[0],
+                node.output[0],
+                False,
+                reason=(
+                    f"its cos table {node.output[0]!r} (read by {reads[:3]}) feeds no rotation of a form "
+                    "fuse_rotary knows (x * C + R(x) * S with R moving and negating features of x, or the two parts "
+                    "a * C - b * S and b * C + a * S of DeepSeek's interleaved MLA); it was left as it is"
+                ),
+            )
+        )
     return tuple(out)
 
 
@@ -204,8 +228,9 @@ def _converted(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
     try:
         out = version_converter.convert_version(model, opset)
     except Exception as exc:  # the converter lacks an adapter for some op of the model
-        raise ValueError(f"target='onnx23' needs opset 23 and onnx could not convert the model: {exc}; "
-                         "use target='ort' (any opset)") from exc
+        raise ValueError(
+            f"target='onnx23' needs opset 23 and onnx could not convert the model: {exc}; use target='ort' (any opset)"
+        ) from exc
     out.ir_version = max(out.ir_version, ir_version_for(out.opset_import))
     return out
 
@@ -224,14 +249,17 @@ class _Job:
         except ValueError as exc:
             return dataclasses.replace(base, reason=str(exc)), None
 
-    def _fuse(self, i: int, site: Site, seen: Mapping[str, npt.NDArray[Any]],
-              base: Rotation) -> tuple[Rotation, Builder | None]:
+    def _fuse(
+        self, i: int, site: Site, seen: Mapping[str, npt.NDArray[Any]], base: Rotation
+    ) -> tuple[Rotation, Builder | None]:
         existing = site.node
         if existing is not None and (self.tables == "model" or len(existing.input) > 3 or existing.domain):
             raise ValueError(f"already a fused {existing.domain + '.' if existing.domain else ''}RotaryEmbedding node")
         if self.tables == "model" and self.target == "ort":
-            raise ValueError("ONNX Runtime's contrib op reads 2-D caches by position, not the model's per-token "
-                             "tables; use tables='stored' or 'computed', or target='onnx23'")
+            raise ValueError(
+                "ONNX Runtime's contrib op reads 2-D caches by position, not the model's per-token "
+                "tables; use tables='stored' or 'computed', or target='onnx23'"
+            )
         shape = shapes(site, seen)
         piece = cut(self.graph, site, shape)
         original = SiteRunner(piece)
@@ -248,19 +276,29 @@ class _Job:
         if self.tables != "model":
             freqs = found.frequencies() if found.matched else _stored(found, dtype, shape.head_dim)
             tables = ("computed from the position ids" if self.rows is None else f"stored, {self.rows} rows") + (
-                "" if found.matched else f", the model's {dtype} frequencies")
+                "" if found.matched else f", the model's {dtype} frequencies"
+            )
             if freqs is None:
                 raise ValueError(f"its frequencies follow no known rule ({found.reason}); tables='model' keeps them")
-            spec = heads_spec(freqs, layout=found.layout, target=self.target, axes=shape.axes,  # type: ignore[arg-type]
-                              heads=shape.heads, max_positions=self.rows, dtype=dtype, opset=self.opset,
-                              opset_argument="the model's opset")
+            spec = heads_spec(
+                freqs,
+                layout=found.layout,
+                target=self.target,  # type: ignore[arg-type]
+                axes=shape.axes,  # type: ignore[arg-type]
+                heads=shape.heads,
+                max_positions=self.rows,
+                dtype=dtype,
+                opset=self.opset,
+                opset_argument="the model's opset",
+            )
             pos = _position_ids(b, self.graph, site, shape, seen)
             rotate_heads(spec, b, emitter(spec, b), _reordered(b, site.x, order), pos, site.rotated)
         else:
             batched = seen[site.cos].shape[0] == seen[site.x].shape[0]
             _model_tables(b, site, shape, found.layout, found.rotary_dim, batched, _reordered(b, site.x, order))
-        fused = SiteRunner(piece, _rewritten(piece.model, b.nodes, b.initializers, {site.rotated},
-                                             self.target == "ort"))
+        fused = SiteRunner(
+            piece, _rewritten(piece.model, b.nodes, b.initializers, {site.rotated}, self.target == "ort")
+        )
         if site.parts is not None:  # the Concat around a two-part rotation, with the fused part in its place
             before, after, _, _ = site.parts
             b.op("Concat", [*before, site.rotated, *after], out=site.output, axis=-1)
@@ -276,8 +314,16 @@ class _Job:
         if order is not None:
             node = f"Gather (interleaved pairs to half-split order) + {node}"
         rotation = dataclasses.replace(
-            base, fused=True, node=node, layout=found.layout, rotary_dim=found.rotary_dim, head_dim=shape.head_dim,
-            heads=shape.heads, base=found.base if found.matched else None, scaling=found.scaling, tables=tables,
+            base,
+            fused=True,
+            node=node,
+            layout=found.layout,
+            rotary_dim=found.rotary_dim,
+            head_dim=shape.head_dim,
+            heads=shape.heads,
+            base=found.base if found.matched else None,
+            scaling=found.scaling,
+            tables=tables,
             error=err,
         )
         return rotation, b
@@ -301,8 +347,9 @@ def _stored(found: RopeConvention, dtype: str, head_dim: int) -> RopeFrequencies
     stored = np.asarray(found.inv_freq).astype(np_dtype(dtype)).astype(np.float64)  # type: ignore[arg-type]
     if np.max(np.abs(stored - found.inv_freq) / stored) > 0.1 * spacing:
         return None
-    return RopeFrequencies(inv_freq=stored, head_dim=head_dim, rotary_dim=found.rotary_dim,
-                           attention_factor=found.attention_factor)
+    return RopeFrequencies(
+        inv_freq=stored, head_dim=head_dim, rotary_dim=found.rotary_dim, attention_factor=found.attention_factor
+    )
 
 
 def _position_ids(b: Builder, graph: Graph, site: Site, shape: Shapes, seen: Mapping[str, npt.NDArray[Any]]) -> str:
@@ -328,8 +375,7 @@ def _reordered(b: Builder, x: str, order: npt.NDArray[np.int64] | None) -> str:
     return b.op("Gather", [x, b.ints(order.tolist(), "feature_order")], axis=-1)
 
 
-def _model_tables(b: Builder, site: Site, shape: Shapes, layout: str, rotary_dim: int, batched: bool,
-                  x: str) -> None:
+def _model_tables(b: Builder, site: Site, shape: Shapes, layout: str, rotary_dim: int, batched: bool, x: str) -> None:
     """``RotaryEmbedding(x, cos, sin)`` on the model's tables, one value per pair: ``(B, S, rotary_dim / 2)``
     (broadcast over the batch of ``x`` unless ``batched``)."""
     head_axis = 1 if shape.axes == "bhsd" else 2
@@ -350,15 +396,21 @@ def _model_tables(b: Builder, site: Site, shape: Shapes, layout: str, rotary_dim
     flat = shape.axes == "bshd"
     if flat:
         x, out = b.op("Reshape", [x, b.ints([0, 0, -1], "flat")]), b.name("flat_rotated")
-    y = b.op("RotaryEmbedding", [x, cos, sin], out=out, interleaved=int(layout == "interleaved"),
-             rotary_embedding_dim=rotary_dim if rotary_dim < shape.head_dim else None,
-             num_heads=shape.heads if flat else None)
+    y = b.op(
+        "RotaryEmbedding",
+        [x, cos, sin],
+        out=out,
+        interleaved=int(layout == "interleaved"),
+        rotary_embedding_dim=rotary_dim if rotary_dim < shape.head_dim else None,
+        num_heads=shape.heads if flat else None,
+    )
     if flat:
         b.op("Reshape", [y, b.ints([0, 0, -1, shape.head_dim], "heads")], out=site.rotated)
 
 
-def _rewritten(model: onnx.ModelProto, nodes: Sequence[NodeProto], inits: Sequence[TensorProto], replaced: set[str],
-               contrib: bool) -> onnx.ModelProto:
+def _rewritten(
+    model: onnx.ModelProto, nodes: Sequence[NodeProto], inits: Sequence[TensorProto], replaced: set[str], contrib: bool
+) -> onnx.ModelProto:
     """A copy of ``model`` where ``nodes`` compute the ``replaced`` tensors; nodes no longer needed are dropped."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -415,6 +467,7 @@ def _live(nodes: Sequence[NodeProto], outputs: set[str]) -> set[int]:
 
 def _distinct(existing: list[TensorProto], added: Sequence[TensorProto]) -> tuple[list[TensorProto], dict[str, str]]:
     """``existing`` and those of ``added`` with new contents; each repeated one renamed to its first copy."""
+
     def key(t: TensorProto) -> tuple[Any, ...]:
         return t.data_type, tuple(t.dims), hashlib.sha256(onnx.numpy_helper.to_array(t).tobytes()).hexdigest()
 
@@ -430,8 +483,12 @@ def _distinct(existing: list[TensorProto], added: Sequence[TensorProto]) -> tupl
     return out, renamed
 
 
-def _validation(source: onnx.ModelProto, fused: onnx.ModelProto, feed: Mapping[str, npt.NDArray[Any]],
-                providers: Sequence[str] | str | None) -> Report:
+def _validation(
+    source: onnx.ModelProto,
+    fused: onnx.ModelProto,
+    feed: Mapping[str, npt.NDArray[Any]],
+    providers: Sequence[str] | str | None,
+) -> Report:
     """Both models on each provider, output by output; the original is the reference."""
     import onnxruntime as ort
 
@@ -450,8 +507,18 @@ def _validation(source: onnx.ModelProto, fused: onnx.ModelProto, feed: Mapping[s
             got = run(fused, feed, providers=[provider])
         except Exception as exc:  # the original runs and the fused model does not: a failure, not a skip
             nan = math.nan
-            rows.append(Row("onnxruntime", device, "-", nan, nan, nan, False,
-                            f"the fused model fails where the original runs: {str(exc).splitlines()[0][:160]}"))
+            rows.append(
+                Row(
+                    "onnxruntime",
+                    device,
+                    "-",
+                    nan,
+                    nan,
+                    nan,
+                    False,
+                    f"the fused model fails where the original runs: {str(exc).splitlines()[0][:160]}",
+                )
+            )
             continue
         for name, ref in want.items():
             ref64, out64 = ref.astype(np.float64), got[name].astype(np.float64)
@@ -460,6 +527,17 @@ def _validation(source: onnx.ModelProto, fused: onnx.ModelProto, feed: Mapping[s
             tol = SAME.get(str(ref.dtype), 1e-4) * (1.0 + scale)
             rel = err / scale if scale else math.nan
             ok = err <= tol
-            rows.append(Row("onnxruntime", device, str(ref.dtype), err, rel, tol, ok,
-                            "" if ok else "fused model differs from the original", name))
+            rows.append(
+                Row(
+                    "onnxruntime",
+                    device,
+                    str(ref.dtype),
+                    err,
+                    rel,
+                    tol,
+                    ok,
+                    "" if ok else "fused model differs from the original",
+                    name,
+                )
+            )
     return Report(tuple(rows), tuple(skipped), "fused model against the original, output by output")

@@ -52,7 +52,8 @@ def install() -> None:
             f"translations are tested with ({lo[0]}.{lo[1]} to {hi[0]}.{hi[1]}), traces RotaryEmbedding's "
             "computation instead of fused nodes; pass custom_translation_table=arrayrope.export."
             "torch_translations(opset) to torch.onnx.export for fused nodes",
-            RuntimeWarning, stacklevel=2,
+            RuntimeWarning,
+            stacklevel=2,
         )
         return
     after_import(EXPORTER_REGISTRY, _register)
@@ -69,13 +70,21 @@ def _register() -> None:
     from . import _bridge
 
     if not _bridge.register():
-        warnings.warn(f"arrayrope: {_bridge.registered()[1]}; torch.onnx.export traces RotaryEmbedding's "
-                      "computation instead of fused nodes", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"arrayrope: {_bridge.registered()[1]}; torch.onnx.export traces RotaryEmbedding's "
+            "computation instead of fused nodes",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     elif torch.onnx.is_in_onnx_export():  # the running export's registry was built without the translations
         _bridge._state["late"] = True
-        warnings.warn("arrayrope: its PyTorch bridge loaded during a torch.onnx.export (the RotaryEmbedding was built "
-                      "inside it): exports in this process trace RotaryEmbedding's computation (exact, no fused "
-                      "node); build the model before exporting", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            "arrayrope: its PyTorch bridge loaded during a torch.onnx.export (the RotaryEmbedding was built "
+            "inside it): exports in this process trace RotaryEmbedding's computation (exact, no fused "
+            "node); build the model before exporting",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 def _while_exporting(q: Any, k: Any, **call: Any) -> Any:

@@ -45,7 +45,12 @@ _state: dict[str, Any] = {"registered": False, "why": "not registered", "table":
 
 @torch.library.custom_op(OP_NAME, mutates_args=())
 def _rotary(
-    x: torch.Tensor, position_ids: torch.Tensor, frequencies: str, layout: str, axes: str, max_positions: int,
+    x: torch.Tensor,
+    position_ids: torch.Tensor,
+    frequencies: str,
+    layout: str,
+    axes: str,
+    max_positions: int,
     target: str,
 ) -> torch.Tensor:
     """RoPE of ``x`` (``axes`` ``"bhsd"`` or ``"bshd"``) at position ids ``(B, S)``, as the core computes it.
@@ -107,11 +112,21 @@ def _schema(node: Any) -> Any:
     types = [f"tensor({t})" for t in ("float", "float16", "bfloat16", "double", "int64", "int32")]
     inputs = [OpSchema.FormalParameter(f"input{i}", f"T{i}") for i in range(len(node.input))]
     outputs = [OpSchema.FormalParameter(f"output{i}", "T0") for i in range(len(node.output))]
-    kinds = {AttributeProto.INT: OpSchema.AttrType.INT, AttributeProto.FLOAT: OpSchema.AttrType.FLOAT,
-             AttributeProto.STRING: OpSchema.AttrType.STRING}  # what contrib nodes of these graphs carry
+    kinds = {
+        AttributeProto.INT: OpSchema.AttrType.INT,
+        AttributeProto.FLOAT: OpSchema.AttrType.FLOAT,
+        AttributeProto.STRING: OpSchema.AttrType.STRING,
+    }  # what contrib nodes of these graphs carry
     attributes = [OpSchema.Attribute(a.name, kinds[a.type], "", required=False) for a in node.attribute]
-    return OpSchema(node.op_type, node.domain, 1, inputs=inputs, outputs=outputs,
-                    type_constraints=[(f"T{i}", types, "") for i in range(len(node.input))], attributes=attributes)
+    return OpSchema(
+        node.op_type,
+        node.domain,
+        1,
+        inputs=inputs,
+        outputs=outputs,
+        type_constraints=[(f"T{i}", types, "") for i in range(len(node.input))],
+        attributes=attributes,
+    )
 
 
 def _attribute(value: Any) -> Any:
@@ -150,8 +165,9 @@ def register() -> bool:
         from torch.onnx._internal.exporter._torchlib._torchlib_registry import onnx_impl
 
         for opset in TRANSLATION_OPSETS:
-            onnx_impl(torch.ops.arrayrope.rotary_embedding.default, no_compile=True,
-                      opset_introduced=opset)(translation(opset))
+            onnx_impl(torch.ops.arrayrope.rotary_embedding.default, no_compile=True, opset_introduced=opset)(
+                translation(opset)
+            )
     except Exception as exc:  # the exporter's registry is private: another PyTorch may differ
         _state["why"] = f"PyTorch {torch.__version__}'s ONNX exporter does not take arrayrope's translations: {exc}"
         return False
@@ -164,14 +180,23 @@ _SCRIPT_ELEM_TYPES = {"Float": 1, "Double": 11, "Half": 10, "BFloat16": 16}
 
 
 @symbolic_helper.parse_args("v", "v", "s", "s", "s", "i", "s")
-def _script_symbolic(g: Any, x: Any, position_ids: Any, frequencies: str, layout: str, axes: str, max_positions: int,
-                     target: str) -> Any:
+def _script_symbolic(
+    g: Any, x: Any, position_ids: Any, frequencies: str, layout: str, axes: str, max_positions: int, target: str
+) -> Any:
     """The TorchScript exporter's translation: the same graph, written with ``g.op``."""
     from onnx import helper, numpy_helper
 
     sizes = x.type().varyingSizes() or []
-    graph = rotary_graph(sizes, _SCRIPT_ELEM_TYPES[x.type().scalarType()], frequencies=frequencies, layout=layout,
-                         axes=axes, max_positions=max_positions, target=target, opset=g.opset)
+    graph = rotary_graph(
+        sizes,
+        _SCRIPT_ELEM_TYPES[x.type().scalarType()],
+        frequencies=frequencies,
+        layout=layout,
+        axes=axes,
+        max_positions=max_positions,
+        target=target,
+        opset=g.opset,
+    )
     found = {"x": x, "position_ids": position_ids}
     for tensor in graph.initializers:
         found[tensor.name] = g.op("Constant", value_t=torch.from_numpy(numpy_helper.to_array(tensor).copy()))
@@ -207,8 +232,15 @@ def _position_ids(x: torch.Tensor, seq_axis: int, positions: Any, offset: Any) -
 
 
 def rotary_embedding(
-    q: torch.Tensor, k: torch.Tensor | None, *, freqs: Callable[[], Any], positions: Any, offset: Any, layout: str,
-    axes: str, max_positions: int | None,
+    q: torch.Tensor,
+    k: torch.Tensor | None,
+    *,
+    freqs: Callable[[], Any],
+    positions: Any,
+    offset: Any,
+    layout: str,
+    axes: str,
+    max_positions: int | None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None:
     """RotaryEmbedding's call while ``torch.onnx.export`` traces: one op per tensor (``freqs()``: its frequencies).
 

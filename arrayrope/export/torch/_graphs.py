@@ -188,8 +188,9 @@ def frequencies_from_json(text: str, head_dim: int) -> RopeFrequencies:
     """The frequencies of :func:`frequencies_json`, for heads of ``head_dim`` features."""
     d = json.loads(text)
     inv = np.asarray(d["inv_freq"], dtype=np.float64)
-    return RopeFrequencies(inv_freq=inv, head_dim=head_dim, rotary_dim=2 * inv.shape[0],
-                           attention_factor=float(d["attention_factor"]))
+    return RopeFrequencies(
+        inv_freq=inv, head_dim=head_dim, rotary_dim=2 * inv.shape[0], attention_factor=float(d["attention_factor"])
+    )
 
 
 def rotary_graph(
@@ -223,9 +224,17 @@ def rotary_graph(
     if target == "auto":  # float64 models: the fused ops carry no float64
         fused = opset >= MIN_OPSET["onnx23"] and dtype in TARGET_DTYPES["onnx23"]
         target = "onnx23" if fused else "portable"
-    spec = heads_spec(freqs, layout=layout, target=target, axes=axes, heads=heads,  # type: ignore[arg-type]
-                      max_positions=max_positions or None, dtype=dtype, opset=opset,
-                      opset_argument="the opset_version of torch.onnx.export")
+    spec = heads_spec(
+        freqs,
+        layout=layout,
+        target=target,  # type: ignore[arg-type]
+        axes=axes,  # type: ignore[arg-type]
+        heads=heads,
+        max_positions=max_positions or None,
+        dtype=dtype,
+        opset=opset,
+        opset_argument="the opset_version of torch.onnx.export",
+    )
     b = Builder("arrayrope/")
     rotate_heads(spec, b, emitter(spec, b), "x", "position_ids", "y")
     return b
@@ -247,8 +256,9 @@ def ir_nodes(b: Builder, x: ir.Value, position_ids: ir.Value) -> tuple[list[ir.N
         values[tensor.name] = const.outputs[0]
     for proto in b.nodes:
         attributes = [ir.serde.deserialize_attribute(a) for a in proto.attribute]
-        node = ir.Node(proto.domain, proto.op_type, [values[i] for i in proto.input], attributes,
-                       num_outputs=len(proto.output))
+        node = ir.Node(
+            proto.domain, proto.op_type, [values[i] for i in proto.input], attributes, num_outputs=len(proto.output)
+        )
         nodes.append(node)
         values.update(zip(proto.output, node.outputs, strict=True))
     return nodes, values["y"]
