@@ -6,8 +6,11 @@ import argparse
 import dataclasses
 import sys
 import time
-from collections.abc import Iterable
-from typing import Any, TextIO
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from arrayrope.testing import ParityCase, Report
 
 HELP = "run the built-in encodings on every installed backend and dtype against float64 NumPy formulas"
 VERDICT = True
@@ -29,7 +32,13 @@ def split(value: str | None) -> list[str] | None:
     return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
 
 
-def run_cases(cases: Iterable[Any], *, backends: Any = None, dtypes: Any = None, out: TextIO | None = None) -> Any:
+def run_cases(
+    cases: Iterable[ParityCase | Callable[..., Report]],
+    *,
+    backends: Sequence[str] | None = None,
+    dtypes: Sequence[str] | None = None,
+    out: TextIO | None = None,
+) -> Report:
     """Run each case, printing its table as soon as it is done; the combined report.
 
     A case is a :class:`~arrayrope.testing.ParityCase` or a callable returning a
@@ -57,7 +66,7 @@ def run_cases(cases: Iterable[Any], *, backends: Any = None, dtypes: Any = None,
     return total
 
 
-def print_skipped(report: Any, out: TextIO | None = None) -> None:
+def print_skipped(report: Report, out: TextIO | None = None) -> None:
     out = out or sys.stdout
     for what, reason in report.skipped:
         print(f"not run here: {what}: {reason.split(': ', 1)[-1]}", file=out)

@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import backends
 from .._lib import checks
+from .._lib.types import Array
 from .._lib.verdicts import EPS, default_tolerance, tolerance_value
 from ..backends import to_numpy
 
@@ -25,8 +26,8 @@ def _dtype_name(x: Any) -> str:
 
 
 def assert_close(
-    actual: Any,
-    desired: Any,
+    actual: Array,
+    desired: Array,
     *,
     rtol: float | None = None,
     atol: float | None = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 
@@ -17,6 +17,11 @@ from ..backends import Backend, to_numpy
 __all__ = ["DTYPES", "ParityCase", "check_parity"]
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+#: What ``backends=`` accepts: a backend or library name, a Backend, several of those, or None for all.
+BackendSpec: TypeAlias = str | Backend | Iterable[str | Backend] | None
+#: What ``reference=`` accepts: ``fn`` itself in float64, or an independent oracle with ``fn``'s signature.
+Reference: TypeAlias = Literal["float64"] | Callable[..., object]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,13 +59,13 @@ class ParityCase:
 
     name: str
     fn: Callable[..., Any]
-    args: tuple[Any, ...] = ()
-    reference: Any = "float64"
+    args: tuple[object, ...] = ()
+    reference: Reference = "float64"
     dtypes: tuple[str, ...] | None = None
     rtol: float | None = None
     atol: float | None = None
 
-    def run(self, *, backends: Any = None, dtypes: Iterable[str] | None = None) -> Report:
+    def run(self, *, backends: BackendSpec = None, dtypes: Iterable[str] | None = None) -> Report:
         """:func:`check_parity` of this case; the rows carry the case's name."""
         if dtypes is not None and self.dtypes is not None:
             dtypes = [d for d in dtypes if d in self.dtypes]
@@ -81,10 +86,10 @@ class ParityCase:
 
 def check_parity(
     fn: Callable[..., Any],
-    *args: Any,
-    backends: Any = None,
+    *args: object,
+    backends: BackendSpec = None,
     dtypes: Iterable[str] | None = None,
-    reference: Any = "float64",
+    reference: Reference = "float64",
     rtol: float | None = None,
     atol: float | None = None,
     check_dtype: bool = True,
@@ -192,7 +197,7 @@ def _dtypes(dtypes: Iterable[str] | None) -> tuple[str, ...]:
     return dtypes
 
 
-def _selected(spec: Any) -> tuple[list[Backend], list[tuple[str, str]]]:
+def _selected(spec: BackendSpec) -> tuple[list[Backend], list[tuple[str, str]]]:
     if spec is None:
         found, missing = _backends.available(with_reasons=True)
         return found, list(missing.items())
