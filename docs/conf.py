@@ -24,7 +24,7 @@ import arrayrope  # noqa: E402
 
 project = "arrayrope"
 author = "arrayrope contributors"
-copyright = "arrayrope contributors, MIT licence"  # noqa: A001
+copyright = "arrayrope contributors, MIT licence"
 release = version = arrayrope.__version__
 
 extensions = [

@@ -174,8 +174,8 @@ F128 = ar.rope_frequencies(128)
 
 
 def stated_precision() -> list[tuple[int, float, float, float]]:
-    """The precision table of docs/guide/precision.md: (bits, float32 tables with float64, without float64, float64 tables) per row
-    ``|p| < 2**bits``."""
+    """The precision table of docs/guide/precision.md: (bits, float32 tables with float64, without float64,
+    float64 tables) per row ``|p| < 2**bits``."""
     cell = r" \| ([\d.e-]+)"
     rows = re.findall(r"^\s*\| \\\|p\\\| < 2\\\*\\\*(\d+)" + 3 * cell + r" \|$", PRECISION_PAGE.read_text(), re.M)
     assert len(rows) >= 4, "the precision table of docs/guide/precision.md is missing"
