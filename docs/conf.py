@@ -37,6 +37,7 @@ extensions = [
     "numpydoc",
     "sphinx_copybutton",
     "figures",
+    "aliases",
 ]
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}

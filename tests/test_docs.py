@@ -38,3 +38,23 @@ def test_the_reference_pages_are_read_as_listed():
     """The reader above finds what a page lists: a mutation of a page changes what it returns."""
     assert "rope_tables" in listed("arrayrope") and "Report" in listed("arrayrope.export")
     assert "export_report" not in listed("arrayrope.export")
+
+
+def slug(heading: str) -> str:
+    """The anchor MyST gives a heading (GitHub's rule): lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readme_links_to_pages_and_headings_that_exist():
+    """The README's links into the documentation (the site's build checks the links between its pages)."""
+    root = REFERENCE.parent.parent
+    links = re.findall(r"\]\((docs/[^)#\s]+)(?:#([^)\s]+))?\)", (root / "README.md").read_text())
+    assert len(links) >= 10
+    for path, anchor in links:
+        page = root / path
+        assert page.is_file(), path
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", page.read_text(), flags=re.M)
+            assert anchor in {slug(h) for h in headings}, (path, anchor)
+    assert slug("Verdicts and exit statuses") == "verdicts-and-exit-statuses"
+    assert slug("A RotaryEmbedding in a model") == "a-rotaryembedding-in-a-model"
