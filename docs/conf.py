@@ -57,6 +57,7 @@ numpydoc_show_class_members = False  # the class template lists the members
 numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
 add_module_names = False
+toc_object_entries_show_parents = "hide"  # the page names the class: its methods by their own names
 
 # -- doctest (sphinx-build -b doctest): the Examples of every docstring, as the API pages show them
 doctest_global_setup = "import numpy as np"
@@ -75,6 +76,9 @@ html_static_path: list[str] = []
 html_show_sourcelink = False
 html_theme_options = {
     "navigation_with_keys": False,
+    "header_links_before_dropdown": 5,
+    "navbar_persistent": [],
+    "navbar_end": ["search-button", "theme-switcher"],
     "show_toc_level": 2,
     "secondary_sidebar_items": ["page-toc"],
     "footer_start": ["copyright"],
