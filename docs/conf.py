@@ -33,7 +33,6 @@ extensions = [
     "sphinx.ext.autosummary",
     "sphinx.ext.doctest",
     "sphinx.ext.intersphinx",
-    "sphinx.ext.mathjax",
     "numpydoc",
     "sphinx_copybutton",
     "figures",
@@ -45,7 +44,7 @@ exclude_patterns = ["_build", "_includes", "_generated", "Thumbs.db", ".DS_Store
 templates_path = ["_templates"]
 
 # -- MyST: README-style Markdown pages, headings linkable as page.md#heading
-myst_enable_extensions = ["colon_fence", "dollarmath", "deflist"]
+myst_enable_extensions = ["colon_fence", "deflist"]  # no math: pages read offline, with no MathJax to fetch
 myst_heading_anchors = 4
 
 # -- the API reference: one page per public name, from its numpydoc docstring
