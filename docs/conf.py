@@ -71,7 +71,8 @@ linkcheck_anchors = True
 # -- the theme
 html_theme = "pydata_sphinx_theme"
 html_title = f"arrayrope {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["arrayrope.css"]
 html_show_sourcelink = False
 html_theme_options = {
     "navigation_with_keys": False,
@@ -83,7 +84,8 @@ html_theme_options = {
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],
 }
-html_sidebars = {"index": [], "changelog": []}
+# pages without children of their own take no section navigation: their width goes to their tables
+html_sidebars = {page: [] for page in ("index", "install", "conformance", "architecture", "changelog")}
 html_context = {"default_mode": "light"}
 copybutton_prompt_text = r">>> |\.\.\. |\$ "
 copybutton_prompt_is_regexp = True

@@ -97,7 +97,7 @@ def cli_help(folder: pathlib.Path) -> None:
     from arrayrope.cli import build_parser
 
     folder.mkdir(exist_ok=True)
-    os.environ["COLUMNS"] = "100"  # argparse wraps at the terminal's width: the same on every machine
+    os.environ["COLUMNS"] = "80"  # argparse wraps at the terminal's width: the same on every machine
 
     def write(parser: argparse.ArgumentParser, name: str) -> None:
         (folder / f"{name}.txt").write_text(parser.format_help())
