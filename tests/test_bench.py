@@ -215,7 +215,7 @@ def test_busy_processes_stop_after_the_block(bench):
 
 def test_a_run_writes_to_a_folder_of_its_own_and_leaves_the_committed_results(bench, tmp_path, monkeypatch):
     """Without --out a run writes a new folder under bench/runs (here redirected to tmp_path); it rewrote the
-    committed results that the README cites. --tiny runs one thread setting on the fast-starting libraries."""
+    committed results that the documentation includes. --tiny runs one thread setting on the fast-starting libraries."""
     from bench import run
 
     committed = {p: p.read_bytes() for p in (ROOT / "bench" / "results").rglob("*") if p.is_file()}

@@ -1,7 +1,9 @@
-"""Every code block of the README runs as pasted and prints what the README shows.
+"""Every code block of the README and of the documentation's pages (``docs/**/*.md``) runs as
+pasted and prints what the page shows.
 
-Blocks run in order in one temporary folder (a later block may read a file an earlier one
-wrote), Python blocks in one interpreter each, shell blocks line by line in bash. A
+The blocks of a page run in order in one temporary folder of the page's own (a later block may
+read a file an earlier one wrote), Python blocks in one interpreter each, shell blocks line by
+line in bash. A
 ```` ```text ```` block right after a code block is what that block prints, compared as
 doctest compares (``...`` stands for any text, runs of whitespace are equal); blocks
 without one may print anything. A block whose Python imports a library that is not
@@ -12,7 +14,9 @@ What is not run as written, and why:
 
 * The Quickstart's install commands build a virtual environment from a clone: the main
   job's last step (``arrayrope demo``) runs here, and the test command is checked to be the
-  very line ``.ci/run`` runs, which is where it runs as written.
+  very line ``.ci/run`` runs, which is where it runs as written. So is the command that builds
+  the documentation. Other install commands (``pip install``, ``python3 -m venv``) change the
+  environment the tests run in and are not run here.
 * Benchmark runs of minutes (``python -m bench``, ``--quick``) run in ``--tiny`` form, the
   same code over every section in seconds, into the temporary folder (``--out``), so that no
   test rewrites the committed results.
@@ -36,28 +40,52 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", flags=re.S | re.M)
+DOCS = ROOT / "docs"
+#: The pages whose blocks run: the README and every page of the documentation (not the generated tables
+#: it includes, nor a build's output).
+NOT_PAGES = {"_build", "_generated", "_includes"}
+PAGES = [README, *sorted(p for p in DOCS.rglob("*.md") if not NOT_PAGES & set(p.relative_to(DOCS).parts))]
+#: The docs build command, as the README and the installation page give it, and as CI runs it.
+DOCS_BUILD = "sphinx-build -W --keep-going -b html docs docs/_build/html"
 
 
-def blocks():
-    """(language, code, expected output or None, section title, line) for each code block, in order."""
-    text = README.read_text()
-    found = list(FENCE.finditer(text))
+def fences(text: str) -> list[tuple[str, str, int, int]]:
+    """(info string, body, first line, line after the closing fence) of each fenced block, in order; the lines
+    of a block are never read as fences (MyST directives such as ```` ```{figure} ```` are blocks too)."""
+    lines = text.splitlines(keepends=True)
+    out, i = [], 0
+    while i < len(lines):
+        if lines[i].startswith("```"):
+            info, start = lines[i][3:].strip(), i
+            i += 1
+            while i < len(lines) and lines[i].rstrip("\n") != "```":
+                i += 1
+            out.append((info, "".join(lines[start + 1 : i]), start + 1, i + 1))
+        i += 1
+    return out
+
+
+def blocks(page: pathlib.Path = README):
+    """(language, code, expected output or None, section title, line) for each code block of ``page``, in order."""
+    text = page.read_text()
+    lines = text.splitlines()
+    found = fences(text)
     out = []
-    for i, m in enumerate(found):
-        lang, code = m.group(1), m.group(2)
+    for i, (lang, code, line, end) in enumerate(found):
         if lang not in ("python", "bash"):
             continue
         expected = None
         nxt = found[i + 1] if i + 1 < len(found) else None
-        if nxt is not None and nxt.group(1) == "text" and not text[m.end() : nxt.start()].strip():
-            expected = nxt.group(2)
-        section = next((h for h in reversed(re.findall(r"^#+ (.+)$", text[: m.start()], flags=re.M))), "")
-        out.append((lang, code, expected, section, text[: m.start()].count("\n") + 1))
+        if nxt is not None and nxt[0] == "text" and not "".join(lines[end : nxt[2] - 1]).strip():
+            expected = nxt[1]
+        inside = {n for _, _, a, b in found for n in range(a, b)}
+        heads = [h for n, h in enumerate(lines[: line - 1], 1) if re.match(r"^#+ ", h) and n not in inside]
+        section = heads[-1].split(" ", 1)[1] if heads else ""
+        out.append((lang, code, expected, section, line))
     return out
 
 
-BLOCKS = blocks()
+BLOCKS = [(page, *block) for page in PAGES for block in blocks(page)]
 #: Libraries the README's blocks may need through arrayrope's optional layers.
 OPTIONAL = {
     "onnx",
@@ -88,13 +116,19 @@ def missing_library(code: str) -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return tmp_path_factory.mktemp("readme")
+FOLDERS: dict[pathlib.Path, pathlib.Path] = {}
+
+
+@pytest.fixture
+def folder(page, tmp_path_factory):
+    """The page's own folder, shared by its blocks."""
+    if page not in FOLDERS:
+        FOLDERS[page] = tmp_path_factory.mktemp(page.stem)
+    return FOLDERS[page]
 
 
 #: Sections in which a block was skipped: the blocks after it there may need what it would have written.
-SKIPPED_SECTIONS: set[str] = set()
+SKIPPED_SECTIONS: set[tuple[pathlib.Path, str]] = set()
 
 
 def shell_lines(code: str) -> list[str]:
@@ -106,9 +140,11 @@ def as_run_here(line: str, folder: pathlib.Path) -> tuple[str, pathlib.Path] | N
     """The command as this test runs it, and where, or None for the test command, which CI runs as written
     (see the module docstring for what differs and why)."""
     words = shlex.split(line, comments=True)
-    if "pip" in words and "install" in words:  # the Quickstart: run its last step in this environment
-        last = line.rsplit("&&", 1)[1].strip()
-        return None if last == "python -m pytest" else (last, folder)
+    if ("pip" in words and "install" in words) or words[:3] == ["python3", "-m", "venv"]:
+        # an install: run its last step in this environment, unless it installs too or CI runs it as written
+        last = line.split("#", 1)[0].rsplit("&&", 1)[-1].strip()
+        installs = last.startswith(("pip ", "python3 -m venv", ". ")) or "&&" not in line
+        return None if installs or last in ("python -m pytest", DOCS_BUILD) else (last, folder)
     if words[:3] == [sys.executable.rsplit("/", 1)[-1], "-m", "bench"] or words[:3] == ["python", "-m", "bench"]:
         rest = [w for w in words[3:] if w not in ("--quick", "--tiny")]
         if "--out" in rest:
@@ -118,21 +154,38 @@ def as_run_here(line: str, folder: pathlib.Path) -> tuple[str, pathlib.Path] | N
     return line, folder
 
 
-def test_the_readme_has_blocks_of_both_kinds_and_outputs():
-    langs = [b[0] for b in BLOCKS]
-    assert langs.count("python") >= 8 and langs.count("bash") >= 4
-    assert sum(b[2] is not None for b in BLOCKS) >= 3
+def test_the_pages_have_blocks_of_both_kinds_and_outputs():
+    readme = [b for b in BLOCKS if b[0] == README]
+    assert [b[1] for b in readme].count("python") >= 3 and [b[1] for b in readme].count("bash") >= 3
+    langs = [b[1] for b in BLOCKS]
+    assert langs.count("python") >= 20 and langs.count("bash") >= 6
+    assert sum(b[3] is not None for b in BLOCKS) >= 12
+    assert {b[0].name for b in BLOCKS} >= {"README.md", "rope.md", "scaling.md", "onnx.md", "testing.md", "dask.md"}
 
 
-@pytest.mark.parametrize("lang, code, expected, section, line", BLOCKS, ids=[f"line{b[4]}-{b[0]}" for b in BLOCKS])
-def test_readme_block_runs_as_pasted(lang, code, expected, section, line, folder, monkeypatch):
+def test_fences_are_read_as_blocks_whole():
+    """A directive's fence is a block of its own: its closing fence opens nothing."""
+    text = "```{figure} a.png\n:alt: a\n```\n\n```python\nprint(1)\n```\n\n```text\n1\n```\n"
+    assert [(info, body) for info, body, _, _ in fences(text)] == [
+        ("{figure} a.png", ":alt: a\n"),
+        ("python", "print(1)\n"),
+        ("text", "1\n"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "page, lang, code, expected, section, line",
+    BLOCKS,
+    ids=[f"{b[0].relative_to(ROOT)}:{b[5]}-{b[1]}" for b in BLOCKS],
+)
+def test_block_runs_as_pasted(page, lang, code, expected, section, line, folder, monkeypatch):
     monkeypatch.chdir(folder)
-    if section in SKIPPED_SECTIONS:
+    if (page, section) in SKIPPED_SECTIONS:
         pytest.skip(f"an earlier block of section {section!r} was skipped")
     if lang == "python":
         missing = missing_library(code)
         if missing:
-            SKIPPED_SECTIONS.add(section)
+            SKIPPED_SECTIONS.add((page, section))
             pytest.skip(f"{missing} is not installed")
         out = io.StringIO()
         # a module of its own, as a pasted script's __main__ is: the classes it defines pickle (torch.save)
@@ -140,11 +193,11 @@ def test_readme_block_runs_as_pasted(lang, code, expected, section, line, folder
         monkeypatch.setitem(sys.modules, module.__name__, module)
         try:
             with redirect_stdout(out):
-                exec(compile(code, f"{README}:{line}", "exec"), module.__dict__)
+                exec(compile(code, f"{page}:{line}", "exec"), module.__dict__)
         except ModuleNotFoundError as exc:  # an optional library that a module the block imports needs
             if (exc.name or "").split(".")[0] not in OPTIONAL:
                 raise
-            SKIPPED_SECTIONS.add(section)
+            SKIPPED_SECTIONS.add((page, section))
             pytest.skip(f"{exc.name} is not installed")
         got = out.getvalue()
     else:
@@ -162,7 +215,7 @@ def test_readme_block_runs_as_pasted(lang, code, expected, section, line, folder
             assert done.returncode == 0, (command, done.returncode, done.stdout[-3000:], done.stderr[-3000:])
             got += done.stdout
     if expected is not None:
-        assert same(expected, got), f"README line {line} shows\n{expected}\nbut the block printed\n{got}"
+        assert same(expected, got), f"{page.name} line {line} shows\n{expected}\nbut the block printed\n{got}"
 
 
 def test_ci_runs_the_quickstart_test_command():
@@ -179,6 +232,16 @@ def test_ci_runs_the_quickstart_test_command():
     assert tests.endswith("python -m pytest") and "download.pytorch.org/whl/cpu" in tests, tests
     ci = (README.parent / ".ci" / "run").read_text().splitlines()
     assert tests in ci, "'.ci/run' must run the README's test command as written"
+
+
+def test_ci_builds_the_docs_as_the_pages_say():
+    """The command that builds the documentation, in the README and on the installation page, is the one CI
+    runs (with warnings as errors), which is where it runs as written."""
+    for page in (README, DOCS / "install.md"):
+        commands = [c for lang, c, *_ in blocks(page) if lang == "bash" and DOCS_BUILD in c]
+        assert commands, f"{page.name} gives no command that builds the documentation"
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert DOCS_BUILD in ci and "-b doctest" in ci and "-b linkcheck" in ci
 
 
 def test_output_blocks_are_compared_strictly_enough():

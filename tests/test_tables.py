@@ -167,18 +167,18 @@ def test_positions_from_another_namespace_than_xp():
         ar.rope_tables(ar.rope_frequencies(8), torch.arange(3), xp=np)
 
 
-# -- positions anywhere in the int64 range: the precision the README states -------------------------
+# -- positions anywhere in the int64 range: the precision the documentation states -----------------
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PRECISION_PAGE = Path(__file__).resolve().parents[1] / "docs" / "guide" / "precision.md"
 F128 = ar.rope_frequencies(128)
 
 
 def stated_precision() -> list[tuple[int, float, float, float]]:
-    """README's precision table: (bits, float32 tables with float64, without float64, float64 tables) per row
-    ``|p| < 2**bits``."""
+    """The precision table of docs/guide/precision.md: (bits, float32 tables with float64, without float64,
+    float64 tables) per row ``|p| < 2**bits``."""
     cell = r" \| ([\d.e-]+)"
-    rows = re.findall(r"^\s*\| \\\|p\\\| < 2\\\*\\\*(\d+)" + 3 * cell + r" \|$", README.read_text(), re.M)
-    assert len(rows) >= 4, "the README's precision table is missing"
+    rows = re.findall(r"^\s*\| \\\|p\\\| < 2\\\*\\\*(\d+)" + 3 * cell + r" \|$", PRECISION_PAGE.read_text(), re.M)
+    assert len(rows) >= 4, "the precision table of docs/guide/precision.md is missing"
     return [(int(b), float(a), float(c), float(d)) for b, a, c, d in rows]
 
 
@@ -210,7 +210,7 @@ def _error(tables, positions) -> float:
 
 def test_precision_by_position_as_the_readme_states(backend):
     """float32 tables (and float64 ones where the device has them) at positions up to the int64 range,
-    against 200-bit references: within the README's figure for each magnitude."""
+    against 200-bit references: within the documented figure for each magnitude."""
     wide = backends.has_int64(backend.xp, backend.device)
     float64 = "float64" in backend.dtypes
     low = 0
@@ -246,7 +246,7 @@ def test_devices_without_float64_at_the_int32_and_float32_extremes():
 @pytest.mark.parametrize("count", [2**20, 2**20 + 1])
 def test_a_count_at_the_edge_of_float64_angles_and_one_past_it(count):
     """Up to 2**20 positions a count takes float64 angles (NumPy's fast path), beyond it the exact turns: the
-    rows at the digit boundaries and the last ones, float32 and float64, within the README's figures."""
+    rows at the digit boundaries and the last ones, float32 and float64, within the documented figures."""
     bound32, _, bound64 = next((a, b, c) for bits, a, b, c in stated_precision() if bits > 20)
     f = ar.rope_frequencies(4)
     rows = np.array([0, 1023, 1024, 2**20 - 1, count - 1])

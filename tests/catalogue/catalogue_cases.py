@@ -11,7 +11,7 @@ what must come of it:
   than memory may end in the array library's ``MemoryError`` at allocation (documented), never in a
   hang or a crash.
 
-``python -m pytest tests/catalogue --co -q`` counts the cases (README, section Reliability).
+``python -m pytest tests/catalogue --co -q`` counts the cases (docs/guide/precision.md).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 With ``ARRAYROPE_CONFORMANCE=<path>`` set, the records are written to ``path`` as JSON when the
 session ends; ``python tests/conformance/table.py`` runs this folder that way and renders the
-README's conformance table from them.
+documentation's conformance tables from them.
 """
 
 from __future__ import annotations

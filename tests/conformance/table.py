@@ -1,13 +1,14 @@
-"""Render the README's conformance tables from the records of the conformance suite.
+"""Render the documentation's conformance tables from the records of the conformance suite.
 
 Run from the repository root::
 
-    python tests/conformance/table.py          # runs tests/conformance, rewrites the tables in README.md
+    python tests/conformance/table.py          # runs tests/conformance, rewrites the tables in docs/_includes
     python tests/conformance/table.py --print  # the same, printed instead of written
 
 The suite writes one record per comparison (``conftest.py``); this script runs it with
-``ARRAYROPE_CONFORMANCE`` set and replaces the tables that follow the README heading
-``### Conformance with other libraries``. Figures are maxima over the rows of a group.
+``ARRAYROPE_CONFORMANCE`` set and writes the tables to the files that the page
+``docs/conformance.md`` includes: ``conformance_tables.md`` (the libraries compared) and
+``conformance_sweep.md`` (every transformers family). Figures are maxima over the rows of a group.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ import tempfile
 from collections import defaultdict
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
-HEADING = "### Conformance with other libraries"
-SWEEP_HEADING = "#### Every transformers family"
+INCLUDES = ROOT / "docs" / "_includes"
+TABLES = INCLUDES / "conformance_tables.md"
+SWEEP = INCLUDES / "conformance_sweep.md"
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 LIBRARIES = ("transformers", "torchtune", "rotary-embedding-torch", "timm")
 
@@ -168,32 +169,6 @@ def _short(note: str) -> str:
     return note if len(note) <= 200 else note[:197] + "..."
 
 
-def replace_block(text: str, heading: str, block: str, first_line: str) -> str:
-    """``text`` with the generated block after ``heading`` (from its line starting with ``first_line`` to the line
-    before the next heading) replaced by ``block``."""
-    lines = text.splitlines(keepends=True)
-    start = next(i for i, line in enumerate(lines) if line.strip() == heading)
-    first = next(i for i in range(start + 1, len(lines)) if lines[i].startswith(first_line))
-    end = next((i for i in range(first, len(lines)) if lines[i].startswith("#")), len(lines))
-    while end > first and not lines[end - 1].strip():
-        end -= 1
-    return "".join(lines[:first]) + block + "".join(lines[end:])
-
-
-def replace_in_readme(text: str, tables: str) -> str:
-    """``text`` with the tables after the heading replaced (from its first table line to the line before the
-    next line that starts neither a table nor a note)."""
-    lines = text.splitlines(keepends=True)
-    start = next(i for i, line in enumerate(lines) if line.strip() == HEADING)
-    first = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("| Library"))
-    end = first
-    while end < len(lines) and (lines[end].startswith(("|", "- ")) or not lines[end].strip()):
-        if not lines[end].strip() and end + 1 < len(lines) and not lines[end + 1].startswith(("|", "- ")):
-            break
-        end += 1
-    return "".join(lines[:first]) + tables + "".join(lines[end:])
-
-
 def main() -> None:
     records = run_suite()
     tables, sweep = render(records), render_sweep(records)
@@ -201,11 +176,10 @@ def main() -> None:
         print(tables)
         print(sweep)
         return
-    text = replace_in_readme(README.read_text(), tables)
+    TABLES.write_text(tables)
     if sweep:
-        text = replace_block(text, SWEEP_HEADING, sweep, "The sweep:")
-    README.write_text(text)
-    print(f"rewrote the conformance tables in {README}")
+        SWEEP.write_text(sweep)
+    print(f"rewrote the conformance tables in {INCLUDES}")
 
 
 if __name__ == "__main__":

@@ -575,7 +575,7 @@ def test_a_rejected_call_changes_no_state():
 
 
 def test_threads_rerotate_with_the_frequencies_their_calls_used():
-    """The README's pattern from many threads sharing one dynamic instance: each thread's call returns
+    """The pattern of docs/guide/scaling.md from many threads sharing one dynamic instance: each thread's call returns
     the frequencies it used, so every rerotated cache equals a prefill at that thread's frequencies,
     whatever the other threads' calls did to the shared state in between."""
     rope = ar.RotaryEmbedding(16, scaling={"rope_type": "dynamic", "factor": 4.0}, max_position_embeddings=32)

@@ -21,7 +21,7 @@ from helpers import check_like, exact_cos_sin
 # float64 results compared with independent formulas: rerun under NumPy's other CPU dispatch in CI
 pytestmark = pytest.mark.precision
 
-#: Worst error of float32 tables (README, "Exact at every position"): correctly rounded where the device has
+#: Worst error of float32 tables (docs/guide/precision.md): correctly rounded where the device has
 #: float64, composed from 10-bit digit rotations in float32 where it has none (JAX without x64).
 TABLE_ERROR = {"float64 device": 3.0e-8, "no float64": 3.0e-7}
 

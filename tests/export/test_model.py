@@ -441,7 +441,7 @@ def _bare(op: str, table_rows: int, head_dim: int = 8):
 
 @pytest.mark.parametrize("op", ["onnx23", "ort", "gather"])
 def test_what_the_bare_ops_do_with_ids_outside_a_table(op):
-    """Why every graph guards its ids (README, Positions): ONNX Runtime's fused kernels reject them, ONNX's
+    """Why every graph guards its ids (docs/guide/onnx.md, Positions): ONNX Runtime's fused kernels reject them, ONNX's
     reference evaluator reads -1 from the table end in the standard op and raises past it, Gather reads
     negative ids from the end on both."""
     model = _bare(op, 16)

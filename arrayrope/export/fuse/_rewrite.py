@@ -39,9 +39,29 @@ from ._probe import (
 from ._report import Fused, FusionReport, Rotation
 
 FuseTarget: TypeAlias = Literal["onnx23", "ort"]
-"""The fused node: the standard ``RotaryEmbedding`` (opset 23) or ONNX Runtime's contrib op."""
+"""The fused node: the standard ``RotaryEmbedding`` (opset 23) or ONNX Runtime's contrib op.
+
+The type of :func:`fuse_rotary`'s ``target``, for static checkers.
+
+Examples
+--------
+>>> from typing import get_args
+>>> from arrayrope.export import FuseTarget
+>>> get_args(FuseTarget)
+('onnx23', 'ort')
+"""
 FuseTables: TypeAlias = Literal["stored", "computed", "model"]
-"""Where the fused node's cos/sin come from: the core's tables, stored or computed in the graph, or the model's own."""
+"""Where the fused node's cos/sin come from: the core's tables, stored or computed in the graph, or the model's own.
+
+The type of :func:`fuse_rotary`'s ``tables``, for static checkers.
+
+Examples
+--------
+>>> from typing import get_args
+>>> from arrayrope.export import FuseTables
+>>> get_args(FuseTables)
+('stored', 'computed', 'model')
+"""
 
 #: Largest difference from the original rotation (relative to the input) a fusion may show at positions < 256.
 SAME = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}

@@ -1,0 +1,60 @@
+"""The API reference covers the public API: every name in the ``__all__`` of ``arrayrope``,
+``arrayrope.export`` and ``arrayrope.testing`` has a page in ``docs/reference`` (and nothing else is
+listed there), read from the reference pages' sources without building the site."""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+import re
+
+import pytest
+
+REFERENCE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "reference"
+MODULES = ("arrayrope", "arrayrope.export", "arrayrope.testing")
+
+
+def listed(module: str) -> list[str]:
+    """The names a reference page lists: its autosummary entries and its autoclass/autofunction directives."""
+    text = (REFERENCE / f"{module.rsplit('.', 1)[-1]}.rst").read_text()
+    names = []
+    for block in re.findall(r"^\.\. autosummary::\n((?:   .*\n|\n)+)", text, flags=re.M):
+        names += [line.strip() for line in block.splitlines() if line.strip() and not line.strip().startswith(":")]
+    for page in re.findall(r"^   (\w+)$", text, flags=re.M):  # pages of their own in a toctree
+        source = REFERENCE / f"{page}.rst"
+        if source.exists():
+            names += re.findall(r"^\.\. auto(?:class|function|data):: (\w+)", source.read_text(), flags=re.M)
+    return names
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_public_name_has_a_page(module):
+    names = listed(module)
+    assert len(names) == len(set(names)), f"listed twice: {sorted(n for n in names if names.count(n) > 1)}"
+    assert sorted(names) == sorted(importlib.import_module(module).__all__)
+
+
+def test_the_reference_pages_are_read_as_listed():
+    """The reader above finds what a page lists: a mutation of a page changes what it returns."""
+    assert "rope_tables" in listed("arrayrope") and "Report" in listed("arrayrope.export")
+    assert "export_report" not in listed("arrayrope.export")
+
+
+def slug(heading: str) -> str:
+    """The anchor MyST gives a heading (GitHub's rule): lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readme_links_to_pages_and_headings_that_exist():
+    """The README's links into the documentation (the site's build checks the links between its pages)."""
+    root = REFERENCE.parent.parent
+    links = re.findall(r"\]\((docs/[^)#\s]+)(?:#([^)\s]+))?\)", (root / "README.md").read_text())
+    assert len(links) >= 10
+    for path, anchor in links:
+        page = root / path
+        assert page.is_file(), path
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", page.read_text(), flags=re.M)
+            assert anchor in {slug(h) for h in headings}, (path, anchor)
+    assert slug("Verdicts and exit statuses") == "verdicts-and-exit-statuses"
+    assert slug("A RotaryEmbedding in a model") == "a-rotaryembedding-in-a-model"
