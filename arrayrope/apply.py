@@ -152,7 +152,9 @@ def check_out(xp: Namespace, out: Array, x: Array, others: tuple[Array, ...], na
     if out.dtype != x.dtype:
         raise TypeError(f"{name} must have {x_name}'s dtype {x.dtype} (the result's), got {out.dtype}")
     if tuple(out.shape) != tuple(x.shape):
-        raise ValueError(f"{name} must have {x_name}'s shape {tuple(x.shape)} (no broadcasting), got {tuple(out.shape)}")
+        raise ValueError(
+            f"{name} must have {x_name}'s shape {tuple(x.shape)} (no broadcasting), got {tuple(out.shape)}"
+        )
     backends.same_device(x, out, x_name, name)
     backends.check_out(out, x, others, names)
 

@@ -62,8 +62,8 @@ def rotate(xp: Any, x: da.Array, cos: da.Array, sin: da.Array, layout: str, out:
     """One blockwise task per chunk of x; the tables are rechunked to x's chunks (they are small). ``out`` is
     refused before (:func:`check_out`)."""
     if len(x.chunks[-1]) != 1 or any(math.isnan(c) for cs in x.chunks for c in cs):
-        out: da.Array = rotate_reference(xp, x, cos, sin, layout)
-        return out
+        ref: da.Array = rotate_reference(xp, x, cos, sin, layout)
+        return ref
     nd, td = x.ndim, cos.ndim
     letters = "abcdefghijklmnopqrstuvwxy"[:nd]
     t_ind = letters[nd - td : nd - 1] + "z"

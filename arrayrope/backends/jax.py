@@ -71,5 +71,5 @@ def rotate(xp: Any, x: jax.Array, cos: jax.Array, sin: jax.Array, layout: str, o
     fn = _jitted.get(layout)
     if fn is None:
         fn = _jitted[layout] = jax.jit(lambda a, c, s: rotate_reference(jnp, a, c, s, layout))
-    out: jax.Array = fn(x, cos, sin)
-    return out
+    y: jax.Array = fn(x, cos, sin)
+    return y

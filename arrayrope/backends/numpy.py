@@ -97,6 +97,10 @@ def check_out(out: np.ndarray, x: np.ndarray, others: tuple[np.ndarray, ...], na
             raise ValueError(f"{name} shares memory with {other_name}; pass an array that does not overlap it")
 
 
+#: Effort bound of the exact overlap test (NumPy's stubs allow only -1 and 0; the function takes any bound).
+_MAX_WORK: Any = 1 << 16
+
+
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether ``a`` and ``b`` view the same elements in the same order (``a`` is ``b``, or a view like it)."""
     return a is b or (
@@ -111,7 +115,7 @@ def _shares(a: np.ndarray, b: np.ndarray) -> bool:
     if not np.may_share_memory(a, b):
         return False
     try:
-        return bool(np.shares_memory(a, b, max_work=1 << 16))
+        return bool(np.shares_memory(a, b, max_work=_MAX_WORK))
     except np.exceptions.TooHardError:
         return True
 
@@ -250,9 +254,9 @@ def rotate_prepared(
             np.multiply(x3, c3, out=o3)
             o3 += swapped
             return out
-        y = np.multiply(x3, c3)
-        y += swapped
-        return y.reshape(x.shape) if out is None else _into(y, out)
+        rotated = np.multiply(x3, c3)
+        rotated += swapped
+        return rotated.reshape(x.shape) if out is None else _into(rotated, out)
     if x.dtype != _REAL.get(t.dtype) or x.shape[-1] != 2 * t.shape[-1] or x.strides[-1] != x.itemsize:
         return None
     if out is not None and out.strides[-1] == out.itemsize:
