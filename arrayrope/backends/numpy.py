@@ -205,7 +205,7 @@ def _small_half(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, out: np.ndarray
     y = np.multiply(x3, c)
     t = np.multiply(x3[..., ::-1, :], s)
     t *= _SIGN[y.dtype]
-    o3 = None if out is None else _view(out, x3.shape)
+    o3 = None if out is None else _view(out, y.shape)
     if o3 is not None and out is not None:
         np.add(y, t, out=o3)  # [x1 cos - x2 sin, x2 cos + x1 sin]
         return out
@@ -249,7 +249,7 @@ def rotate_prepared(
         else:
             x3 = x.reshape((*x.shape[:-1], 2, h))
         swapped = np.multiply(x3[..., ::-1, :], s3)  # taken first: out may be x
-        o3 = None if out is None else _view(out, x3.shape)
+        o3 = None if out is None else _view(out, swapped.shape)
         if o3 is not None and out is not None:
             np.multiply(x3, c3, out=o3)
             o3 += swapped
