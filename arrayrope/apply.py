@@ -52,7 +52,9 @@ def apply_rotary(
         with ``x`` (other than being ``x``), ``cos`` or ``sin``. JAX, Dask and
         array_api_strict arrays cannot be written and refuse it. Under autograd,
         PyTorch's rules for in-place writes hold (it raises where they would make a
-        gradient wrong).
+        gradient wrong); under ``torch.compile`` the graph writes into ``out`` too
+        (its memory is compared in eager calls only; a traced call computes the
+        result whole before writing it).
 
     Returns
     -------

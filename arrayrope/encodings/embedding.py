@@ -399,11 +399,6 @@ axes='bhsd', rotary_features='trailing')
             self._check_outs(xp, q, k, q_out, k_out)
         graph = backends.graph_rotary(q)  # registered for graphs of q's library (ONNX export), while one is traced
         if graph is not None:
-            if q_out is not None or k_out is not None:
-                raise ValueError(
-                    "q_out= and k_out= are not exported (an ONNX graph's outputs are fresh tensors): pass none "
-                    "while torch.onnx.export traces the model, and write the returned keys into the cache"
-                )
             fused = graph(
                 q,
                 k,
@@ -415,6 +410,11 @@ axes='bhsd', rotary_features='trailing')
                 max_positions=self.max_position_embeddings,
             )
             if fused is not None:
+                if q_out is not None or k_out is not None:
+                    raise ValueError(
+                        "q_out= and k_out= are not exported (an ONNX graph's outputs are fresh tensors): pass "
+                        "none while torch.onnx.export traces the model, and write the returned keys into the cache"
+                    )
                 return fused
         where = self._positions(xp, q, positions, offset, seq_len)
         freqs = self._select(xp, where.length) if self._resize is not None else self._start_freqs
