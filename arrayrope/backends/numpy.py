@@ -143,23 +143,22 @@ def rotate(xp: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str
     result = np.empty(x.shape, dtype=dt) if out is None else out
     orows = _rows_view(result) if result.strides[-1] == result.itemsize else None
     if orows is not None:
-        _blocks(rows, orows, c2, s2, layout, work, period)
+        _blocks([(rows, orows)], c2, s2, layout, work, period)
         return result
-    pieces = _pieces(result, rows.shape[0], period)
+    pieces = _pieces(result, period)
     if pieces is None:  # no rows view of out: rotate into a fresh array, then copy
         np.copyto(result, rotate(xp, x, cos, sin, layout))
         return result
-    n = pieces[1].shape[0]
-    for i, piece in enumerate(pieces):
-        _blocks(rows[i * n : (i + 1) * n], piece, c2, s2, layout, work, period)
+    n = pieces[0].shape[0]
+    _blocks([(rows[i * n : (i + 1) * n], piece) for i, piece in enumerate(pieces)], c2, s2, layout, work, period)
     return result
 
 
-def _pieces(out: np.ndarray, rows: int, period: int) -> list[np.ndarray] | None:
+def _pieces(out: np.ndarray, period: int) -> list[np.ndarray] | None:
     """``out`` as rows views of its inner axes, one per index of its outer axes (in row order), or None.
 
-    None unless a piece holds whole periods of the tables and at least a block's worth of rows, so that
-    every piece starts at table row 0 and the loop costs nothing beside the work.
+    None unless a piece holds whole periods of the tables (every piece then starts at table row 0) and at
+    least half a block of rows (the loop then costs little beside the work).
     """
     if out.strides[-1] != out.itemsize:
         return None
@@ -326,8 +325,7 @@ def _whole(
 
 
 def _blocks(
-    xf: np.ndarray,
-    of: np.ndarray,
+    pairs: list[tuple[np.ndarray, np.ndarray]],
     cos: np.ndarray,
     sin: np.ndarray,
     layout: str,
@@ -338,14 +336,18 @@ def _blocks(
 
     Row ``i`` uses table row ``i % period``. Long periods are cut into blocks;
     short ones (e.g. one decode position for all heads) are broadcast over
-    blocks of whole periods, seen as ``(-1, period, features)``. ``of`` may be
-    ``xf`` itself: a block of x is read whole (swapped copy, products) before its
-    rotation is written, or pair by pair (complex multiplication).
+    blocks of whole periods, seen as ``(-1, period, features)``. ``pairs`` are
+    (rows of x, rows of the output) of one shape, each starting at table row 0:
+    the tables and scratch are made once for all. An output may be its x: a
+    block of x is read whole (swapped copy, products) before its rotation is
+    written, or pair by pair (complex multiplication).
     """
     h = cos.shape[-1]
+    xf, of = pairs[0]
     r, d = 2 * h, xf.shape[1]
     n = xf.shape[0]
     step, short, blocks = row_blocks(n, period, max(1, BLOCK_BYTES // (d * work.itemsize)))
+    schedule = list(blocks)
 
     def fold(a: np.ndarray) -> np.ndarray:
         return a.reshape(-1, period, a.shape[-1]) if short else a
@@ -368,26 +370,27 @@ def _blocks(
             xbuf, obuf = np.empty((step, r), work), np.empty((step, r), work)
         tab = np.empty(cos.shape, cplx)
         tab.real, tab.imag = cos, sin
-    for a, m, s0 in blocks:
-        xb = xf[a : a + m, :r]
-        ob = of[a : a + m, :r]
-        if cast_in:
-            np.copyto(xbuf[:m], xb, casting="same_kind")
-            xb = xbuf[:m]
-        o = obuf[:m] if cast_out else ob
-        if layout == "half":
-            np.copyto(swap[:m], xb.view(vdt))  # before o is written: o may be x's block
-            np.multiply(fold(xb), cos_t if short else cos_t[s0 : s0 + m], out=fold(o))
-            t = fold(tbuf[:m])
-            np.multiply(t, sin_t if short else sin_t[s0 : s0 + m], out=t)
-            np.add(o, tbuf[:m], out=o)
-        else:
-            tb = tab if short else tab[s0 : s0 + m]
-            np.multiply(fold(xb.view(cplx)), tb, out=fold(o.view(cplx)))
-        if cast_out:
-            np.copyto(ob, o, casting="same_kind")
-        if r < d:
-            np.copyto(of[a : a + m, r:], xf[a : a + m, r:])
+    for xf, of in pairs:
+        for a, m, s0 in schedule:
+            xb = xf[a : a + m, :r]
+            ob = of[a : a + m, :r]
+            if cast_in:
+                np.copyto(xbuf[:m], xb, casting="same_kind")
+                xb = xbuf[:m]
+            o = obuf[:m] if cast_out else ob
+            if layout == "half":
+                np.copyto(swap[:m], xb.view(vdt))  # before o is written: o may be x's block
+                np.multiply(fold(xb), cos_t if short else cos_t[s0 : s0 + m], out=fold(o))
+                t = fold(tbuf[:m])
+                np.multiply(t, sin_t if short else sin_t[s0 : s0 + m], out=t)
+                np.add(o, tbuf[:m], out=o)
+            else:
+                tb = tab if short else tab[s0 : s0 + m]
+                np.multiply(fold(xb.view(cplx)), tb, out=fold(o.view(cplx)))
+            if cast_out:
+                np.copyto(ob, o, casting="same_kind")
+            if r < d:
+                np.copyto(of[a : a + m, r:], xf[a : a + m, r:])
 
 
 def arange_tables(inv_freq: np.ndarray, n: int, dtype: Any, factor: float) -> tuple[np.ndarray, np.ndarray] | None:
