@@ -183,6 +183,11 @@ def embedding_decode(lib: Lib, step: tuple[int, int, int], layout: Layout, confi
             ready(arrayrope.apply_rotary(k, cx[off : off + 1], sx[off : off + 1], layout=layout)),
         ),
     }
+    if ops.copy_into is not None:  # the step's q and k written into buffers (a KV cache's slot for k)
+        q_buf, k_buf = ops.copy(q), ops.copy(k)
+        variants["RotaryEmbedding out="] = lambda: tuple(
+            ready(a) for a in rope(q, k, offset=off, q_out=q_buf, k_out=k_buf)
+        )
     times = measure(variants, sync=lib.sync, rounds=config.rounds, batch_s=config.batch_s)
     return record(
         "embedding",
