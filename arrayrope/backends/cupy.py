@@ -94,14 +94,20 @@ def check_out(out: Any, x: Any, others: tuple[Any, ...], names: tuple[str, ...])
     if any(s == 0 and n > 1 for n, s in zip(out.shape, out.strides, strict=True)):
         raise ValueError(f"{name} repeats elements (a stride of 0, as broadcast_to makes); pass an array of its own")
     same = out is x or (out.data.ptr == x.data.ptr and out.shape == x.shape and out.strides == x.strides)
-    if not same and cupy.shares_memory(out, x):
+    if not same and _shares(out, x):
         raise ValueError(
             f"{name} shares memory with {names[1]} without being {names[1]} itself; pass {names[1]} (in place) "
             "or an array that does not overlap it"
         )
     for other, other_name in zip(others, names[2:], strict=True):
-        if cupy.shares_memory(out, other):
+        if _shares(out, other):
             raise ValueError(f"{name} shares memory with {other_name}; pass an array that does not overlap it")
+
+
+def _shares(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` have an element in common: their memory bounds first, then exactly (which
+    sorts the addresses of every element, so only where the bounds meet)."""
+    return bool(cupy.may_share_memory(a, b)) and bool(cupy.shares_memory(a, b))
 
 
 def rotate(xp: Any, x: Any, cos: Any, sin: Any, layout: str, out: Any = None) -> Any:
