@@ -148,9 +148,7 @@ def check_out(xp: Namespace, out: Array, x: Array, others: tuple[Array, ...], na
     arrays cannot be written, another namespace, shape, dtype or device, or memory shared with ``x`` (other
     than ``x`` itself) or with ``others`` (the call's other arrays, ``names[2:]``)."""
     name, x_name = names[0], names[1]
-    if not backends.is_array(out):
-        raise TypeError(f"{name} must be an array of {x_name}'s library, or None; got {type(out).__name__}")
-    backends.namespace(x, out, names=(x_name, name))
+    backends.namespace(x, out, names=(x_name, name))  # an array, of x's library
     if out.dtype != x.dtype:
         raise TypeError(f"{name} must have {x_name}'s dtype {x.dtype} (the result's), got {out.dtype}")
     if tuple(out.shape) != tuple(x.shape):

@@ -299,3 +299,31 @@ def test_rotary_embedding_refuses_destinations_before_anything_changes():
         rope(q, k, offset=20, k_out=np.zeros(k.shape))
     assert rope.freqs is freqs and not buf.any()  # nothing changed: no call of length 23 happened
     np.testing.assert_array_equal(k, 1.0)
+
+
+@writable
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_strided_inputs_rotated_in_place(backend, thresholds, layout):
+    """x a view with transposed axes, or with strided features (every other element), rotated in place:
+    the view's elements change as the fresh output says, the elements between them do not."""
+    xp = backend.xp
+    f = arrayrope.rope_frequencies(D)
+    positions = np.arange(30) + 5
+    cos, sin = arrayrope.rope_tables(f, backend.asarray(positions))
+    base = np.random.default_rng(4).standard_normal((2, 30, 3, 2 * D))
+    for view in ("transposed", "strided features"):
+        buf = backend.asarray(base, "float32")
+        x = xp.permute_dims(buf, (0, 2, 1, 3))[..., :D] if view == "transposed" else buf[..., ::2]
+        if view == "strided features":
+            x = xp.permute_dims(x, (0, 2, 1, 3))
+        fresh = to_numpy(arrayrope.apply_rotary(x, cos, sin, layout=layout))
+        before = to_numpy(buf).copy()
+        assert arrayrope.apply_rotary(x, cos, sin, layout=layout, out=x) is x
+        np.testing.assert_array_equal(to_numpy(x), fresh, err_msg=view)
+        rest = np.ones(before.shape, bool)
+        rest[..., :D] = view != "transposed"
+        rest[..., ::2] &= view != "strided features"
+        np.testing.assert_array_equal(to_numpy(buf)[rest], before[rest], err_msg=view)
+        x_np = np.swapaxes(before, 1, 2)[..., :D] if view == "transposed" else np.swapaxes(before[..., ::2], 1, 2)
+        want = rope_by_matrix(x_np, positions, f.inv_freq, layout)
+        assert_close(fresh.astype(np.float64), want, check_namespace=False, **_tolerance("float32"))

@@ -85,9 +85,9 @@ def check_out(out: np.ndarray, x: np.ndarray, others: tuple[np.ndarray, ...], na
     name = names[0]
     if not out.flags.writeable:
         raise ValueError(f"{name} is read-only; pass a writable array (x itself, or a slice of a buffer)")
-    if any(s == 0 and n > 1 for n, s in zip(out.shape, out.strides, strict=True)):
+    if 0 in out.strides and any(s == 0 and n > 1 for n, s in zip(out.shape, out.strides, strict=True)):
         raise ValueError(f"{name} repeats elements (a stride of 0, as np.broadcast_to makes); pass a writable array")
-    if not _same(out, x) and _shares(out, x):
+    if out is not x and _shares(out, x) and not _same(out, x):
         raise ValueError(
             f"{name} shares memory with {names[1]} without being {names[1]} itself; pass {names[1]} (in place) "
             "or an array that does not overlap it"
@@ -104,9 +104,9 @@ _MAX_WORK: Any = 1 << 16
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether ``a`` and ``b`` view the same elements in the same order (``a`` is ``b``, or a view like it)."""
     return a is b or (
-        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-        and a.shape == b.shape
+        a.shape == b.shape
         and a.strides == b.strides
+        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
     )
 
 

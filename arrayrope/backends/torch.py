@@ -122,7 +122,7 @@ def check_out(out: torch.Tensor, x: torch.Tensor, others: tuple[torch.Tensor, ..
     name = names[0]
     if any(s == 0 and n > 1 for n, s in zip(out.shape, out.stride(), strict=True)):
         raise ValueError(f"{name} repeats elements (a stride of 0, as expand() makes); pass a tensor of its own")
-    if not _same(out, x) and _shares(out, x):
+    if out is not x and _shares(out, x) and not _same(out, x):
         raise ValueError(
             f"{name} shares memory with {names[1]} without being {names[1]} itself; pass {names[1]} (in place) "
             "or a tensor that does not overlap it"
@@ -140,8 +140,8 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a`` and ``b`` may have an element in common: their spans of memory meet (on the CPU, NumPy
     then tells exactly)."""
-    if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
-        return False
+    if a.numel() == 0 or b.numel() == 0 or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False  # tensors of different storages share nothing
     lo_a, lo_b = a.data_ptr(), b.data_ptr()
     hi_a = lo_a + (1 + sum((n - 1) * s for n, s in zip(a.shape, a.stride(), strict=True))) * a.element_size()
     hi_b = lo_b + (1 + sum((n - 1) * s for n, s in zip(b.shape, b.stride(), strict=True))) * b.element_size()
