@@ -22,14 +22,20 @@ __all__ = ["apply_rotary", "permute_rotary_rows", "to_half_split", "to_interleav
 
 
 def apply_rotary(
-    x: Array, cos: Array, sin: Array, *, layout: Layout = "half", rotary_features: RotaryFeatures = "leading"
+    x: Array,
+    cos: Array,
+    sin: Array,
+    *,
+    layout: Layout = "half",
+    rotary_features: RotaryFeatures = "leading",
+    out: Array | None = None,
 ) -> Array:
     """Rotate the leading (or trailing) ``2 * cos.shape[-1]`` features of ``x``'s last axis.
 
     Parameters
     ----------
     x : array
-        Real floating array ``(..., head_dim)``; never modified.
+        Real floating array ``(..., head_dim)``; modified only when it is ``out``.
     cos, sin : array
         Tables of one shape ``(..., rotary_dim // 2)`` from :func:`rope_tables`, same
         namespace and device as ``x``; their leading axes broadcast against
@@ -39,13 +45,23 @@ def apply_rotary(
     rotary_features : {"leading", "trailing"}
         Whether the rotary part is the first ``rotary_dim`` features (the rest pass
         through after it) or the last ones (the rest pass through before it).
+    out : array, optional
+        Where to write the result (NumPy, CuPy and PyTorch): ``x`` itself (in place)
+        or an array of ``x``'s shape, dtype and device, such as a slice of a larger
+        buffer (``cache[:, :, t:t + s]``), contiguous or not. It must not share memory
+        with ``x`` (other than being ``x``), ``cos`` or ``sin``. JAX, Dask and
+        array_api_strict arrays cannot be written and refuse it. Under autograd,
+        PyTorch's rules for in-place writes hold (it raises where they would make a
+        gradient wrong); under ``torch.compile`` the graph writes into ``out`` too
+        (its memory is compared in eager calls only; a traced call computes the
+        result whole before writing it).
 
     Returns
     -------
     array
-        Rotated copy of ``x``: same namespace, device, dtype and shape. The
-        arithmetic runs in the wider of ``x``'s and the tables' dtypes (float16 or
-        bfloat16 ``x`` with float32 tables rounds once, at the end).
+        Rotated copy of ``x`` (or ``out``, written): same namespace, device, dtype
+        and shape. The arithmetic runs in the wider of ``x``'s and the tables' dtypes
+        (float16 or bfloat16 ``x`` with float32 tables rounds once, at the end).
 
     Notes
     -----
@@ -72,33 +88,75 @@ def apply_rotary(
     >>> y = arrayrope.apply_rotary(x, cos, sin, rotary_features="trailing")
     >>> bool(np.allclose(y[0, 6:], [np.cos(1.0), 0.0, np.sin(1.0), 0.0]))
     True
+
+    In place, and into a slice of a buffer (a KV cache at positions 3..4):
+
+    >>> x = np.ones((2, 4), dtype=np.float32)
+    >>> cos, sin = arrayrope.rope_tables(f, np.array([1, 2]))
+    >>> y = arrayrope.apply_rotary(x, cos, sin, out=x)
+    >>> y is x
+    True
+    >>> cache = np.zeros((8, 4), dtype=np.float32)
+    >>> _ = arrayrope.apply_rotary(np.ones((2, 4), dtype=np.float32), cos, sin, out=cache[3:5])
+    >>> bool(np.array_equal(cache[3:5], x))
+    True
     """
     xp = check_rotary_args(x, cos, sin)
     if layout not in LAYOUTS:
         checks.layout(layout)
     if rotary_features != "leading":
         checks.choice(rotary_features, "rotary_features", ROTARY_FEATURES)
-    return rotate_features(xp, x, cos, sin, layout, rotary_features)
+    if out is not None:
+        check_out(xp, out, x, (cos, sin), ("out", "x", "cos", "sin"))
+    return rotate_features(xp, x, cos, sin, layout, rotary_features, out=out)
 
 
-def rotate(xp: Namespace, x: Array, cos: Array, sin: Array, layout: str, prepared: object = None) -> Array:
-    """Checked arguments -> rotated copy, by the fast path of ``x``'s library or the reference.
+def rotate(
+    xp: Namespace, x: Array, cos: Array, sin: Array, layout: str, prepared: object = None, out: Array | None = None
+) -> Array:
+    """Checked arguments -> rotated copy (or ``out``, written), by the fast path of ``x``'s library or the reference.
 
     ``prepared``: ``backends.prepare(x, cos, sin, layout)`` for tables applied more than once.
     """
-    return backends.rotate(xp, x, cos, sin, layout, prepared)
+    return backends.rotate(xp, x, cos, sin, layout, prepared, out)
 
 
 def rotate_features(
-    xp: Namespace, x: Array, cos: Array, sin: Array, layout: str, features: str, prepared: object = None
+    xp: Namespace,
+    x: Array,
+    cos: Array,
+    sin: Array,
+    layout: str,
+    features: str,
+    prepared: object = None,
+    out: Array | None = None,
 ) -> Array:
-    """:func:`rotate` of the leading rotary features, or of a view of the trailing ones joined after the rest."""
-    if features == "leading":
-        return rotate(xp, x, cos, sin, layout, prepared)
-    start = x.shape[-1] - 2 * cos.shape[-1]
+    """:func:`rotate` of the leading rotary features, or of a view of the trailing ones joined after the rest
+    (into ``out``: the rest copied, the rotary features rotated into their view of it)."""
+    start = 0 if features == "leading" else x.shape[-1] - 2 * cos.shape[-1]
     if start == 0:
-        return rotate(xp, x, cos, sin, layout, prepared)
-    return xp.concat([x[..., :start], rotate(xp, x[..., start:], cos, sin, layout, prepared)], axis=-1)
+        return rotate(xp, x, cos, sin, layout, prepared, out)
+    if out is None:
+        return xp.concat([x[..., :start], rotate(xp, x[..., start:], cos, sin, layout, prepared)], axis=-1)
+    out[..., :start] = x[..., :start]
+    rotate(xp, x[..., start:], cos, sin, layout, prepared, out[..., start:])
+    return out
+
+
+def check_out(xp: Namespace, out: Array, x: Array, others: tuple[Array, ...], names: tuple[str, ...]) -> None:
+    """Refuse ``out`` (named ``names[0]``) as the destination of ``x`` (``names[1]``) rotated: a library whose
+    arrays cannot be written, another namespace, shape, dtype or device, or memory shared with ``x`` (other
+    than ``x`` itself) or with ``others`` (the call's other arrays, ``names[2:]``)."""
+    name, x_name = names[0], names[1]
+    backends.namespace(x, out, names=(x_name, name))  # an array, of x's library
+    if out.dtype != x.dtype:
+        raise TypeError(f"{name} must have {x_name}'s dtype {x.dtype} (the result's), got {out.dtype}")
+    if tuple(out.shape) != tuple(x.shape):
+        raise ValueError(
+            f"{name} must have {x_name}'s shape {tuple(x.shape)} (no broadcasting), got {tuple(out.shape)}"
+        )
+    backends.same_device(x, out, x_name, name)
+    backends.check_out(out, x, others, names)
 
 
 def check_rotary_args(x: Array, cos: Array, sin: Array) -> Namespace:

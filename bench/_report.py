@@ -240,7 +240,15 @@ def _embedding_table(records: list[Record], settings: list[str]) -> list[str]:
     )
     if not groups:
         return []
-    names = ("RotaryEmbedding", "RotaryEmbedding, new step", "naive twice", "apply_rotary twice", "copy q and k")
+    names: tuple[str, ...] = (
+        "RotaryEmbedding",
+        "RotaryEmbedding, new step",
+        "naive twice",
+        "apply_rotary twice",
+        "copy q and k",
+    )
+    if any("RotaryEmbedding out=" in r["seconds"] for by in groups.values() for r in by.values()):
+        names = (*names[:1], "RotaryEmbedding out=", *names[1:])
     lines = [
         "## Decode steps: RotaryEmbedding(q, k, offset=1000), float32",
         "",

@@ -14,7 +14,7 @@ import numpy as np
 import arrayrope
 from arrayrope._lib.rotation import rotate_reference
 
-from . import _compile, _dask, _far, _machine, _memory, _ort, _startup, _tables
+from . import _compile, _dask, _far, _machine, _memory, _numexpr, _ort, _startup, _tables
 from ._config import Config, Shape, thread_count
 from ._libs import Lib, naive, naive_complex, select
 from ._records import LAYOUTS, Layout, Record, Say, Tables, host_tables, naive_tables, ratios, record
@@ -82,7 +82,9 @@ def apply_all(lib: Lib, config: Config, say: Say) -> list[Record]:
 
 
 def apply_case(lib: Lib, shape: Shape, layout: Layout, dtype: str, rdim: int, config: Config, say: Say) -> Record:
-    """apply_rotary against a copy, the reference path, the naive formulas and ORT's fused kernel."""
+    """apply_rotary against a copy, the reference path, the naive formulas and ORT's fused kernel; into a
+    buffer, x itself and a KV cache's slice (``out=``) where the library's arrays take it; numexpr where
+    installed."""
     say(f"apply: {lib.name} {shape} {layout} rotary {rdim} {dtype}")
     x_np = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     cos, sin = host_tables(shape[2], rdim)
@@ -96,6 +98,14 @@ def apply_case(lib: Lib, shape: Shape, layout: Layout, dtype: str, rdim: int, co
         dst, copy_into = ops.copy(x), ops.copy_into
         variants["copy into"] = lambda: copy_into(dst, x)
     variants["arrayrope"] = lambda: ready(arrayrope.apply_rotary(x, c, sn, layout=layout))
+    if ops.copy_into is not None:  # a library whose arrays take out=: a buffer, x itself, a KV cache's slice
+        buffer, own, cache = ops.copy(x), ops.copy(x), _cache_for(lib, x, dtype)
+        slot = cache[:, :, shape[2] :]
+        variants["arrayrope out="] = lambda: ready(arrayrope.apply_rotary(x, c, sn, layout=layout, out=buffer))
+        variants["arrayrope in place"] = lambda: ready(arrayrope.apply_rotary(own, c, sn, layout=layout, out=own))
+        variants["arrayrope into cache slice"] = lambda: ready(
+            arrayrope.apply_rotary(x, c, sn, layout=layout, out=slot)
+        )
     variants["reference path"] = lambda: ready(rotate_reference(xp, x, c, sn, layout))
     variants["naive"] = lambda: ready(naive(ops, layout, x, tables, rdim))
     if layout == "interleaved" and ops.complex_mul is not None:
@@ -108,11 +118,19 @@ def apply_case(lib: Lib, shape: Shape, layout: Layout, dtype: str, rdim: int, co
         variants["ORT fused"] = _ort.fused_rotary(
             x, tables[2], tables[3], layout=layout, threads=thread_count(config.threads)
         )
+    if isinstance(x, np.ndarray) and _numexpr.available() and dtype == "float32" and rdim == shape[-1]:
+        variants["numexpr"] = _numexpr.fused_rotary(x, cos, sin, layout=layout)
     times = measure(variants, sync=lib.sync, rounds=config.rounds, batch_s=config.batch_s, budget_s=25.0)
     rec = record("apply", lib.name, shape, layout, dtype, rdim, times, x_naive=ratios(times, "naive"))
     if "ORT fused" in times:
         rec["x_ort"] = ratios(times, "ORT fused")
     return rec
+
+
+def _cache_for(lib: Lib, x: Any, dtype: str) -> Any:
+    """A (B, H, 2 S, D) cache for x (B, H, S, D), zeros: its positions S..2S-1 are the slice rotated into."""
+    b, h, s, d = x.shape
+    return lib.array(np.zeros((b, h, 2 * s, d), np.float32), dtype)
 
 
 # --------------------------------------------------------------------------- decode steps
@@ -165,6 +183,11 @@ def embedding_decode(lib: Lib, step: tuple[int, int, int], layout: Layout, confi
             ready(arrayrope.apply_rotary(k, cx[off : off + 1], sx[off : off + 1], layout=layout)),
         ),
     }
+    if ops.copy_into is not None:  # the step's q and k written into buffers (a KV cache's slot for k)
+        q_buf, k_buf = ops.copy(q), ops.copy(k)
+        variants["RotaryEmbedding out="] = lambda: tuple(
+            ready(a) for a in rope(q, k, offset=off, q_out=q_buf, k_out=k_buf)
+        )
     times = measure(variants, sync=lib.sync, rounds=config.rounds, batch_s=config.batch_s)
     return record(
         "embedding",

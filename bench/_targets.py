@@ -101,6 +101,7 @@ def _speed_targets(records: list[Record], prefill: list[list[int]], add: Add) ->
                     f"(ORT {', '.join(_fmt(r['x_copy']['ORT fused']) for r in recs)}× copy)",
                     all(v < 1.0 for v in ours),
                 )
+            _out_target(recs, layout, add)
     mem = _find(records, section="memory", backend="numpy")
     if mem:
         worst = max(r["extra_over_x"]["arrayrope"] for r in mem)
@@ -166,6 +167,26 @@ def _speed_targets(records: list[Record], prefill: list[list[int]], add: Add) ->
 _DECODE_NAME = "Decode RotaryEmbedding, q (1, 8, 1, 128), k (1, 2, 1, 128)"
 _SLOWER_NAME = "Never slower than naive"
 LOW = ("float16", "bfloat16")
+
+
+#: The out= variants of the apply section: into a buffer, into x itself, into a KV cache's slice.
+OUT_VARIANTS = {"arrayrope out=": "buffer", "arrayrope in place": "in place", "arrayrope into cache slice": "cache"}
+
+
+def _out_target(recs: list[Record], layout: str, add: Add) -> None:
+    """NumPy prefill with out=: each destination against the fresh output and ORT's fused kernel (worst shape)."""
+    if not all(v in r["seconds"] for r in recs for v in OUT_VARIANTS):
+        return
+    fresh = {name: _worst([_over(r, v, "arrayrope") for r in recs]) for v, name in OUT_VARIANTS.items()}
+    figure = ", ".join(f"{name} {_fmt(v)}" for name, v in fresh.items()) + "× the fresh output"
+    met = all(v <= 0.8 for v in fresh.values())
+    goal = "≤ 0.8× the fresh output (worst shape)"
+    if all("ORT fused" in r["seconds"] for r in recs):
+        ort = {name: _worst([_over(r, v, "ORT fused") for r in recs]) for v, name in OUT_VARIANTS.items()}
+        figure += "; " + ", ".join(f"{name} {_fmt(v)}" for name, v in ort.items()) + "× ORT's time"
+        met = met and all(v < 1.0 for v in ort.values())
+        goal += ", ahead of ORT's fused kernel"
+    add(f"NumPy prefill, {layout}, out=", goal, figure, met)
 
 
 def _user_targets(records: list[Record], add: Add) -> None:

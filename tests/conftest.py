@@ -11,7 +11,9 @@ in a test taking ``xp`` every function its module tags with
 :func:`~array_api_extra.testing.lazy_xp_function` runs under a Dask scheduler that
 fails on any ``compute()`` (building a result must compute nothing) and under
 ``jax.jit`` on JAX (it must trace). ``missing_library`` makes a library look
-uninstalled. Oracles shared by the test modules live in ``helpers.py``.
+uninstalled. ``thresholds`` runs a test with the kernels' size thresholds and without
+them (every array then takes the blocked kernels, in tiny blocks). Oracles shared by
+the test modules live in ``helpers.py``.
 """
 
 from __future__ import annotations
@@ -70,3 +72,24 @@ def missing_library(monkeypatch):
         return message
 
     return register
+
+
+@pytest.fixture(params=["default", "forced"])
+def thresholds(request, monkeypatch):
+    """Default size thresholds, or none: every array takes the blocked/PyTorch kernels, in tiny blocks."""
+    if request.param == "forced":
+        from arrayrope.backends import numpy as _np_kernels
+
+        monkeypatch.setattr(_np_kernels, "_SMALL", 0)
+        monkeypatch.setattr(_np_kernels, "_SMALL_HALF", 0)
+        monkeypatch.setattr(_np_kernels, "BLOCK_BYTES", 96)
+        try:
+            from arrayrope.backends import torch as _torch_kernels
+        except ImportError:  # no torch here: only the NumPy thresholds matter
+            return request.param
+        monkeypatch.setattr(_torch_kernels, "GRAIN", 0)  # one-row blocks, on every thread PyTorch may use
+        monkeypatch.setattr(_torch_kernels, "ONE_THREAD_BLOCK", 0)
+        monkeypatch.setattr(_torch_kernels, "HELPERS_MIN", 0)
+        monkeypatch.setattr(_torch_kernels, "WHOLE_HALF", 0)
+        monkeypatch.setattr(_torch_kernels, "WHOLE_INTERLEAVED", 0)
+    return request.param

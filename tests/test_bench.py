@@ -99,6 +99,8 @@ def test_apply_records_have_ratios_to_copy_naive_and_ort(tiny_run):
         assert r["x_naive"]["naive"] == 1.0 and _finite(r["x_naive"]), r
         if r["layout"] == "interleaved":
             assert "naive complex" in r["x_copy"], r
+        if r["backend"] in ("numpy", "torch"):  # their arrays take out=
+            assert {"arrayrope out=", "arrayrope in place", "arrayrope into cache slice"} <= set(r["x_copy"]), r
         if meta["onnxruntime fused"] and r["backend"] == "numpy" and r["dtype"] in ("float32", "float16"):
             assert r["x_ort"]["ORT fused"] == 1.0 and "arrayrope" in r["x_ort"] and _finite(r["x_ort"]), r
 
@@ -114,6 +116,7 @@ def test_decode_and_other_records_have_their_ratios(tiny_run):
                 "RotaryEmbedding",
                 "RotaryEmbedding, new step",
                 "apply_rotary twice",
+                "RotaryEmbedding out=",  # NumPy and PyTorch arrays take q_out= and k_out=
             }, r
             assert r["x_naive"]["naive q and k"] == 1.0 and _finite(r["x_naive"]) and _finite(r["x_copy"]), r
         elif r["section"] == "compile":
@@ -156,7 +159,7 @@ def test_targets_are_reported_never_asserted(bench, tiny_run):
     names = {t["target"] for t in rows}
     assert set(NEW_TARGETS) <= names
     dask = {"Dask 2 GiB chunked"} if importlib.util.find_spec("dask") else set()
-    assert {"NumPy prefill, half", "Decode apply_rotary (NumPy)"} | dask <= names
+    assert {"NumPy prefill, half", "NumPy prefill, half, out=", "Decode apply_rotary (NumPy)"} | dask <= names
     assert all(t["met"] in (True, False, None) and t["reached"] for t in rows)
     assert next(t for t in rows if t["target"] == "With one busy process")["met"] is None  # no load: not measured
 

@@ -11,11 +11,13 @@ from .types import Array, Namespace
 __all__ = ["rotate_reference"]
 
 
-def rotate_reference(xp: Namespace, x: Array, cos: Array, sin: Array, layout: str) -> Array:
-    """``x`` with its leading ``2 * cos.shape[-1]`` features rotated in ``layout``, a fresh array.
+def rotate_reference(xp: Namespace, x: Array, cos: Array, sin: Array, layout: str, out: Array | None = None) -> Array:
+    """``x`` with its leading ``2 * cos.shape[-1]`` features rotated in ``layout``, a fresh array or ``out``.
 
     The arithmetic runs in the wider of ``x``'s and the tables' dtypes and is cast
-    back to ``x``'s dtype once; features past the rotary ones pass through.
+    back to ``x``'s dtype once; features past the rotary ones pass through. With
+    ``out`` the result is computed whole, then assigned to ``out[...]`` (so ``out``
+    may be ``x``) and ``out`` is returned.
     """
     dtype = x.dtype
     work = xp.result_type(dtype, cos.dtype)
@@ -32,8 +34,11 @@ def rotate_reference(xp: Namespace, x: Array, cos: Array, sin: Array, layout: st
         xe, xo = pairs[..., 0], pairs[..., 1]
         y = xp.stack([xe * cos - xo * sin, xo * cos + xe * sin], axis=-1)
         parts = [xp.reshape(y, (*lead, r))]
-    out = parts[0] if len(parts) == 1 else xp.concat(parts, axis=-1)
-    out = xp.astype(out, dtype, copy=False)
+    y = parts[0] if len(parts) == 1 else xp.concat(parts, axis=-1)
+    y = xp.astype(y, dtype, copy=False)
     if r < d:
-        out = xp.concat([out, x[..., r:]], axis=-1)
+        y = xp.concat([y, x[..., r:]], axis=-1)
+    if out is None:
+        return y
+    out[...] = y
     return out

@@ -38,6 +38,7 @@ from ._namespace import (
 )
 from .dispatch import (
     arange_tables,
+    check_out,
     concrete,
     constant,
     graph_rotary,
@@ -59,6 +60,7 @@ __all__ = [
     "available",
     "cache_key",
     "check_device",
+    "check_out",
     "concrete",
     "constant",
     "default_namespace",

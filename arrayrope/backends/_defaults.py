@@ -35,9 +35,9 @@ def host(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     return fn(*args)
 
 
-def rotate(xp: Namespace, x: Array, cos: Array, sin: Array, layout: str) -> Array:
+def rotate(xp: Namespace, x: Array, cos: Array, sin: Array, layout: str, out: Array | None = None) -> Array:
     """The reference."""
-    return rotate_reference(xp, x, cos, sin, layout)
+    return rotate_reference(xp, x, cos, sin, layout, out)
 
 
 def prepare(cos: Array, sin: Array, layout: str) -> None:
@@ -45,7 +45,7 @@ def prepare(cos: Array, sin: Array, layout: str) -> None:
     return None
 
 
-def rotate_prepared(x: Array, prepared: Prepared, layout: str) -> None:
+def rotate_prepared(x: Array, prepared: Prepared, layout: str, out: Array | None = None) -> None:
     """No prepared form."""
     return None
 

@@ -73,16 +73,32 @@ class Library(Protocol):
         """
         ...
 
-    def rotate(self, xp: Namespace, x: Array, cos: Array, sin: Array, layout: str) -> Array:
-        """``x`` rotated as :func:`arrayrope._lib.rotation.rotate_reference` does, by this library's fast path."""
+    def rotate(self, xp: Namespace, x: Array, cos: Array, sin: Array, layout: str, out: Array | None) -> Array:
+        """``x`` rotated as :func:`arrayrope._lib.rotation.rotate_reference` does, by this library's fast path.
+
+        With ``out`` (checked by :func:`check_out`) the result is written there and ``out`` returned;
+        ``out`` may be ``x`` itself.
+        """
+        ...
+
+    def check_out(self, out: Array, x: Array, others: tuple[Array, ...], names: tuple[str, ...]) -> None:
+        """Refuse ``out`` as the destination of ``x`` rotated, where this library cannot write it there.
+
+        ``out`` has ``x``'s namespace, shape, dtype and device already. ``names`` are those of ``out``,
+        ``x`` and ``others`` (the call's other arrays, read or written). A library whose arrays cannot
+        be written raises ``TypeError`` saying what to do instead; the others raise ``ValueError``
+        where ``out`` cannot be written (read-only, elements repeated) or shares memory with ``x``
+        other than being ``x`` itself, or with any of ``others``.
+        """
         ...
 
     def prepare(self, cos: Array, sin: Array, layout: str) -> Prepared | None:
         """Tables in the form :func:`rotate_prepared` applies fastest (for tables applied often), or None."""
         ...
 
-    def rotate_prepared(self, x: Array, prepared: Prepared, layout: str) -> Array | None:
-        """``x`` rotated with what :func:`prepare` returned, or None where that form does not apply."""
+    def rotate_prepared(self, x: Array, prepared: Prepared, layout: str, out: Array | None) -> Array | None:
+        """``x`` rotated with what :func:`prepare` returned (into ``out`` if given), or None where that form
+        does not apply."""
         ...
 
     def arange_tables(self, inv_freq: np.ndarray, n: int, dtype: DType, factor: float) -> tuple[Array, Array] | None:

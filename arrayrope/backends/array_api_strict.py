@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "arange_tables",
+    "check_out",
     "concrete",
     "constant",
     "host",
@@ -24,6 +25,15 @@ __all__ = [
     "to_numpy",
     "tracing",
 ]
+
+
+def check_out(out: Any, x: Any, others: tuple[Any, ...], names: tuple[str, ...]) -> None:
+    """The standard leaves writes through views undefined: refused."""
+    raise TypeError(
+        f"{names[0]}= is refused for array_api_strict arrays: the Array API standard has no out= and leaves "
+        "undefined whether a write into a slice reaches the array it was sliced from. Use the returned array "
+        "(and assign it, buffer[...] = y, where your library defines that)"
+    )
 
 
 def probe() -> list[Backend]:

@@ -3,7 +3,9 @@
 The reference path launches a kernel per operation (slices, products, sums,
 concatenation); here one kernel reads each pair of ``x`` and its cos/sin once and
 writes both rotated features, in float32 (float64 where an input is float64),
-rounding once to ``x``'s dtype.
+rounding once to ``x``'s dtype. The kernel writes into a C-contiguous ``out=`` directly
+(``x`` itself too: each thread reads its pair before it writes it); any other
+destination gets the kernel's fresh output copied in.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "arange_tables",
+    "check_out",
     "concrete",
     "constant",
     "host",
@@ -85,8 +88,31 @@ def to_numpy(x: Any) -> np.ndarray:
     return out
 
 
-def rotate(xp: Any, x: Any, cos: Any, sin: Any, layout: str) -> Any:
-    """Rotated copy of ``x``: one kernel over the pairs (and a copy of the features past rotary_dim)."""
+def check_out(out: Any, x: Any, others: tuple[Any, ...], names: tuple[str, ...]) -> None:
+    """``out`` with each element once, sharing no memory with ``x`` (unless it is ``x``) or ``others``."""
+    name = names[0]
+    if any(s == 0 and n > 1 for n, s in zip(out.shape, out.strides, strict=True)):
+        raise ValueError(f"{name} repeats elements (a stride of 0, as broadcast_to makes); pass an array of its own")
+    same = out is x or (out.data.ptr == x.data.ptr and out.shape == x.shape and out.strides == x.strides)
+    if not same and _shares(out, x):
+        raise ValueError(
+            f"{name} shares memory with {names[1]} without being {names[1]} itself; pass {names[1]} (in place) "
+            "or an array that does not overlap it"
+        )
+    for other, other_name in zip(others, names[2:], strict=True):
+        if _shares(out, other):
+            raise ValueError(f"{name} shares memory with {other_name}; pass an array that does not overlap it")
+
+
+def _shares(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` have an element in common: their memory bounds first, then exactly (which
+    sorts the addresses of every element, so only where the bounds meet)."""
+    return bool(cupy.may_share_memory(a, b)) and bool(cupy.shares_memory(a, b))
+
+
+def rotate(xp: Any, x: Any, cos: Any, sin: Any, layout: str, out: Any = None) -> Any:
+    """``x`` rotated into a fresh array or ``out``: one kernel over the pairs (and a copy of the features past
+    rotary_dim)."""
     if (
         x.dtype.name not in _FLOATS
         or cos.dtype != sin.dtype
@@ -94,12 +120,16 @@ def rotate(xp: Any, x: Any, cos: Any, sin: Any, layout: str) -> Any:
         or x.size == 0
         or not x.flags.c_contiguous
     ):
-        return rotate_reference(xp, x, cos, sin, layout)
+        return rotate_reference(xp, x, cos, sin, layout, out)
     h, d = cos.shape[-1], x.shape[-1]
     pairs = (*x.shape[:-1], h)  # cos/sin broadcast to one value per pair
-    y = cupy.empty_like(x)
+    # the kernel indexes y as x (row * d + feature): a C-contiguous out takes the result directly
+    y = out if out is not None and out.flags.c_contiguous else cupy.empty_like(x)
     wide = "float64" in (x.dtype.name, cos.dtype.name)
     _kernel(wide)(cupy.broadcast_to(cos, pairs), cupy.broadcast_to(sin, pairs), x, h, d, layout == "interleaved", y)
-    if 2 * h < d:
+    if 2 * h < d and y is not x:
         y[..., 2 * h :] = x[..., 2 * h :]
-    return y
+    if out is None or y is out:
+        return y
+    out[...] = y
+    return out

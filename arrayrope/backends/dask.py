@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "arange_tables",
+    "check_out",
     "concrete",
     "constant",
     "host",
@@ -48,11 +49,21 @@ def to_numpy(x: da.Array) -> np.ndarray:
     return convert(x.compute())
 
 
-def rotate(xp: Any, x: da.Array, cos: da.Array, sin: da.Array, layout: str) -> da.Array:
-    """One blockwise task per chunk of x; the tables are rechunked to x's chunks (they are small)."""
+def check_out(out: Any, x: Any, others: tuple[Any, ...], names: tuple[str, ...]) -> None:
+    """Dask arrays are lazy graphs, with no memory to write into: refused."""
+    raise TypeError(
+        f"{names[0]}= cannot write into a Dask array: a Dask array is a lazy graph, not memory. Use the returned "
+        "array (its chunks are computed where they are needed); to write the values into storage, "
+        "dask.array.store(y, target)"
+    )
+
+
+def rotate(xp: Any, x: da.Array, cos: da.Array, sin: da.Array, layout: str, out: Any = None) -> da.Array:
+    """One blockwise task per chunk of x; the tables are rechunked to x's chunks (they are small). ``out`` is
+    refused before (:func:`check_out`)."""
     if len(x.chunks[-1]) != 1 or any(math.isnan(c) for cs in x.chunks for c in cs):
-        out: da.Array = rotate_reference(xp, x, cos, sin, layout)
-        return out
+        ref: da.Array = rotate_reference(xp, x, cos, sin, layout)
+        return ref
     nd, td = x.ndim, cos.ndim
     letters = "abcdefghijklmnopqrstuvwxy"[:nd]
     t_ind = letters[nd - td : nd - 1] + "z"

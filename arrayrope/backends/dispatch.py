@@ -7,7 +7,8 @@ functions below are what the core calls:
 
 * :func:`rotate`, :func:`prepare`, :func:`arange_tables`: fast paths that compute the
   values of :func:`arrayrope._lib.rotation.rotate_reference` (and of the tables) with
-  fewer passes over memory.
+  fewer passes over memory; :func:`check_out`: whether a rotation may be written into
+  a caller's array (``out=``).
 * :func:`concrete`: the one predicate for "the values of this array may be read now"
   (False for Dask graphs, tracers' stand-ins and meta tensors: never inspected or cached).
 * :func:`tracing`: whether a graph of that library is being traced (no float64 then).
@@ -34,6 +35,7 @@ from .registry import LIBRARIES, library_module
 
 __all__ = [
     "arange_tables",
+    "check_out",
     "concrete",
     "constant",
     "graph_rotary",
@@ -100,16 +102,30 @@ def graph_rotary(x: Array) -> Callable[..., Any] | None:
     return integrations.graph_rotary(name)
 
 
-def rotate(xp: Namespace, x: Array, cos: Array, sin: Array, layout: str, prepared: object = None) -> Array:
-    """``x`` rotated by its library's fast path (``prepared``: what :func:`prepare` returned, or None)."""
+def rotate(
+    xp: Namespace, x: Array, cos: Array, sin: Array, layout: str, prepared: object = None, out: Array | None = None
+) -> Array:
+    """``x`` rotated by its library's fast path (``prepared``: what :func:`prepare` returned, or None), into
+    ``out`` when given (checked by :func:`check_out`)."""
     module = _of(x)
     if module is None:
-        return rotate_reference(xp, x, cos, sin, layout)
+        return rotate_reference(xp, x, cos, sin, layout, out)
     if prepared is not None:
-        out = module.rotate_prepared(x, prepared, layout)
-        if out is not None:
-            return out
-    return module.rotate(xp, x, cos, sin, layout)
+        done = module.rotate_prepared(x, prepared, layout, out)
+        if done is not None:
+            return done
+    return module.rotate(xp, x, cos, sin, layout, out)
+
+
+def check_out(out: Array, x: Array, others: tuple[Array, ...], names: tuple[str, ...]) -> None:
+    """Refuse ``out`` where ``x``'s library cannot write ``x`` rotated into it (see :meth:`.Library.check_out`)."""
+    module = _of(x)
+    if module is None:
+        raise TypeError(
+            f"{names[0]}= writes into arrays of NumPy, CuPy and PyTorch; {names[1]} is a {type(x).__name__}: "
+            f"pass no {names[0]}= and use the returned array"
+        )
+    module.check_out(out, x, others, names)
 
 
 def prepare(x: Array, cos: Array, sin: Array, layout: str) -> object | None:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "arange_tables",
+    "check_out",
     "concrete",
     "constant",
     "host",
@@ -55,10 +56,20 @@ def to_numpy(x: jax.Array) -> np.ndarray:
     return arr.astype(np.float32) if arr.dtype.name == "bfloat16" else arr
 
 
-def rotate(xp: Any, x: jax.Array, cos: jax.Array, sin: jax.Array, layout: str) -> jax.Array:
-    """The reference under ``jax.jit``: one fused XLA computation (inlined when already tracing)."""
+def check_out(out: Any, x: Any, others: tuple[Any, ...], names: tuple[str, ...]) -> None:
+    """JAX arrays are immutable: refused."""
+    raise TypeError(
+        f"{names[0]}= cannot write into a JAX array: JAX arrays are immutable. Use the returned array; to put it "
+        "into a cache, cache.at[...].set(y) or jax.lax.dynamic_update_slice (under jax.jit, with the cache "
+        "donated, XLA updates it in place)"
+    )
+
+
+def rotate(xp: Any, x: jax.Array, cos: jax.Array, sin: jax.Array, layout: str, out: Any = None) -> jax.Array:
+    """The reference under ``jax.jit``: one fused XLA computation (inlined when already tracing); ``out`` is
+    refused before (:func:`check_out`)."""
     fn = _jitted.get(layout)
     if fn is None:
         fn = _jitted[layout] = jax.jit(lambda a, c, s: rotate_reference(jnp, a, c, s, layout))
-    out: jax.Array = fn(x, cos, sin)
-    return out
+    y: jax.Array = fn(x, cos, sin)
+    return y

@@ -8,6 +8,11 @@
   view), and the sign of the rotation is folded into the sin table.
 * Arrays up to 1 MiB (half-split: 128 KiB): a few broadcasting ufuncs over the whole array (fewer calls).
 * Tables for positions ``0..n-1``: float64 angle addition in cache-sized blocks.
+* ``out=``: each path writes its last ufunc into the caller's array (``x`` itself, or a
+  slice of a larger buffer); the half-split blocks take the swapped copy of a block
+  before they write over it, so that ``out`` may be ``x``. A destination whose leading
+  axes do not flatten (a ``(B, H, S, D)`` cache sliced on ``S``) is written in pieces
+  along its outer axes, each a rows view.
 
 Each computes the values of the pure Array API reference and is tested against it.
 """
@@ -30,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "arange_tables",
+    "check_out",
     "concrete",
     "constant",
     "host",
@@ -74,39 +80,119 @@ def _void(nbytes: int) -> np.dtype[np.void]:
     return np.dtype((np.void, nbytes))
 
 
-def rotate(xp: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str) -> np.ndarray:
-    """Rotary application on NumPy arrays with a fresh output and no full-size temporaries."""
+def check_out(out: np.ndarray, x: np.ndarray, others: tuple[np.ndarray, ...], names: tuple[str, ...]) -> None:
+    """``out`` writable, each element once, sharing no memory with ``x`` (unless it is ``x``) or ``others``."""
+    name = names[0]
+    if not out.flags.writeable:
+        raise ValueError(f"{name} is read-only; pass a writable array (x itself, or a slice of a buffer)")
+    if 0 in out.strides and any(s == 0 and n > 1 for n, s in zip(out.shape, out.strides, strict=True)):
+        raise ValueError(f"{name} repeats elements (a stride of 0, as np.broadcast_to makes); pass a writable array")
+    if out is not x and _shares(out, x) and not _same(out, x):
+        raise ValueError(
+            f"{name} shares memory with {names[1]} without being {names[1]} itself; pass {names[1]} (in place) "
+            "or an array that does not overlap it"
+        )
+    for other, other_name in zip(others, names[2:], strict=True):
+        if _shares(out, other):
+            raise ValueError(f"{name} shares memory with {other_name}; pass an array that does not overlap it")
+
+
+#: Effort bound of the exact overlap test (NumPy's stubs allow only -1 and 0; the function takes any bound).
+_MAX_WORK: Any = 1 << 16
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` and ``b`` view the same elements in the same order (``a`` is ``b``, or a view like it)."""
+    return a is b or (
+        a.shape == b.shape
+        and a.strides == b.strides
+        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+    )
+
+
+def _shares(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` and ``b`` have an element in common (exactly; where that is too hard to tell: yes)."""
+    if not np.may_share_memory(a, b):
+        return False
+    try:
+        return bool(np.shares_memory(a, b, max_work=_MAX_WORK))
+    except np.exceptions.TooHardError:
+        return True
+
+
+def rotate(xp: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, out: Any = None) -> np.ndarray:
+    """Rotary application on NumPy arrays, into a fresh output or ``out``, with no full-size temporaries."""
     dt = x.dtype
     work: np.dtype[Any] = dt if dt == cos.dtype == sin.dtype else np.result_type(dt, cos.dtype, sin.dtype)
     if work.kind != "f" or not x.size:  # empty arrays: no period of rows to reshape by
-        out: np.ndarray = rotate_reference(xp, x, cos, sin, layout)
-        return out
+        ref: np.ndarray = rotate_reference(xp, x, cos, sin, layout, out)
+        return ref
     small = x.nbytes <= (_SMALL_HALF if layout == "half" else _SMALL)
     if small and layout == "half" and work == dt and x.shape[-1] == 2 * cos.shape[-1]:
-        return _small_half(x, cos, sin)
+        return _small_half(x, cos, sin, out)
     one_pass = layout == "interleaved" and work == dt and work in _COMPLEX
     if one_pass or small or x.strides[-1] != x.itemsize:
-        return _whole(x, cos.astype(work, copy=False), sin.astype(work, copy=False), layout, work)
+        return _whole(x, cos.astype(work, copy=False), sin.astype(work, copy=False), layout, work, out)
     rows = _rows_view(x)
     period = _period(x.shape[:-1], cos.shape[:-1]) if rows is not None else None
     if rows is None or period is None:
-        return _whole(x, cos.astype(work, copy=False), sin.astype(work, copy=False), layout, work)
+        return _whole(x, cos.astype(work, copy=False), sin.astype(work, copy=False), layout, work, out)
     h = cos.shape[-1]
-    result = np.empty(x.shape, dtype=dt)
-    _blocks(
-        rows,
-        result.reshape(rows.shape),
-        cos.astype(work, copy=False).reshape(period, h),
-        sin.astype(work, copy=False).reshape(period, h),
-        layout,
-        work,
-        period,
-    )
+    c2 = cos.astype(work, copy=False).reshape(period, h)
+    s2 = sin.astype(work, copy=False).reshape(period, h)
+    result = np.empty(x.shape, dtype=dt) if out is None else out
+    orows = _rows_view(result) if result.strides[-1] == result.itemsize else None
+    if orows is not None:
+        _blocks([(rows, orows)], c2, s2, layout, work, period)
+        return result
+    pieces = _pieces(result, period)
+    if pieces is None:  # no rows view of out: rotate into a fresh array, then copy
+        np.copyto(result, rotate(xp, x, cos, sin, layout))
+        return result
+    n = pieces[0].shape[0]
+    _blocks([(rows[i * n : (i + 1) * n], piece) for i, piece in enumerate(pieces)], c2, s2, layout, work, period)
     return result
 
 
-def _small_half(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-    """Small half-split arrays of the tables' dtype: four ufuncs, with the simplest broadcast the tables allow."""
+def _pieces(out: np.ndarray, period: int) -> list[np.ndarray] | None:
+    """``out`` as rows views of its inner axes, one per index of its outer axes (in row order), or None.
+
+    None unless a piece holds whole periods of the tables (every piece then starts at table row 0) and at
+    least half a block of rows (the loop then costs little beside the work).
+    """
+    if out.strides[-1] != out.itemsize:
+        return None
+    lead = out.shape[:-1]
+    for k in range(1, len(lead)):
+        inner = out[(0,) * k]
+        if _rows_view(inner) is None:
+            continue
+        n = math.prod(lead[k:])
+        if n % period or n * out.shape[-1] * out.itemsize < BLOCK_BYTES // 2:
+            return None
+        views = [_rows_view(out[i]) for i in itertools.product(*map(range, lead[:k]))]
+        if any(v is None for v in views):
+            return None
+        return [v for v in views if v is not None]
+    return None
+
+
+def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """``a`` reshaped to ``shape`` as a view of it, or None where that needs a copy."""
+    v = a.reshape(shape)
+    return v if v.size == 0 or np.may_share_memory(v, a) else None
+
+
+def _into(y: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``y`` (a fresh result) copied into ``out``, rounded to its dtype."""
+    np.copyto(out, y.reshape(out.shape), casting="same_kind")
+    return out
+
+
+def _small_half(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Small half-split arrays of the tables' dtype: four ufuncs, with the simplest broadcast the tables allow.
+
+    Both products are taken before the sum is written: ``out`` may be ``x``."""
     h = cos.shape[-1]
     x3: np.ndarray
     if cos.size == h:  # one table row for all of x (a decode step): x as (-1, 2, h)
@@ -118,9 +204,12 @@ def _small_half(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     y = np.multiply(x3, c)
     t = np.multiply(x3[..., ::-1, :], s)
     t *= _SIGN[y.dtype]
-    y += t  # [x1 cos - x2 sin, x2 cos + x1 sin]
-    out: np.ndarray = y.reshape(x.shape)
-    return out
+    o3 = None if out is None else _view(out, y.shape)
+    if o3 is not None and out is not None:
+        np.add(y, t, out=o3)  # [x1 cos - x2 sin, x2 cos + x1 sin]
+        return out
+    y += t
+    return y.reshape(x.shape) if out is None else _into(y, out)
 
 
 def prepare(cos: np.ndarray, sin: np.ndarray, layout: str) -> tuple[np.ndarray, ...] | None:
@@ -139,7 +228,9 @@ def prepare(cos: np.ndarray, sin: np.ndarray, layout: str) -> tuple[np.ndarray, 
     return (tab,)
 
 
-def rotate_prepared(x: np.ndarray, prepared: tuple[np.ndarray, ...], layout: str) -> np.ndarray | None:
+def rotate_prepared(
+    x: np.ndarray, prepared: tuple[np.ndarray, ...], layout: str, out: np.ndarray | None = None
+) -> np.ndarray | None:
     """Small arrays with prepared tables: three ufuncs (half-split) or one (interleaved); else None."""
     t = prepared[0]
     if x.nbytes > _SMALL or not x.size:
@@ -156,14 +247,22 @@ def rotate_prepared(x: np.ndarray, prepared: tuple[np.ndarray, ...], layout: str
             x3, c3, s3 = x.reshape(-1, p, 2, h), c3.reshape(p, 2, h), s3.reshape(p, 2, h)
         else:
             x3 = x.reshape((*x.shape[:-1], 2, h))
-        y = np.multiply(x3, c3)
-        y += np.multiply(x3[..., ::-1, :], s3)
-        half: np.ndarray = y.reshape(x.shape)
-        return half
+        swapped = np.multiply(x3[..., ::-1, :], s3)  # taken first: out may be x
+        o3 = None if out is None else _view(out, swapped.shape)
+        if o3 is not None and out is not None:
+            np.multiply(x3, c3, out=o3)
+            o3 += swapped
+            return out
+        rotated = np.multiply(x3, c3)
+        rotated += swapped
+        return rotated.reshape(x.shape) if out is None else _into(rotated, out)
     if x.dtype != _REAL.get(t.dtype) or x.shape[-1] != 2 * t.shape[-1] or x.strides[-1] != x.itemsize:
         return None
-    out: np.ndarray = np.multiply(x.view(t.dtype), t).view(x.dtype)
-    return out
+    if out is not None and out.strides[-1] == out.itemsize:
+        np.multiply(x.view(t.dtype), t, out=out.view(t.dtype))  # pair by pair: out may be x
+        return out
+    y: np.ndarray = np.multiply(x.view(t.dtype), t).view(x.dtype)
+    return y if out is None else _into(y, out)
 
 
 def _rows_view(x: np.ndarray) -> np.ndarray | None:
@@ -174,8 +273,13 @@ def _rows_view(x: np.ndarray) -> np.ndarray | None:
     return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])  # a view: the leading axes are evenly strided
 
 
-def _whole(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, work: np.dtype[Any]) -> np.ndarray:
-    """Small or irregular arrays: a few broadcasting ufuncs over the whole array."""
+def _whole(
+    x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, work: np.dtype[Any], out: np.ndarray | None = None
+) -> np.ndarray:
+    """Small or irregular arrays: a few broadcasting ufuncs over the whole array.
+
+    Each result is computed whole before it is written into ``out`` (which may be ``x``), except the
+    complex multiplication, which writes each pair after reading it."""
     h = cos.shape[-1]
     r, d = 2 * h, x.shape[-1]
     lead = x.shape[:-1]
@@ -191,11 +295,13 @@ def _whole(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, work: n
     elif cplx is not None and xr.strides[-1] == xr.itemsize:
         tab = np.empty(cos.shape, cplx)
         tab.real, tab.imag = cos, sin
-        if r < d and x.dtype == work:  # write the rotated part straight into the output
-            out = np.empty(x.shape, x.dtype)
-            np.multiply(xr.view(cplx), tab, out=out[..., :r].view(cplx))
-            np.copyto(out[..., r:], x[..., r:])
-            return out
+        dest = out if out is not None else np.empty(x.shape, x.dtype) if r < d else None
+        if x.dtype == work and dest is not None and dest.strides[-1] == dest.itemsize:
+            # write the rotated part straight into the output
+            np.multiply(xr.view(cplx), tab, out=dest[..., :r].view(cplx))
+            if r < d:
+                np.copyto(dest[..., r:], x[..., r:])
+            return dest
         y = np.multiply(xr.view(cplx), tab).view(work)
     else:
         xe, xo = xr[..., 0::2], xr[..., 1::2]
@@ -208,17 +314,18 @@ def _whole(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, work: n
         np.multiply(xo, cos, out=yo)
         np.add(yo, t, out=yo)
     y = y.reshape((*lead, r))
-    if r == d:
+    if r == d and out is None:
         return y if y.dtype == x.dtype else np.asarray(y.astype(x.dtype))
-    out = np.empty(x.shape, x.dtype)
+    if out is None:
+        out = np.empty(x.shape, x.dtype)
     np.copyto(out[..., :r], y, casting="same_kind")
-    np.copyto(out[..., r:], x[..., r:])
+    if r < d:
+        np.copyto(out[..., r:], x[..., r:])
     return out
 
 
 def _blocks(
-    xf: np.ndarray,
-    of: np.ndarray,
+    pairs: list[tuple[np.ndarray, np.ndarray]],
     cos: np.ndarray,
     sin: np.ndarray,
     layout: str,
@@ -229,12 +336,18 @@ def _blocks(
 
     Row ``i`` uses table row ``i % period``. Long periods are cut into blocks;
     short ones (e.g. one decode position for all heads) are broadcast over
-    blocks of whole periods, seen as ``(-1, period, features)``.
+    blocks of whole periods, seen as ``(-1, period, features)``. ``pairs`` are
+    (rows of x, rows of the output) of one shape, each starting at table row 0:
+    the tables and scratch are made once for all. An output may be its x: a
+    block of x is read whole (swapped copy, products) before its rotation is
+    written, or pair by pair (complex multiplication).
     """
     h = cos.shape[-1]
+    xf, of = pairs[0]
     r, d = 2 * h, xf.shape[1]
     n = xf.shape[0]
     step, short, blocks = row_blocks(n, period, max(1, BLOCK_BYTES // (d * work.itemsize)))
+    schedule = list(blocks)
 
     def fold(a: np.ndarray) -> np.ndarray:
         return a.reshape(-1, period, a.shape[-1]) if short else a
@@ -257,26 +370,27 @@ def _blocks(
             xbuf, obuf = np.empty((step, r), work), np.empty((step, r), work)
         tab = np.empty(cos.shape, cplx)
         tab.real, tab.imag = cos, sin
-    for a, m, s0 in blocks:
-        xb = xf[a : a + m, :r]
-        ob = of[a : a + m, :r]
-        if cast_in:
-            np.copyto(xbuf[:m], xb, casting="same_kind")
-            xb = xbuf[:m]
-        o = obuf[:m] if cast_out else ob
-        if layout == "half":
-            np.multiply(fold(xb), cos_t if short else cos_t[s0 : s0 + m], out=fold(o))
-            np.copyto(swap[:m], xb.view(vdt))
-            t = fold(tbuf[:m])
-            np.multiply(t, sin_t if short else sin_t[s0 : s0 + m], out=t)
-            np.add(o, tbuf[:m], out=o)
-        else:
-            tb = tab if short else tab[s0 : s0 + m]
-            np.multiply(fold(xb.view(cplx)), tb, out=fold(o.view(cplx)))
-        if cast_out:
-            np.copyto(ob, o, casting="same_kind")
-        if r < d:
-            np.copyto(of[a : a + m, r:], xf[a : a + m, r:])
+    for xf, of in pairs:
+        for a, m, s0 in schedule:
+            xb = xf[a : a + m, :r]
+            ob = of[a : a + m, :r]
+            if cast_in:
+                np.copyto(xbuf[:m], xb, casting="same_kind")
+                xb = xbuf[:m]
+            o = obuf[:m] if cast_out else ob
+            if layout == "half":
+                np.copyto(swap[:m], xb.view(vdt))  # before o is written: o may be x's block
+                np.multiply(fold(xb), cos_t if short else cos_t[s0 : s0 + m], out=fold(o))
+                t = fold(tbuf[:m])
+                np.multiply(t, sin_t if short else sin_t[s0 : s0 + m], out=t)
+                np.add(o, tbuf[:m], out=o)
+            else:
+                tb = tab if short else tab[s0 : s0 + m]
+                np.multiply(fold(xb.view(cplx)), tb, out=fold(o.view(cplx)))
+            if cast_out:
+                np.copyto(ob, o, casting="same_kind")
+            if r < d:
+                np.copyto(of[a : a + m, r:], xf[a : a + m, r:])
 
 
 def arange_tables(inv_freq: np.ndarray, n: int, dtype: Any, factor: float) -> tuple[np.ndarray, np.ndarray] | None:

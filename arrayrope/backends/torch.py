@@ -18,6 +18,11 @@
   scratch, rotated there and rounded once into the output.
 * Other devices (CUDA), and CPU tensors the blocks cannot view: the same ops on
   the whole tensor, into slices of a fresh output.
+* ``out=``: the blocks, the whole-tensor ops and the prepared tables write into the
+  caller's tensor; where it is ``x`` itself, half-split blocks read ``x`` through the
+  per-thread scratch (the complex multiplication writes each pair after reading it).
+  A destination the blocks cannot view (a ``(B, H, S, D)`` cache sliced on ``S``)
+  takes the whole-tensor ops.
 
 Calls that autograd records, and calls being traced or compiled (``torch.compile``,
 ``torch.export``, TorchScript tracing for ``torch.onnx.export``), take the reference:
@@ -52,6 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "arange_tables",
+    "check_out",
     "concrete",
     "constant",
     "host",
@@ -105,10 +111,62 @@ def to_numpy(x: torch.Tensor) -> np.ndarray:
     return x.numpy()
 
 
-def rotate(xp: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
-    """Rotary application on tensors with a fresh output; the reference where autograd or a tracer records."""
-    if _recorded(x, cos, sin):
-        ref: torch.Tensor = rotate_reference(xp, x, cos, sin, layout)
+def check_out(out: torch.Tensor, x: torch.Tensor, others: tuple[torch.Tensor, ...], names: tuple[str, ...]) -> None:
+    """``out`` with each element once, sharing no memory with ``x`` (unless it is ``x``) or ``others``.
+
+    Not while a graph is traced: its tensors hold no memory to compare, and the reference that a traced
+    call takes computes the result whole before writing it, whatever the overlap.
+    """
+    if tracing() or out.device.type == "meta":
+        return
+    name = names[0]
+    if any(s == 0 and n > 1 for n, s in zip(out.shape, out.stride(), strict=True)):
+        raise ValueError(f"{name} repeats elements (a stride of 0, as expand() makes); pass a tensor of its own")
+    if out is not x and _shares(out, x) and not _same(out, x):
+        raise ValueError(
+            f"{name} shares memory with {names[1]} without being {names[1]} itself; pass {names[1]} (in place) "
+            "or a tensor that does not overlap it"
+        )
+    for other, other_name in zip(others, names[2:], strict=True):
+        if _shares(out, other):
+            raise ValueError(f"{name} shares memory with {other_name}; pass a tensor that does not overlap it")
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` view the same elements in the same order (``a`` is ``b``, or a view like it)."""
+    return a is b or (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride())
+
+
+def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` may have an element in common: their spans of memory meet (on the CPU, NumPy
+    then tells exactly)."""
+    if a.numel() == 0 or b.numel() == 0 or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False  # tensors of different storages share nothing
+    lo_a, lo_b = a.data_ptr(), b.data_ptr()
+    hi_a = lo_a + (1 + sum((n - 1) * s for n, s in zip(a.shape, a.stride(), strict=True))) * a.element_size()
+    hi_b = lo_b + (1 + sum((n - 1) * s for n, s in zip(b.shape, b.stride(), strict=True))) * b.element_size()
+    if hi_a <= lo_b or hi_b <= lo_a:
+        return False
+    if a.device.type != "cpu":
+        return True
+    from .numpy import _shares as shares
+
+    return shares(_bytes(a), _bytes(b))
+
+
+def _bytes(t: torch.Tensor) -> np.ndarray:
+    """A NumPy view of ``t``'s memory (any dtype, as unsigned integers of its size)."""
+    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return t.detach().view(as_int).numpy()
+
+
+def rotate(
+    xp: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rotary application on tensors, into a fresh output or ``out``; the reference where autograd or a tracer
+    records (``out`` is then assigned, as PyTorch's in-place rules allow)."""
+    if _recorded(x, cos, sin) or (out is not None and out.requires_grad and torch.is_grad_enabled()):
+        ref: torch.Tensor = rotate_reference(xp, x, cos, sin, layout, out)
         return ref
     dt = x.dtype
     work = dt if dt == cos.dtype == sin.dtype else torch.promote_types(torch.promote_types(dt, cos.dtype), sin.dtype)
@@ -117,17 +175,17 @@ def rotate(xp: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layou
         work == dt
         and n <= (WHOLE_INTERLEAVED if layout == "interleaved" else WHOLE_HALF if torch.get_num_threads() > 1 else 0)
     ):
-        return _small(x, cos, sin, layout, work)
+        return _small(x, cos, sin, layout, work, out)
     # float16 and bfloat16 arithmetic runs in float32, rounded once at the end
     compute = torch.float32 if work in _LOW else work
     if cos.dtype != compute or sin.dtype != compute:
         cos, sin = cos.to(compute), sin.to(compute)
     # on one thread PyTorch opens no parallel region: one block's worth of x takes the whole-tensor ops
     if x.device.type == "cpu" and (x.dtype != cos.dtype or x.numel() > ONE_THREAD_BLOCK or torch.get_num_threads() > 1):
-        out = _cpu(x, cos, sin, layout)
-        if out is not None:
-            return out
-    return _whole(x, cos, sin, layout)
+        done = _cpu(x, cos, sin, layout, out)
+        if done is not None:
+            return done
+    return _whole(x, cos, sin, layout, out)
 
 
 def _recorded(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
@@ -239,31 +297,51 @@ def prepare(cos: torch.Tensor, sin: torch.Tensor, layout: str) -> tuple[torch.Te
     return (torch.complex(cos, sin),) if cos.dtype in (torch.float32, torch.float64) else None
 
 
-def rotate_prepared(x: torch.Tensor, prepared: tuple[torch.Tensor, ...], layout: str) -> torch.Tensor | None:
+def rotate_prepared(
+    x: torch.Tensor, prepared: tuple[torch.Tensor, ...], layout: str, out: torch.Tensor | None = None
+) -> torch.Tensor | None:
     """Small tensors with prepared tables: three calls (half-split) or one multiplication; else None."""
     t = prepared[0]
-    if x.numel() > GRAIN or _recorded(x, t, t):
+    if x.numel() > GRAIN or _recorded(x, t, t) or (out is not None and out.requires_grad):
         return None
     if layout == "half":
         cf, sf = prepared
         d = x.shape[-1]
         if d != cf.shape[-1]:
             return None
-        y = torch.addcmul(x * cf, x.roll(d // 2, -1), sf)  # [x1, x2] cos + [x2, x1] [-sin, sin]
-        return y if y.dtype == x.dtype else y.to(x.dtype)
+        # [x1, x2] cos + [x2, x1] [-sin, sin]; both operands are fresh, so out may be x
+        if out is not None and out.dtype == cf.dtype:
+            return torch.addcmul(x * cf, x.roll(d // 2, -1), sf, out=out)
+        y = torch.addcmul(x * cf, x.roll(d // 2, -1), sf)
+        return _result(y, x, out)
     if x.dtype != _REAL.get(t.dtype) or x.shape[-1] != 2 * t.shape[-1] or not _complex_view_ok(x):
         return None
-    return torch.view_as_real(torch.view_as_complex(_pairs(x)) * t).flatten(-2)
+    if out is not None and _complex_view_ok(out):  # pair by pair: out may be x
+        torch.mul(torch.view_as_complex(_pairs(x)), t, out=torch.view_as_complex(_pairs(out)))
+        return out
+    return _result(torch.view_as_real(torch.view_as_complex(_pairs(x)) * t).flatten(-2), x, out)
 
 
-def _small(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, work: torch.dtype) -> torch.Tensor:
-    """A few whole-tensor ops (decode steps): the fewest calls, each on the calling thread."""
+def _result(y: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """``y`` (a fresh result) in ``x``'s dtype, or copied into ``out``."""
+    if out is not None:
+        return out.copy_(y)
+    return y if y.dtype == x.dtype else y.to(x.dtype)
+
+
+def _small(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, work: torch.dtype, out: torch.Tensor | None
+) -> torch.Tensor:
+    """A few whole-tensor ops (decode steps): the fewest calls, each on the calling thread; the results are
+    joined into ``out`` (which may be ``x``: they are computed before)."""
     h = cos.shape[-1]
     r, d = 2 * h, x.shape[-1]
     if layout == "half" and r == d:  # the products promote to the work dtype
         x1, x2 = x.chunk(2, -1)
-        y = torch.cat((torch.addcmul(x1 * cos, x2, sin, value=-1), torch.addcmul(x2 * cos, x1, sin)), -1)
-        return y if y.dtype == x.dtype else y.to(x.dtype)
+        both = (torch.addcmul(x1 * cos, x2, sin, value=-1), torch.addcmul(x2 * cos, x1, sin))
+        if out is not None and both[0].dtype == out.dtype:
+            return torch.cat(both, -1, out=out)
+        return _result(torch.cat(both, -1), x, out)
     xr, rest = (x, None) if r == d else torch.split(x, [r, d - r], -1)
     if layout == "half":
         x1, x2 = xr.chunk(2, -1)
@@ -276,14 +354,18 @@ def _small(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, w
         parts = [torch.view_as_real(pairs * torch.complex(cos.to(compute), sin.to(compute))).flatten(-2)]
     if rest is not None:
         parts.append(rest.to(parts[0].dtype))
-    y = parts[0] if len(parts) == 1 else torch.cat(parts, -1)
-    return y if y.dtype == x.dtype else y.to(x.dtype)
+    if out is not None and parts[0].dtype == out.dtype:
+        return torch.cat(parts, -1, out=out)
+    return _result(parts[0] if len(parts) == 1 else torch.cat(parts, -1), x, out)
 
 
-def _cpu(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor | None:
+def _cpu(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, into: torch.Tensor | None
+) -> torch.Tensor | None:
     """CPU row blocks of at most GRAIN elements per op (on more than one thread), inline or claimed by helpers.
 
-    None where x's rows do not view as ``(outer, period, d)`` or the tables do not repeat with a period.
+    None where x's rows (or ``into``'s) do not view as ``(outer, period, d)`` or the tables do not repeat with
+    a period.
     """
     h = cos.shape[-1]
     r, d = 2 * h, x.shape[-1]
@@ -296,8 +378,15 @@ def _cpu(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> 
         return None
     compute = cos.dtype
     cast = x.dtype != compute  # x is converted block by block into float32 (or wider) scratch
+    inplace = into is not None and _same(into, x)  # half-split blocks then read x from scratch
     outer = x3.shape[0]
-    out = torch.empty((outer, period, d), dtype=x.dtype)
+    if into is None:
+        out = torch.empty((outer, period, d), dtype=x.dtype)
+    else:
+        try:
+            out = into.view(outer, period, d)
+        except RuntimeError:  # leading axes that do not flatten without a copy
+            return None
     threads = torch.get_num_threads()
     limit = GRAIN if threads > 1 else ONE_THREAD_BLOCK
     rows = max(1, min(period, limit // r))  # positions per block, then as many outer rows as fit
@@ -326,6 +415,9 @@ def _cpu(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> 
                 xb = _scratch(scratch, xs[i], compute)
                 ob = _scratch(scratch, xs[i], compute, "o")
                 (x1, x2), (o1, o2) = xb.chunk(2, -1), ob.chunk(2, -1)
+            elif inplace:
+                x1, x2 = _scratch(scratch, xs[i], compute).chunk(2, -1)
+                o1, o2 = o1s[i], o2s[i]
             else:
                 x1, x2, o1, o2 = x1s[i], x2s[i], o1s[i], o2s[i]
             torch.mul(x1, c, out=o1)
@@ -353,7 +445,7 @@ def _cpu(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> 
 
     helpers = threads if x.numel() >= HELPERS_MIN and not cast else 1
     blocks.run(len(xs), work, helpers, _inference_mode(torch.is_inference_mode_enabled()))
-    return out.view(x.shape)
+    return out.view(x.shape) if into is None else into
 
 
 def _sizes(n: int, step: int) -> list[int]:
@@ -378,19 +470,25 @@ def _inference_mode(enabled: bool) -> Callable[[], Any]:
     return lambda: torch.inference_mode(enabled)
 
 
-def _whole(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
-    """The same ops on the whole tensor, into slices of a fresh output (CUDA, strided CPU tensors)."""
+def _whole(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, into: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The same ops on the whole tensor, into slices of a fresh output or ``into`` (CUDA, strided CPU tensors).
+
+    Where ``into`` is ``x``, the pairs are read from a copy (the complex multiplication needs none)."""
     work = cos.dtype
     h = cos.shape[-1]
     r, d = 2 * h, x.shape[-1]
     lead = tuple(x.shape[:-1])
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device) if into is None else into
     xr = x[..., :r]
     if x.dtype != work:
         xr = xr.to(work)
         o = torch.empty((*lead, r), dtype=work, device=x.device)
     else:
         o = out[..., :r]
+        if into is not None and _same(into, x) and not (layout == "interleaved" and _complex_view_ok(xr)):
+            xr = xr.clone()
     if layout == "half":
         (x1, x2), (o1, o2) = xr.chunk(2, -1), o.chunk(2, -1)
         torch.mul(x1, cos, out=o1)

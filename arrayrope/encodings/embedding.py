@@ -13,7 +13,7 @@ from .._lib import checks
 from .._lib.dtypes import index_dtype, table_dtype_for
 from .._lib.positions import add_steps, position_array, scalar_int
 from .._lib.types import AXES, ROTARY_FEATURES, Array, Axes, Layout, Namespace, RotaryFeatures
-from ..apply import rotate_features
+from ..apply import check_out, rotate_features
 from ..frequencies import RopeFrequencies, rope_frequencies
 from ..scaling import rope_type
 from ..tables import rope_tables
@@ -255,6 +255,8 @@ axes='bhsd', rotary_features='trailing')
         positions: Array | None = None,
         offset: int | Array = 0,
         seq_len: int | None = None,
+        q_out: Array | None = None,
+        k_out: Array | None = None,
         return_freqs: Literal[False] = False,
     ) -> Array: ...
 
@@ -267,6 +269,8 @@ axes='bhsd', rotary_features='trailing')
         positions: Array | None = None,
         offset: int | Array = 0,
         seq_len: int | None = None,
+        q_out: Array | None = None,
+        k_out: Array | None = None,
         return_freqs: Literal[False] = False,
     ) -> tuple[Array, Array]: ...
 
@@ -279,6 +283,8 @@ axes='bhsd', rotary_features='trailing')
         positions: Array | None = None,
         offset: int | Array = 0,
         seq_len: int | None = None,
+        q_out: Array | None = None,
+        k_out: Array | None = None,
         return_freqs: Literal[True],
     ) -> tuple[Array, RopeFrequencies]: ...
 
@@ -291,6 +297,8 @@ axes='bhsd', rotary_features='trailing')
         positions: Array | None = None,
         offset: int | Array = 0,
         seq_len: int | None = None,
+        q_out: Array | None = None,
+        k_out: Array | None = None,
         return_freqs: Literal[True],
     ) -> tuple[Array, Array, RopeFrequencies]: ...
 
@@ -302,6 +310,8 @@ axes='bhsd', rotary_features='trailing')
         positions: Array | None = None,
         offset: int | Array = 0,
         seq_len: int | None = None,
+        q_out: Array | None = None,
+        k_out: Array | None = None,
         return_freqs: bool = False,
     ) -> Any:
         """Rotate ``q`` (and ``k``) by their positions.
@@ -323,6 +333,13 @@ axes='bhsd', rotary_features='trailing')
         seq_len : int, optional
             Sequence length that selects the frequencies of the ``dynamic`` and
             ``longrope`` types (see Notes); ignored by the others.
+        q_out, k_out : array, optional
+            Where to write rotated ``q`` and ``k``, as :func:`apply_rotary`'s ``out=``
+            (NumPy, CuPy, PyTorch): the input itself (in place) or an array of its
+            shape, dtype and device, such as the slice of a KV cache for this call's
+            positions, ``k_out=cache_k[:, :, t:t + s]`` (``axes="bhsd"``) or
+            ``cache_k[:, t:t + s]`` (``"bshd"``), for a prefill and a decode step
+            alike. Each may share memory only with its own input, being it.
         return_freqs : bool
             Also return the :class:`RopeFrequencies` this call used (last), the ones to
             hand to :func:`arrayrope.rerotate`; unlike ``self.freqs``, no other
@@ -331,13 +348,29 @@ axes='bhsd', rotary_features='trailing')
         Returns
         -------
         array or tuple
-            Rotated ``q``, or ``(q, k)`` when ``k`` is given; with ``return_freqs``,
-            the frequencies are appended.
+            Rotated ``q``, or ``(q, k)`` when ``k`` is given (``q_out`` and ``k_out``,
+            written, where given); with ``return_freqs``, the frequencies are appended.
 
         Notes
         -----
         Every argument is checked before anything changes: a rejected call leaves
-        the instance (its frequencies, its cache) as it was.
+        the instance (its frequencies, its cache) and the ``q_out``/``k_out`` arrays
+        as they were.
+
+        Examples
+        --------
+        A decode loop that rotates each step's keys straight into a preallocated cache:
+
+        >>> import numpy as np, arrayrope
+        >>> rope = arrayrope.RotaryEmbedding(64)
+        >>> cache_k = np.zeros((1, 2, 32, 64), dtype=np.float32)  # (batch, kv heads, max positions, head_dim)
+        >>> q, k = np.ones((1, 8, 4, 64), np.float32), np.ones((1, 2, 4, 64), np.float32)
+        >>> q_rot, _ = rope(q, k, k_out=cache_k[:, :, 0:4])                # prefill: positions 0..3
+        >>> for t in range(4, 8):                                          # decode: one position per step
+        ...     q, k = np.ones((1, 8, 1, 64), np.float32), np.ones((1, 2, 1, 64), np.float32)
+        ...     _ = rope(q, k, offset=t, q_out=q, k_out=cache_k[:, :, t : t + 1])  # q in place
+        >>> bool(np.array_equal(cache_k[:, :, :8], rope(np.ones((1, 2, 8, 64), np.float32))))
+        True
         """
         xp = backends.namespace(q, names=("q",)) if k is None else backends.namespace(q, k, names=("q", "k"))
         q_dtype = self._check_input(xp, q, "q")
@@ -362,6 +395,8 @@ axes='bhsd', rotary_features='trailing')
                 )
         if return_freqs is not False and return_freqs is not True:
             checks.boolean(return_freqs, "return_freqs")
+        if q_out is not None or k_out is not None:
+            self._check_outs(xp, q, k, q_out, k_out)
         graph = backends.graph_rotary(q)  # registered for graphs of q's library (ONNX export), while one is traced
         if graph is not None:
             fused = graph(
@@ -375,18 +410,36 @@ axes='bhsd', rotary_features='trailing')
                 max_positions=self.max_position_embeddings,
             )
             if fused is not None:
+                if q_out is not None or k_out is not None:
+                    raise ValueError(
+                        "q_out= and k_out= are not exported (an ONNX graph's outputs are fresh tensors): pass "
+                        "none while torch.onnx.export traces the model, and write the returned keys into the cache"
+                    )
                 return fused
         where = self._positions(xp, q, positions, offset, seq_len)
         freqs = self._select(xp, where.length) if self._resize is not None else self._start_freqs
         # The tables are built here to broadcast against q and k: no need to check them again.
         cos, sin, prepared = self._tables(xp, q, freqs, where, q_dtype)
-        q_rot = rotate_features(xp, q, cos, sin, self.layout, self.rotary_features, prepared)
+        q_rot = rotate_features(xp, q, cos, sin, self.layout, self.rotary_features, prepared, q_out)
         if k is None:
             return (q_rot, freqs) if return_freqs else q_rot
         if k_dtype != q_dtype:  # each input is rotated by tables of its own dtype
             cos, sin, prepared = self._tables(xp, k, freqs, where, k_dtype)
-        k_rot = rotate_features(xp, k, cos, sin, self.layout, self.rotary_features, prepared)
+        k_rot = rotate_features(xp, k, cos, sin, self.layout, self.rotary_features, prepared, k_out)
         return (q_rot, k_rot, freqs) if return_freqs else (q_rot, k_rot)
+
+    @staticmethod
+    def _check_outs(xp: Namespace, q: Array, k: Array | None, q_out: Array | None, k_out: Array | None) -> None:
+        """Each destination fits its input and shares memory with no other array of the call (q is rotated
+        into q_out before k is read, and k_out is written after q_out)."""
+        if q_out is not None:
+            read: tuple[Array, ...] = () if k is None else (k,)
+            check_out(xp, q_out, q, read, ("q_out", "q", "k")[: 2 + len(read)])
+        if k_out is not None:
+            if k is None:
+                raise ValueError("k_out= was given without k; pass k (the keys to rotate into it)")
+            used: tuple[Array, ...] = (q,) if q_out is None else (q, q_out)
+            check_out(xp, k_out, k, used, ("k_out", "k", "q", "q_out")[: 2 + len(used)])
 
     def _check_input(self, xp: Namespace, x: Array, name: str) -> Any:
         """Check one input; the dtype of its tables."""

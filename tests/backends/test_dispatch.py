@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 import arrayrope
 from arrayrope import rope_tables
 from arrayrope._lib.rotation import rotate_reference
-from arrayrope.backends import numpy as _np_kernels
 from arrayrope.testing import assert_close, available_backends, default_tolerance, to_numpy
 from helpers import check_like, rope_by_matrix, ulps
 
@@ -82,25 +81,6 @@ def cases(draw, dtypes):
     layout = draw(st.sampled_from(["half", "interleaved"]))
     dtype = draw(st.sampled_from(dtypes))
     return lead, head_dim, rotary_dim, pattern, layout, dtype
-
-
-@pytest.fixture(params=["default", "forced"])
-def thresholds(request, monkeypatch):
-    """Default size thresholds, or none: every array takes the blocked/PyTorch kernels, in tiny blocks."""
-    if request.param == "forced":
-        monkeypatch.setattr(_np_kernels, "_SMALL", 0)
-        monkeypatch.setattr(_np_kernels, "_SMALL_HALF", 0)
-        monkeypatch.setattr(_np_kernels, "BLOCK_BYTES", 96)
-        try:
-            from arrayrope.backends import torch as _torch_kernels
-        except ImportError:  # no torch here: only the NumPy thresholds matter
-            return request.param
-        monkeypatch.setattr(_torch_kernels, "GRAIN", 0)  # one-row blocks, on every thread PyTorch may use
-        monkeypatch.setattr(_torch_kernels, "ONE_THREAD_BLOCK", 0)
-        monkeypatch.setattr(_torch_kernels, "HELPERS_MIN", 0)
-        monkeypatch.setattr(_torch_kernels, "WHOLE_HALF", 0)
-        monkeypatch.setattr(_torch_kernels, "WHOLE_INTERLEAVED", 0)
-    return request.param
 
 
 @FIXTURE_OK

@@ -421,6 +421,49 @@ def test_gradients_through_compiled_code_match_eager(device, dynamic):
         assert np.abs(host(g) - host(e)).max() <= tolerance(host(wt), eager=True)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_out_writes_into_the_callers_tensors_under_compile(device, backend):
+    """apply_rotary(out=) and RotaryEmbedding(q_out=, k_out=) trace whole: the compiled call writes its
+    rotation into the caller's tensors (a KV cache slice, q in place) as eager does; a decode loop of 20
+    steps compiles at most twice (dynamo makes the int offset dynamic at its second value)."""
+    rng = np.random.default_rng(9)
+    rope = arrayrope.RotaryEmbedding(D)
+
+    def step(q, k, cache, offset: int):
+        return rope(q, k, offset=offset, q_out=q, k_out=cache[:, :, offset : offset + q.shape[2]])
+
+    compiled = torch.compile(step, fullgraph=True, backend=backend)
+    cache = torch.zeros((2, HK, 40, D), device=device)
+    keys = []
+    for i in range(20):
+        q = torch.tensor(rng.standard_normal((2, HQ, 1, D)), dtype=torch.float32, device=device)
+        k = torch.tensor(rng.standard_normal((2, HK, 1, D)), dtype=torch.float32, device=device)
+        q_in = host(q)
+        compiled(q, k, cache, i)
+        assert np.abs(host(q) - rotated(q_in, [i])).max() <= tolerance(q_in)  # q rotated in place
+        keys.append(host(k))
+    filled = host(cache)
+    assert np.abs(filled[:, :, :20] - rotated(np.concatenate(keys, axis=2), np.arange(20))).max() <= tolerance(filled)
+    assert not filled[:, :, 20:].any()
+    assert counters["stats"]["unique_graphs"] <= 2
+
+    f = arrayrope.rope_frequencies(D, rotary_dim=12)
+
+    def into(x, positions, out):
+        cos, sin = arrayrope.rope_tables(f, positions)
+        return arrayrope.apply_rotary(x, cos, sin, out=out)
+
+    x = torch.tensor(rng.standard_normal((2, 3, 7, D)), dtype=torch.float32, device=device)
+    positions = torch.tensor([0, 1, 1023, 1024, 70_000, FAR, 2**20 - 1], device=device)
+    buffer = torch.zeros((2, 3, 9, D), device=device)
+    got = torch.compile(into, fullgraph=True, backend=backend)(x, positions, buffer[:, :, 1:8])
+    want = rotated(host(x), host(positions).astype(np.int64), rotary_dim=12)
+    assert np.abs(host(buffer[:, :, 1:8]) - want).max() <= tolerance(host(x))
+    assert np.abs(host(got) - want).max() <= tolerance(host(x))
+    assert not host(buffer[:, :, [0, 8]]).any()
+
+
 class Exported(torch.nn.Module):
     """A model's attention block: positions when given, else per-row offsets."""
 
