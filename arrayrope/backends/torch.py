@@ -338,14 +338,14 @@ def _small(
     r, d = 2 * h, x.shape[-1]
     if layout == "half" and r == d:  # the products promote to the work dtype
         x1, x2 = x.chunk(2, -1)
-        both = (torch.addcmul(x1 * cos, x2, sin, value=-1), torch.addcmul(x2 * cos, x1, sin))
+        both = (torch.addcmul(x1 * cos, x2, -sin), torch.addcmul(x2 * cos, x1, sin))
         if out is not None and both[0].dtype == out.dtype:
             return torch.cat(both, -1, out=out)
         return _result(torch.cat(both, -1), x, out)
     xr, rest = (x, None) if r == d else torch.split(x, [r, d - r], -1)
     if layout == "half":
         x1, x2 = xr.chunk(2, -1)
-        parts = [torch.addcmul(x1 * cos, x2, sin, value=-1), torch.addcmul(x2 * cos, x1, sin)]
+        parts = [torch.addcmul(x1 * cos, x2, -sin), torch.addcmul(x2 * cos, x1, sin)]
     else:
         compute = torch.float32 if work in _LOW else work
         if xr.dtype != compute or not _complex_view_ok(xr):
@@ -485,9 +485,12 @@ def _whole(
     if x.dtype != work:
         xr = xr.to(work)
         o = torch.empty((*lead, r), dtype=work, device=x.device)
-    else:
+    # the interleaved pairs as complex numbers wherever a fresh output takes them so: an out= call computes
+    # the same products (rounded alike) whatever the destination's strides
+    pairs = layout == "interleaved" and _complex_view_ok(xr)
+    if x.dtype == work:
         o = out[..., :r]
-        if into is not None and _same(into, x) and not (layout == "interleaved" and _complex_view_ok(xr)):
+        if into is not None and _same(into, x) and not pairs:
             xr = xr.clone()
     if layout == "half":
         (x1, x2), (o1, o2) = xr.chunk(2, -1), o.chunk(2, -1)
@@ -495,10 +498,12 @@ def _whole(
         o1.addcmul_(x2, sin, value=-1)
         torch.mul(x2, cos, out=o2)
         o2.addcmul_(x1, sin)
-    elif _complex_view_ok(xr) and _complex_view_ok(o):
+    elif pairs:  # a destination with no complex view takes the same product, then a copy
         xc = torch.view_as_complex(_pairs(xr))
-        oc = torch.view_as_complex(_pairs(o))
-        torch.mul(xc, torch.complex(cos, sin), out=oc)
+        if _complex_view_ok(o):
+            torch.mul(xc, torch.complex(cos, sin), out=torch.view_as_complex(_pairs(o)))
+        else:
+            o.copy_(torch.view_as_real(xc * torch.complex(cos, sin)).flatten(-2))
     else:
         xe, xo, oe, oo = xr[..., 0::2], xr[..., 1::2], o[..., 0::2], o[..., 1::2]
         torch.mul(xe, cos, out=oe)
