@@ -84,6 +84,37 @@ def test_export_takes_its_report_type_from_the_core():
     assert found <= {"RopeConvention", "identify_rope"}, found
 
 
+def test_array_libraries_are_imported_behind_the_fence_and_in_the_pytorch_exporter_bridge_only():
+    """The core names no array library but NumPy (the host's): only ``backends/`` imports PyTorch, CuPy, JAX,
+    Dask or array_api_strict, and above the core only ``export/torch/``, which plugs into PyTorch's exporter
+    (``torch.library``, ``torch.onnx``) and is loaded through ``backends.integrations`` when the torch backend
+    loads."""
+    import ast
+
+    root = pathlib.Path(arrayrope.__file__).resolve().parent
+    allowed = (root / "backends", root / "export" / "torch")
+    libraries = {"torch", "cupy", "jax", "jaxlib", "dask", "array_api_strict"}
+    importers: dict[str, set[str]] = {}
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
+            for name in names:
+                if name.split(".")[0] in libraries:
+                    importers.setdefault(str(path.relative_to(root)), set()).add(name.split(".")[0])
+    assert {p for p in importers if not any((root / p).is_relative_to(a) for a in allowed)} == set()
+    assert {p for p in importers if (root / p).is_relative_to(root / "export")} == {
+        "export/torch/__init__.py",
+        "export/torch/_bridge.py",
+    }
+    assert importers["backends/torch.py"] == {"torch"}  # the walk sees imports inside functions too
+
+
 def test_private_exporter_modules_only_in_the_version_gated_bridge():
     root = pathlib.Path(arrayrope.__file__).resolve().parent
     users = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "torch.onnx._internal" in p.read_text())
