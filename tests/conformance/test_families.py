@@ -213,17 +213,12 @@ def test_family(model_type, variant, record):
         try:
             outcomes.append(_compare_layer(use, probe, config, cfg, idx, variant))
         except TransformersFails as exc:
-            record(
-                library="transformers",
-                family=model_type,
-                rope_type=variant,
+            _record_sweep(
+                record,
+                model_type,
+                variant,
                 layout=entry.get("layout", ""),
-                compared="sweep",
                 dtype="float32",
-                max_error=float("nan"),
-                library_error=float("nan"),
-                arrayrope_error=float("nan"),
-                tolerance=float("nan"),
                 outcome="transformers fails",
                 note=str(exc),
             )
@@ -234,17 +229,12 @@ def test_family(model_type, variant, record):
     outcome = "refused" if refused else "match"
     if model_type in POPULAR and variant in ("as is", "saved"):
         assert not refused, refused
-    record(
-        library="transformers",
-        family=model_type,
-        rope_type=variant,
+    _record_sweep(
+        record,
+        model_type,
+        variant,
         layout=entry.get("layout", ""),
-        compared="sweep",
         dtype="float32",
-        max_error=float("nan"),
-        library_error=float("nan"),
-        arrayrope_error=float("nan"),
-        tolerance=float("nan"),
         outcome=outcome,
         note=refused[0].removeprefix("refused: ") if refused else "",
     )
@@ -431,20 +421,7 @@ def _composite(model_type: str, entry: dict[str, Any], record: Any) -> None:
         )
     except ValueError as exc:
         outcome, note = "refused", str(exc)
-    record(
-        library="transformers",
-        family=model_type,
-        rope_type="composite",
-        layout="",
-        compared="sweep",
-        dtype="",
-        max_error=float("nan"),
-        library_error=float("nan"),
-        arrayrope_error=float("nan"),
-        tolerance=float("nan"),
-        outcome=outcome,
-        note=note,
-    )
+    _record_sweep(record, model_type, "composite", layout="", dtype="", outcome=outcome, note=note)
 
 
 def _first_type(sub: dict[str, Any]) -> str | None:
@@ -461,19 +438,35 @@ def _not_read(model_type: str, entry: dict[str, Any], record: Any) -> None:
     cfg = {"model_type": model_type, "head_dim": 64, "rope_theta": 10000.0}
     with pytest.raises(ValueError, match="model type"):
         arrayrope.RotaryEmbedding.from_config(cfg)
+    _record_sweep(
+        record,
+        model_type,
+        "as is",
+        layout="",
+        dtype="",
+        outcome="out of scope" if "out_of_scope" in entry else "refused",
+        note=reason,
+    )
+
+
+def _record_sweep(
+    record: Any, model_type: str, rope_type: str, *, layout: str, dtype: str, outcome: str, note: str
+) -> None:
+    """One row of the family sweep's table: an outcome, with no error figures (those rows come from the others)."""
+    nan = float("nan")
     record(
         library="transformers",
         family=model_type,
-        rope_type="as is",
-        layout="",
+        rope_type=rope_type,
+        layout=layout,
         compared="sweep",
-        dtype="",
-        max_error=float("nan"),
-        library_error=float("nan"),
-        arrayrope_error=float("nan"),
-        tolerance=float("nan"),
-        outcome="out of scope" if "out_of_scope" in entry else "refused",
-        note=reason,
+        dtype=dtype,
+        max_error=nan,
+        library_error=nan,
+        arrayrope_error=nan,
+        tolerance=nan,
+        outcome=outcome,
+        note=note,
     )
 
 
