@@ -4,8 +4,10 @@
 * Angles are computed in float64 where the namespace and device have it, else by
   the exact float32 method of :mod:`.digits` (:func:`work_dtype`); graphs being traced
   carry no float64 unless their tables are float64.
-* Inputs are rotated by tables of float64 when they are float64, else float32:
-  half-precision inputs are rotated in float32 and rounded once (:func:`table_dtype_for`).
+* Inputs are rotated by tables of float64 when they are float64, else float32
+  (:func:`table_dtype_for`), and a rotation's arithmetic runs in float64 when the input
+  or its tables are float64, else in float32 (:func:`rotation_dtype`): float16 and
+  bfloat16 inputs are rotated in float32 and rounded once, whatever their tables' dtype.
 """
 
 from __future__ import annotations
@@ -63,6 +65,16 @@ def dtype_name(dtype: DType) -> str:
 def table_dtype_for(xp: Namespace, x_dtype: DType) -> DType:
     """Tables for rotating an input of ``x_dtype``: float64 for float64 inputs, float32 otherwise."""
     return xp.float64 if x_dtype == xp.float64 else xp.float32
+
+
+def rotation_dtype(xp: Namespace, *dtypes: DType) -> DType:
+    """The dtype a rotation's arithmetic runs in, for an input and tables of ``dtypes``: float64 when one of
+    them is float64, else float32 (so float16 and bfloat16 values are computed in float32, rounded once).
+
+    A comparison of dtypes only: no promotion call of the library, which tracers (dynamo) cannot record.
+    """
+    wide = xp.float64
+    return wide if wide in dtypes else xp.float32
 
 
 def host_dtype(xp: Namespace, dtype: DType) -> np.dtype[Any]:

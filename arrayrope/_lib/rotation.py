@@ -6,6 +6,7 @@ library module falls back to it by importing it, not by being handed it.
 
 from __future__ import annotations
 
+from . import dtypes
 from .types import Array, Namespace
 
 __all__ = ["rotate_reference"]
@@ -14,13 +15,14 @@ __all__ = ["rotate_reference"]
 def rotate_reference(xp: Namespace, x: Array, cos: Array, sin: Array, layout: str, out: Array | None = None) -> Array:
     """``x`` with its leading ``2 * cos.shape[-1]`` features rotated in ``layout``, a fresh array or ``out``.
 
-    The arithmetic runs in the wider of ``x``'s and the tables' dtypes and is cast
-    back to ``x``'s dtype once; features past the rotary ones pass through. With
+    The arithmetic runs in :func:`~.dtypes.rotation_dtype` of ``x``'s and the tables'
+    dtypes (float64 or float32) and is cast back to ``x``'s dtype once; features past the rotary ones pass through. With
     ``out`` the result is computed whole, then assigned to ``out[...]`` (so ``out``
     may be ``x``) and ``out`` is returned.
     """
     dtype = x.dtype
-    work = xp.result_type(dtype, cos.dtype)
+    work = dtypes.rotation_dtype(xp, dtype, cos.dtype, sin.dtype)
+    cos, sin = xp.astype(cos, work, copy=False), xp.astype(sin, work, copy=False)
     h = cos.shape[-1]
     r = 2 * h
     d = x.shape[-1]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._lib import dtypes
 from .._lib.rotation import rotate_reference
 from ._defaults import concrete, constant, host, tracing
 from .blocks import period as _period
@@ -123,10 +124,10 @@ def _shares(a: np.ndarray, b: np.ndarray) -> bool:
 def rotate(xp: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, out: Any = None) -> np.ndarray:
     """Rotary application on NumPy arrays, into a fresh output or ``out``, with no full-size temporaries."""
     dt = x.dtype
-    work: np.dtype[Any] = dt if dt == cos.dtype == sin.dtype else np.result_type(dt, cos.dtype, sin.dtype)
-    if work.kind != "f" or not x.size:  # empty arrays: no period of rows to reshape by
+    if dt.kind != "f" or not x.size:  # empty arrays: no period of rows to reshape by
         ref: np.ndarray = rotate_reference(xp, x, cos, sin, layout, out)
         return ref
+    work: np.dtype[Any] = np.dtype(dtypes.rotation_dtype(np, dt, cos.dtype, sin.dtype))
     small = x.nbytes <= (_SMALL_HALF if layout == "half" else _SMALL)
     if small and layout == "half" and work == dt and x.shape[-1] == 2 * cos.shape[-1]:
         return _small_half(x, cos, sin, out)

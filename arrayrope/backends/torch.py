@@ -48,6 +48,7 @@ import array_api_compat.torch as _xp
 import numpy as np
 import torch
 
+from .._lib import dtypes
 from .._lib.rotation import rotate_reference
 from . import blocks, integrations
 from ._defaults import arange_tables
@@ -82,7 +83,6 @@ HELPERS_MIN = 1 << 23
 WHOLE_INTERLEAVED = 1 << 20
 WHOLE_HALF = 1 << 18
 
-_LOW = (torch.float16, torch.bfloat16)
 _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
 
 
@@ -169,17 +169,16 @@ def rotate(
         ref: torch.Tensor = rotate_reference(xp, x, cos, sin, layout, out)
         return ref
     dt = x.dtype
-    work = dt if dt == cos.dtype == sin.dtype else torch.promote_types(torch.promote_types(dt, cos.dtype), sin.dtype)
+    # float16 and bfloat16 arithmetic runs in float32, rounded once at the end
+    work = dtypes.rotation_dtype(_xp, dt, cos.dtype, sin.dtype)
+    if cos.dtype != work or sin.dtype != work:
+        cos, sin = cos.to(work), sin.to(work)
     n = x.numel()
     if n <= GRAIN or (
         work == dt
         and n <= (WHOLE_INTERLEAVED if layout == "interleaved" else WHOLE_HALF if torch.get_num_threads() > 1 else 0)
     ):
         return _small(x, cos, sin, layout, work, out)
-    # float16 and bfloat16 arithmetic runs in float32, rounded once at the end
-    compute = torch.float32 if work in _LOW else work
-    if cos.dtype != compute or sin.dtype != compute:
-        cos, sin = cos.to(compute), sin.to(compute)
     # on one thread PyTorch opens no parallel region: one block's worth of x takes the whole-tensor ops
     if x.device.type == "cpu" and (x.dtype != cos.dtype or x.numel() > ONE_THREAD_BLOCK or torch.get_num_threads() > 1):
         done = _cpu(x, cos, sin, layout, out)
@@ -292,9 +291,12 @@ def prepare(cos: torch.Tensor, sin: torch.Tensor, layout: str) -> tuple[torch.Te
     """Tables for :func:`rotate_prepared`: full-width cos and sign-folded sin (half-split), or complex."""
     if _recorded(cos, cos, sin) or cos.dtype != sin.dtype:
         return None
+    work = dtypes.rotation_dtype(_xp, cos.dtype)
+    if cos.dtype != work:
+        cos, sin = cos.to(work), sin.to(work)
     if layout == "half":
         return torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)
-    return (torch.complex(cos, sin),) if cos.dtype in (torch.float32, torch.float64) else None
+    return (torch.complex(cos, sin),)
 
 
 def rotate_prepared(
@@ -347,11 +349,10 @@ def _small(
         x1, x2 = xr.chunk(2, -1)
         parts = [torch.addcmul(x1 * cos, x2, -sin), torch.addcmul(x2 * cos, x1, sin)]
     else:
-        compute = torch.float32 if work in _LOW else work
-        if xr.dtype != compute or not _complex_view_ok(xr):
-            xr = xr.to(compute, copy=True)
+        if xr.dtype != work or not _complex_view_ok(xr):
+            xr = xr.to(work, copy=True)
         pairs = torch.view_as_complex(_pairs(xr))
-        parts = [torch.view_as_real(pairs * torch.complex(cos.to(compute), sin.to(compute))).flatten(-2)]
+        parts = [torch.view_as_real(pairs * torch.complex(cos, sin)).flatten(-2)]
     if rest is not None:
         parts.append(rest.to(parts[0].dtype))
     if out is not None and parts[0].dtype == out.dtype:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from arrayrope._lib.dtypes import DEFAULT_TABLE, host_dtype, table_dtype, table_dtype_for, work_dtype
+from arrayrope._lib.dtypes import DEFAULT_TABLE, host_dtype, rotation_dtype, table_dtype, table_dtype_for, work_dtype
 
 
 def test_tables_default_to_float32(backend):
@@ -63,6 +63,17 @@ def test_inputs_below_float64_rotate_with_float32_tables(backend):
     for name in backend.dtypes:
         expected = xp.float64 if name == "float64" else xp.float32
         assert table_dtype_for(xp, getattr(xp, name)) == expected
+
+
+def test_rotations_compute_in_float64_or_float32(backend):
+    """float64 when the input or a table is float64, else float32: half-precision values are never multiplied in
+    their own dtype."""
+    xp = backend.xp
+    for a in backend.dtypes:
+        for b in backend.dtypes:
+            expected = xp.float64 if "float64" in (a, b) else xp.float32
+            assert rotation_dtype(xp, getattr(xp, a), getattr(xp, b)) == expected, (a, b)
+            assert rotation_dtype(xp, getattr(xp, a), getattr(xp, b), getattr(xp, b)) == expected, (a, b)
 
 
 def test_host_dtype_holds_the_table():
