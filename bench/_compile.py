@@ -1,10 +1,11 @@
 """torch.compile: RotaryEmbedding eager against compiled (``fullgraph=True``), prefill and decode steps.
 
 Beside them, the naive formula that users compile (Hugging Face's ``x * cos + rotate_half(x) * sin`` on the
-rows of tables a model holds), eager and compiled the same way. A decode step moves to the next position on
-every call, as a generation loop does: the compiled step is one graph for every offset (dynamo makes the int
-offset dynamic at its second value), whose tables come from the positions inside the graph; eager steps take
-the rows of the instance's cached tables. ``graphs`` counts what dynamo compiled for each variant.
+rows of tables a model holds, in q's dtype), eager and compiled the same way; for float32 and bfloat16 q and
+k. A decode step moves to the next position on every call, as a generation loop does: the compiled step is
+one graph for every offset (dynamo makes the int offset dynamic at its second value), whose tables come from
+the positions inside the graph; eager steps take the rows of the instance's cached tables. ``graphs`` counts
+what dynamo compiled for each variant.
 """
 
 from __future__ import annotations
@@ -27,30 +28,40 @@ START, SPAN = 1000, 1000
 WARM_CALLS = 5
 
 
+#: The dtypes of q and k: float32, and bfloat16 (the naive formula then holds bfloat16 tables, as models do).
+DTYPES = ("float32", "bfloat16")
+
+
 def compile_cases(lib: Lib, config: Config, say: Say) -> list[Record]:
-    """Prefill on the first prefill shape, then every decode step of ``config``; PyTorch backends only."""
+    """Prefill on the first prefill shape, then every decode step of ``config``, in each of :data:`DTYPES`;
+    PyTorch backends only."""
     if lib.backend.library != "torch":
         return []
     b, h, s, d = config.prefill[0]
-    out = [compile_case(lib, "prefill", (b, h, s, d), (b, max(1, h // 4), s, d), config, say)]
-    out += [compile_case(lib, "decode", (b, hq, 1, 128), (b, hk, 1, 128), config, say) for b, hq, hk in config.steps]
+    out = []
+    for dtype in DTYPES:
+        out.append(compile_case(lib, "prefill", (b, h, s, d), (b, max(1, h // 4), s, d), dtype, config, say))
+        out += [
+            compile_case(lib, "decode", (b, hq, 1, 128), (b, hk, 1, 128), dtype, config, say)
+            for b, hq, hk in config.steps
+        ]
     return out
 
 
 def compile_case(
-    lib: Lib, phase: str, q_shape: tuple[int, ...], k_shape: tuple[int, ...], config: Config, say: Say
+    lib: Lib, phase: str, q_shape: tuple[int, ...], k_shape: tuple[int, ...], dtype: str, config: Config, say: Say
 ) -> Record:
     torch = lib.backend.native
-    say(f"compile: {lib.name} {phase} q {q_shape} k {k_shape} ({config.compiler})")
+    say(f"compile: {lib.name} {phase} {dtype} q {q_shape} k {k_shape} ({config.compiler})")
     torch._dynamo.reset()  # each case compiles afresh (the functions below share their code objects)
     counters = torch._dynamo.utils.counters
     rng = np.random.default_rng(6)
-    q = lib.array(rng.standard_normal(q_shape), "float32")
-    k = lib.array(rng.standard_normal(k_shape), "float32")
+    q = lib.array(rng.standard_normal(q_shape), dtype)
+    k = lib.array(rng.standard_normal(k_shape), dtype)
     d, s = q_shape[-1], q_shape[2]
     rope = arrayrope.RotaryEmbedding(d)
     cos, sin = host_tables(START + SPAN + s, d)
-    full = naive_tables(lib, cos, sin, "float32")
+    full = naive_tables(lib, cos, sin, dtype)
     ops, ready = lib.ops, lib.ops.ready
 
     def step(q: Any, k: Any, offset: int) -> tuple[Any, Any]:
@@ -96,7 +107,7 @@ def compile_case(
         "shape": list(q_shape),
         "k_shape": list(k_shape),
         "layout": "half",
-        "dtype": "float32",
+        "dtype": dtype,
         "compiler": config.compiler,
         "seconds": times,
         "x_eager": ratios(times, "eager"),

@@ -18,7 +18,7 @@ DEFAULT_BACKENDS = ("numpy", "torch", "jax", "dask", "cupy")
 DEFAULT_THREADS = ("1", "default")
 #: Every section; the first thread setting runs all, the others those whose figures depend on threads.
 SECTIONS = ("apply", "embedding", "compile", "memory", "dask", "tables", "sweep", "far", "startup")
-THREADED_SECTIONS = ("apply", "embedding", "tables", "sweep")
+THREADED_SECTIONS = ("apply", "embedding", "compile", "tables", "sweep")
 #: Environment variables that fix the thread pools of OpenMP, MKL, OpenBLAS and numexpr.
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 

@@ -270,30 +270,37 @@ def _embedding_table(records: list[Record], settings: list[str]) -> list[str]:
 def _compile_table(records: list[Record], settings: list[str]) -> list[str]:
     groups = _group(
         [r for r in records if r["section"] == "compile"],
-        lambda r: (r["backend"], r["phase"], tuple(r["shape"]), tuple(r["k_shape"]), r["compiler"]),
+        lambda r: (
+            r["backend"],
+            r["phase"],
+            r.get("dtype", "float32"),
+            tuple(r["shape"]),
+            tuple(r["k_shape"]),
+            r["compiler"],
+        ),
     )
     if not groups:
         return []
     names = ("compiled", "naive", "naive compiled")
     lines = [
-        "## torch.compile: RotaryEmbedding eager and compiled (fullgraph=True), float32, half-split",
+        "## torch.compile: RotaryEmbedding eager and compiled (fullgraph=True), half-split",
         "",
         "Ratios to the eager call. Decode steps move to the next position on every call (offset 1000 on); "
-        "`naive` is Hugging Face's formula on the rows of float32 tables held beside it, compiled the same "
-        "way; `graphs` is what dynamo compiled for the compiled variants over all the calls.",
+        "`naive` is Hugging Face's formula on the rows of tables of q's dtype held beside it, compiled the "
+        "same way; `graphs` is what dynamo compiled for the compiled variants over all the calls.",
         "",
-        "| backend | phase | q | k | compiler | eager | "
+        "| backend | phase | dtype | q | k | compiler | eager | "
         + " | ".join(f"{n} (× eager)" for n in names)
         + " | graphs: compiled, naive compiled |",
-        "| --- " * (7 + len(names)) + "|",
+        "| --- " * (8 + len(names)) + "|",
     ]
-    for (backend, phase, q, k, compiler), by in groups.items():
+    for (backend, phase, dtype, q, k, compiler), by in groups.items():
         cells = [_cells(by, settings, _at("x_eager", n)) for n in names]
         graphs = _cells(
             by, settings, lambda r: f"{r['graphs'].get('compiled', 0)}, {r['graphs'].get('naive compiled', 0)}"
         )
         lines.append(
-            f"| {backend} | {phase} | {q} | {k} | {compiler} | "
+            f"| {backend} | {phase} | {dtype} | {q} | {k} | {compiler} | "
             f"{_cells(by, settings, _at('seconds', 'eager', _us))} | " + " | ".join(cells) + f" | {graphs} |"
         )
     return [*lines, ""]

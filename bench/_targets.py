@@ -214,11 +214,19 @@ def _user_targets(records: list[Record], add: Add) -> None:
             f"loads {', '.join(r['plugin_loads']) or 'neither arrayrope nor numpy'}",
             plugin <= 40 and not r["plugin_loads"],
         )
+    for r in _find(records, section="compile", phase="prefill"):
+        eager, compiled = r["x_naive"].get("eager", math.nan), _over(r, "compiled", "naive compiled")
+        add(
+            f"Prefill against the naive formula ({r['backend']}, {r.get('dtype', 'float32')}, {r['compiler']})",
+            "RotaryEmbedding ≤ the naive formula on tables of q's dtype, eager and compiled alike",
+            f"eager {_fmt(eager)}×, compiled {_fmt(compiled)}× (naive compiled)",
+            eager <= 1.0 and compiled <= 1.0,
+        )
     for r in _find(records, section="compile", phase="decode", shape=[STEP[0], STEP[1], 1, 128]):
         ratio = r["x_eager"].get("compiled", math.nan)
         graphs = r["graphs"].get("compiled", 0)
         add(
-            f"Compiled decode step ({r['backend']}, {r['compiler']})",
+            f"Compiled decode step ({r['backend']}, {r.get('dtype', 'float32')}, {r['compiler']})",
             "torch.compile(fullgraph=True) step with a new offset each call ≤ eager; ≤ 2 graphs",
             f"{_fmt(ratio)}× eager; {graphs} graph{'s' if graphs != 1 else ''} for every offset",
             ratio <= 1.0 and graphs <= 2,

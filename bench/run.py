@@ -6,6 +6,7 @@ Run from the repository root::
     python -m bench --quick    # smaller shapes and fewer rounds (a minute or two): the smoke run
     python -m bench --tiny     # the bench's own check in seconds: every section, figures meaningless
     python -m bench --load 1   # the same with one other busy process on the machine
+    python -m bench --sections compile   # some sections only
 
 Each run writes to a folder of its own, ``bench/runs/<time>-<mode>`` (not committed),
 unless ``--out`` names one: the committed results are rewritten only when asked,
@@ -78,6 +79,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         f"{','.join(DEFAULT_BACKENDS)}; with --tiny: {','.join(TINY_BACKENDS)})",
     )
     parser.add_argument(
+        "--sections",
+        default=None,
+        help=f"comma-separated sections to measure (default: all of {','.join(SECTIONS)}; the first thread "
+        f"setting runs them, the others those of {','.join(THREADED_SECTIONS)})",
+    )
+    parser.add_argument(
         "--out",
         default=None,
         help="output folder (default: a new bench/runs/<time>-<mode>; the committed results are bench/results)",
@@ -88,6 +95,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.report and args.out is None:
         parser.error("--report rewrites the report of a folder: pass --out FOLDER")
+    if args.sections is not None:
+        asked = tuple(s.strip() for s in args.sections.split(",") if s.strip())
+        unknown = [s for s in asked if s not in SECTIONS]
+        if unknown or not asked:
+            parser.error(f"--sections takes some of {','.join(SECTIONS)}, got {args.sections!r}")
+        args.sections = asked
     return args
 
 
@@ -114,7 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[str] = []
     with _load.busy(args.load) as load:
         for i, setting in enumerate(settings):
-            config = dataclasses.replace(base, threads=setting, sections=SECTIONS if i == 0 else THREADED_SECTIONS)
+            sections = SECTIONS if i == 0 else THREADED_SECTIONS
+            if args.sections is not None:
+                sections = tuple(s for s in sections if s in args.sections)
+            if not sections:
+                continue
+            config = dataclasses.replace(base, threads=setting, sections=sections)
             got = measure_in_process(config)
             if got is None:
                 failed.append(setting)

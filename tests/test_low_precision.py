@@ -300,7 +300,8 @@ def torch_backend(device):
         pytest.skip("no CUDA device for PyTorch")
     from arrayrope.testing import available_backends
 
-    return next(b for b in available_backends("torch") if b.name == ("torch" if device == "cpu" else "torch-cuda"))
+    name = "torch" if device == "cpu" else "torch-cuda"
+    return next(b for b in available_backends(name))
 
 
 @pytest.fixture
@@ -431,15 +432,15 @@ def test_the_readme_example_compiles_whole(fresh_dynamo):
 
 @pytest.mark.parametrize("dtype", LOW)
 def test_every_call_under_jax_jit(dtype):
-    """Every call traced by ``jax.jit``, the offsets and positions traced values."""
+    """Every call traced by ``jax.jit``, the offsets and positions traced values, on each of JAX's devices."""
     jax = pytest.importorskip("jax")
     from arrayrope.testing import available_backends
 
-    backend = available_backends("jax")[0]
-    ropes = Ropes()
-    args, expected = case(backend, dtype)
-    jitted = jax.jit(lambda *a: every_call(ropes, *a))
-    check_calls(jitted(*args), args, expected, TRACED)
+    for backend in available_backends("jax"):  # the CPU, and CUDA where JAX has it
+        ropes = Ropes()
+        args, expected = case(backend, dtype)
+        jitted = jax.jit(lambda *a, ropes=ropes: every_call(ropes, *a))
+        check_calls(jitted(*args), args, expected, TRACED)
 
 
 # -- the rounding figures --------------------------------------------------------------------------------------
