@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[str] = []
     with _load.busy(args.load) as load:
         for i, setting in enumerate(settings):
-            sections = SECTIONS if i == 0 else THREADED_SECTIONS
+            sections: tuple[str, ...] = SECTIONS if i == 0 else THREADED_SECTIONS
             if args.sections is not None:
                 sections = tuple(s for s in sections if s in args.sections)
             if not sections:
