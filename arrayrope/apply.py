@@ -60,8 +60,9 @@ def apply_rotary(
     -------
     array
         Rotated copy of ``x`` (or ``out``, written): same namespace, device, dtype
-        and shape. The arithmetic runs in the wider of ``x``'s and the tables' dtypes
-        (float16 or bfloat16 ``x`` with float32 tables rounds once, at the end).
+        and shape. The arithmetic runs in float64 when ``x`` or the tables are float64,
+        else in float32, whatever the tables' dtype: a float16 or bfloat16 result is
+        rounded once, at the end (on every backend, compiled and traced as well).
 
     Notes
     -----

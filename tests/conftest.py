@@ -89,6 +89,7 @@ def thresholds(request, monkeypatch):
             return request.param
         monkeypatch.setattr(_torch_kernels, "GRAIN", 0)  # one-row blocks, on every thread PyTorch may use
         monkeypatch.setattr(_torch_kernels, "ONE_THREAD_BLOCK", 0)
+        monkeypatch.setattr(_torch_kernels, "CAST_BLOCK", 0)
         monkeypatch.setattr(_torch_kernels, "HELPERS_MIN", 0)
         monkeypatch.setattr(_torch_kernels, "WHOLE_HALF", 0)
         monkeypatch.setattr(_torch_kernels, "WHOLE_INTERLEAVED", 0)
