@@ -425,3 +425,46 @@ def test_a_fused_model_that_fails_to_run_is_a_failure_not_a_skip():
     x, pos = sample("bhsd")
     report = _validation(model, broken, {"x": x, "pos": pos}, "cpu")
     assert report.status == "failed" and "the fused model fails where the original runs" in report.rows[0].note
+
+
+def narrow(model, elem_type):
+    """``model`` with x and y of ``elem_type`` and its tables cast to it after Cos/Sin, as exporters write a
+    float16 or bfloat16 model."""
+    g = model.graph
+    g.input[0].type.tensor_type.elem_type = g.output[0].type.tensor_type.elem_type = elem_type
+    nodes = []
+    for n in g.node:
+        nodes.append(n)
+        if n.op_type in ("Cos", "Sin"):
+            out = n.output[0]
+            n.output[0] = f"{out}_wide"
+            nodes.append(helper.make_node("Cast", [f"{out}_wide"], [out], to=elem_type))
+    del g.node[:]
+    g.node.extend(nodes)
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_float16_graphs_fuse_and_agree(layout):
+    """A float16 model (tables cast to float16 after Cos/Sin) fuses into a float16 node whose output equals the
+    original's within float16 rounding; positions to the table end."""
+    model = narrow(rope_graph(layout), TensorProto.FLOAT16)
+    fused, report = fuse_rotary(model, max_positions=64, providers="cpu")
+    assert report.fused == 1 and report.ok, report
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, N, 7, D)).astype(np.float16)
+    pos = np.array([np.arange(7), np.arange(57, 64)])
+    got = run(fused, x, pos)
+    assert got.dtype == np.float16
+    want = np.stack(
+        [rope_by_matrix(x[b].astype(np.float64), pos[b], inv_freq_formula(D, 10000.0), layout) for b in range(2)]
+    )
+    assert np.abs(got.astype(np.float64) - want).max() <= 4 * 2.0**-11 * np.abs(want).max()
+
+
+def test_a_bfloat16_graph_is_refused_with_the_reason():
+    with pytest.raises(
+        ValueError, match=r"^input 'x' is bfloat16, and a bfloat16 model cannot be probed: .* no bfloat16 kernels"
+    ):
+        fuse_rotary(narrow(rope_graph(), TensorProto.BFLOAT16), max_positions=64, providers="cpu")

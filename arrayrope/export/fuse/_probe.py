@@ -90,6 +90,12 @@ def sample_inputs(graph: Graph, seed: int = 0) -> Feed:
             for i, d in enumerate(t.shape.dim)
         ]
         dtype = _NUMPY.get(t.elem_type)
+        if t.elem_type == onnx.TensorProto.BFLOAT16:
+            raise ValueError(
+                f"input {value.name!r} is bfloat16, and a bfloat16 model cannot be probed: ONNX Runtime's Python API "
+                "takes no bfloat16 arrays and its CPU provider has no bfloat16 kernels for the arithmetic (Mul, "
+                "Add); fuse the float16 or float32 export of the same model, whose rotations are the same"
+            )
         if dtype is None:
             raise ValueError(f"input {value.name!r} has an element type sample inputs cannot be made for; pass inputs=")
         name = value.name.lower()
