@@ -12,7 +12,9 @@ EPILOG = """\
 exit status:
   0  verified: the fused model was compared with the original on ONNX Runtime, agreed, and was written
   1  failed: the fused model differs from the original; nothing was written
-  2  usage or input error (one line on stderr: 'arrayrope export fuse: error: ...'); nothing was written
+  2  usage or input error, or nothing to fuse (one line on stderr: 'arrayrope export fuse: error: ...',
+     naming what was found instead: no rotary embedding, or attention nodes that rotate inside); nothing
+     was written
   3  not verified: the fused model was written, each fused rotation checked on its own, but the whole
      model was not compared with the original (--no-validate, or no provider asked for could run it)"""
 
@@ -47,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--inputs",
         default=None,
-        help="an .npz of the model's inputs, for models that sample inputs cannot run "
-        "(past key/value caches); default: inputs made from the model's input types",
+        help="an .npz of the model's inputs, for models that sample inputs cannot run; default: inputs "
+        "made from the model's input names, types and shapes (a decoder's past key/values, attention mask and "
+        "position ids consistent with each other)",
     )
     parser.add_argument(
         "--no-validate",

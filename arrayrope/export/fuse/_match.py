@@ -145,6 +145,14 @@ class Graph:
         nonzero = m != 0
         return bool(np.all(np.isin(m, (-1, 0, 1))) and np.all(nonzero.sum(0) == 1) and np.all(nonzero.sum(1) == 1))
 
+    def values_from_inputs(self, name: str) -> bool:
+        """Whether the values of ``name`` depend on those of a graph input (not only on shapes and constants)."""
+
+        def follow(v: str, node: NodeProto | None) -> Iterable[str]:
+            return [] if node is None or node.op_type in ("Shape", "Size") else node.input
+
+        return any(v in self.inputs for v in self.walk(name, follow))
+
     def depends_on(self, name: str, target: str) -> bool:
         """Whether the values of ``name`` depend on those of ``target`` (shapes do not count)."""
 
@@ -176,6 +184,27 @@ class Site:
     def rotated(self) -> str:
         """The tensor a fused node writes: the output, or for a two-part rotation a name for its rotated part."""
         return self.output if self.parts is None else self.output + "/arrayrope_rotated_part"
+
+
+#: Attention ops of ONNX Runtime that rotate queries and keys themselves when ``do_rotary`` is set.
+ROTATING_ATTENTION = ("GroupQueryAttention", "MultiHeadAttention", "PackedMultiHeadAttention", "SparseAttention")
+
+
+def internal_rotations(model: onnx.ModelProto) -> dict[str, int]:
+    """How many attention nodes of each kind rotate inside (``do_rotary=1``), in the main graph and subgraphs."""
+    found: dict[str, int] = {}
+
+    def visit(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            rotary = any(a.name == "do_rotary" and a.i == 1 for a in node.attribute)
+            if rotary and node.domain == MS_DOMAIN and node.op_type in ROTATING_ATTENTION:
+                found[node.op_type] = found.get(node.op_type, 0) + 1
+            for a in node.attribute:
+                for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    visit(sub)
+
+    visit(model.graph)
+    return found
 
 
 def find_sites(graph: Graph) -> list[Site]:
@@ -321,7 +350,8 @@ def _integer_sources(graph: Graph, table: str) -> list[str]:
             found.append(node.input[0])
             return []
         if node.op_type in ("Gather", "GatherElements", "GatherND") and graph.elem_type(node.input[1]) in _INTS:
-            found.append(node.input[1])
+            if graph.values_from_inputs(node.input[1]):  # not indices made from shapes (repeat_interleave)
+                found.append(node.input[1])
             return [node.input[0]]
         return graph.data_inputs(node)
 

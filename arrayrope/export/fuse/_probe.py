@@ -32,8 +32,9 @@ from ._match import Graph, Site, site_nodes
 Feed = dict[str, npt.NDArray[Any]]
 
 _PROTOBUF_LIMIT = 2**31 - 1
-#: Sizes given to symbolic dimensions of sample inputs: the first axis (batch), the others (sequence).
-SAMPLE_BATCH, SAMPLE_SEQ = 2, 8
+#: Sizes given to symbolic dimensions of sample inputs: the first axis (batch), the others (sequence), and
+#: the cached tokens of a decoder that takes past keys and values.
+SAMPLE_BATCH, SAMPLE_SEQ, SAMPLE_PAST = 2, 8, 5
 
 _NUMPY = {
     TensorProto.FLOAT: np.float32,
@@ -72,21 +73,27 @@ def session(model: onnx.ModelProto, providers: Sequence[str] = ("CPUExecutionPro
         return ort.InferenceSession(path, opts, providers=list(providers))
 
 
-def sample_inputs(graph: Graph, seed: int = 0) -> Feed:
-    """Inputs for a run of the whole model, from its declared input types.
+def sample_inputs(graph: Graph, seed: int = 0, past: int | None = None) -> Feed:
+    """Inputs for a run of the whole model, from its declared input names, types and shapes.
 
-    Symbolic dimensions get ``SAMPLE_BATCH`` on the first axis and ``SAMPLE_SEQ``
-    elsewhere. Masks are ones, position ids count ``0..S-1``, other integer inputs
-    (token ids) stay below the rows of every table they index.
+    A decoder export with a key/value cache gets consistent inputs: ``SAMPLE_BATCH`` rows of ``SAMPLE_SEQ``
+    new tokens after ``SAMPLE_PAST`` cached ones (past key/values of that length, an attention mask of ones
+    over all ``past + seq`` positions, position ids ``past .. past + seq - 1``). Symbolic dimensions are sized
+    by their names (:func:`_dim_size`: batch, past, total, sequence, and sums of them such as
+    ``past_sequence_length + sequence_length``); other integer inputs (token ids) stay below the rows of every
+    table they index. ``past`` sets the cached tokens of a decoder (positions from ``past`` on).
     """
     rng = np.random.default_rng(seed)
     feed: Feed = {}
-    for value in graph.model.graph.input:
-        if value.name not in graph.inputs:
-            continue
+    inputs = [v for v in graph.model.graph.input if v.name in graph.inputs]
+    if not any("past" in v.name.lower() for v in inputs):
+        past = 0
+    elif past is None:
+        past = SAMPLE_PAST
+    for value in inputs:
         t = value.type.tensor_type
         dims = [
-            d.dim_value if d.HasField("dim_value") else (SAMPLE_BATCH if i == 0 else SAMPLE_SEQ)
+            d.dim_value if d.HasField("dim_value") else _dim_size(d.dim_param, i, value.name, past)
             for i, d in enumerate(t.shape.dim)
         ]
         dtype = _NUMPY.get(t.elem_type)
@@ -104,10 +111,28 @@ def sample_inputs(graph: Graph, seed: int = 0) -> Feed:
         elif np.dtype(dtype).kind == "b" or "mask" in name:
             feed[value.name] = np.ones(dims, dtype=dtype)
         elif "position" in name:
-            feed[value.name] = np.broadcast_to(np.arange(dims[-1] if dims else 1), dims).astype(dtype)
+            start = past if dims and dims[-1] == SAMPLE_SEQ else 0
+            feed[value.name] = np.broadcast_to(start + np.arange(dims[-1] if dims else 1), dims).astype(dtype)
         else:
             feed[value.name] = rng.integers(0, _index_bound(graph, value.name), dims).astype(dtype)
     return feed
+
+
+def _dim_size(param: str, axis: int, name: str, past: int) -> int:
+    """The size of a symbolic dimension of input ``name``: by its name where it says what it counts (batch,
+    past, total, sequence and sums of these), else ``SAMPLE_BATCH`` on the first axis and ``SAMPLE_SEQ``."""
+    sizes = {"batch": SAMPLE_BATCH, "past": past, "total": past + SAMPLE_SEQ, "seq": SAMPLE_SEQ}
+
+    def size(word: str) -> int | None:
+        word = word.strip().lower()
+        return next((v for k, v in sizes.items() if k in word), None)
+
+    terms = [size(term) for term in param.split("+")] if param else [None]
+    if param and all(v is not None for v in terms):
+        return sum(v for v in terms if v is not None)
+    if "mask" in name.lower() and axis == 1:  # the mask of a decoder covers the cached and the new tokens
+        return past + SAMPLE_SEQ
+    return SAMPLE_BATCH if axis == 0 else SAMPLE_SEQ
 
 
 def _index_bound(graph: Graph, name: str) -> int:

@@ -22,7 +22,7 @@ from .._graph import ModelSource, ir_version_for, load_model, providers_named, r
 from ..build._builder import Builder
 from ..build._emit import emitter, heads_spec, rotate_heads
 from ..build._spec import COMPUTED_LIMIT, DTYPE_NAMES, MIN_OPSET, MS_DOMAIN, np_dtype
-from ._match import Graph, Site, find_sites
+from ._match import Graph, Site, find_sites, internal_rotations
 from ._probe import (
     Shapes,
     SiteRunner,
@@ -107,7 +107,10 @@ def fuse_rotary(
         fix the precision the common float32 recipe loses at long positions and remove
         its Cos and Sin. ``"model"``: the model's own cos/sin, computed as before
         (``"onnx23"`` only). Default: ``"stored"`` with ``max_positions``, else
-        ``"computed"``.
+        ``"computed"``; a rotation whose frequencies follow no rule the core can
+        recompute exactly (LongRoPE's per-pair factors) then keeps the model's own
+        cos/sin (with ``target="onnx23"``; its report line says so), where a
+        ``tables`` given explicitly leaves it alone with the reason.
     max_positions : int, optional
         A bound on the positions: exact caches of this many rows are stored, and
         position ids must stay below it. Default: no bound; the fused nodes read
@@ -157,6 +160,7 @@ def fuse_rotary(
     source = load_model(model)
     target = checks.choice(target, "target", ("onnx23", "ort"))
     rows = None if max_positions is None else checks.positive_int(max_positions, "max_positions")
+    explicit = tables is not None
     chosen: FuseTables = (
         checks.choice(tables, "tables", ("stored", "computed", "model"))
         if tables is not None
@@ -180,6 +184,8 @@ def fuse_rotary(
         work = _converted(source, MIN_OPSET["onnx23"])
     graph = Graph(work)
     sites = find_sites(graph)
+    if not sites and not _unrecognised(graph, sites):
+        raise ValueError(f"nothing to fuse: {_nothing_found(work)}")
     feed = sample_inputs(graph) if inputs is None else {k: np.asarray(v) for k, v in inputs.items()}
     longest = max((v.shape[-1] for v in feed.values() if v.ndim and v.dtype.kind in "iu"), default=0)
     if tables == "stored" and sites and rows is not None and rows < longest:  # before anything runs (ORT's error)
@@ -194,10 +200,9 @@ def fuse_rotary(
         seen = {**feed, **run(work, feed, wanted)} if sites else dict(feed)
     except Exception as exc:  # ONNX Runtime's errors: inputs of the wrong sizes or types
         made = "the given inputs" if inputs is not None else "sample inputs made from its input types"
-        raise ValueError(
-            f"the model does not run on {made} ({str(exc).splitlines()[0][:200]}); pass inputs= with a feed it runs on"
-        ) from exc
-    job = _Job(graph, target, chosen, rows, _opset(work))
+        said = " ".join(str(exc).split())  # the runtime's message whole, on one line
+        raise ValueError(f"the model does not run on {made} ({said}); pass inputs= with a feed it runs on") from exc
+    job = _Job(graph, target, chosen, rows, _opset(work), explicit)
     done = [job.fuse(i, site, seen) for i, site in enumerate(sites)]
     rotations = tuple(r for r, _ in done) + _unrecognised(graph, sites)
     builders = [b for _, b in done if b is not None]
@@ -214,6 +219,18 @@ def fuse_rotary(
     if validate:
         report = dataclasses.replace(report, validation=_validation(source, fused, feed, providers))
     return Fused(fused, report)
+
+
+def _nothing_found(model: onnx.ModelProto) -> str:
+    """What a model with no rotation to fuse holds instead: attention nodes that rotate inside, or nothing."""
+    inside = internal_rotations(model)
+    if not inside:
+        return "no rotary embedding found (no cos/sin tables applied to a tensor, no rotary node)"
+    kinds = ", ".join(f"{n} {kind} node{'s' if n > 1 else ''}" for kind, n in inside.items())
+    return (
+        f"{kinds} already rotate{'s' if sum(inside.values()) == 1 else ''} queries and keys internally "
+        "(do_rotary=1, with their cos_cache and sin_cache inputs), which no fused node can replace"
+    )
 
 
 def _unrecognised(graph: Graph, sites: Sequence[Site]) -> tuple[Rotation, ...]:
@@ -258,8 +275,9 @@ def _converted(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
 class _Job:
     """The choices of one fuse_rotary call, applied to each rotation."""
 
-    def __init__(self, graph: Graph, target: str, tables: str, rows: int | None, opset: int) -> None:
+    def __init__(self, graph: Graph, target: str, tables: str, rows: int | None, opset: int, chosen: bool) -> None:
         self.graph, self.target, self.tables, self.rows, self.opset = graph, target, tables, rows, opset
+        self.chosen = chosen  # tables= was given: no rotation falls back to the model's own tables
 
     def fuse(self, i: int, site: Site, seen: Mapping[str, npt.NDArray[Any]]) -> tuple[Rotation, Builder | None]:
         """What happens to one rotation, and the nodes that replace it (None when it is left alone)."""
@@ -298,8 +316,11 @@ class _Job:
             tables = ("computed from the position ids" if self.rows is None else f"stored, {self.rows} rows") + (
                 "" if found.matched else f", the model's {dtype} frequencies"
             )
-            if freqs is None:
+            if freqs is None and (self.chosen or self.target == "ort"):
                 raise ValueError(f"its frequencies follow no known rule ({found.reason}); tables='model' keeps them")
+            if freqs is None:  # LongRoPE's per-pair factors: the node reads the model's own cos/sin
+                tables = "the model's (its frequencies follow no rule whose tables arrayrope computes exactly)"
+        if freqs is not None:
             spec = heads_spec(
                 freqs,
                 layout=found.layout,
