@@ -63,18 +63,34 @@ def dtype_name(dtype: DType) -> str:
 
 
 def table_dtype_for(xp: Namespace, x_dtype: DType) -> DType:
-    """Tables for rotating an input of ``x_dtype``: float64 for float64 inputs, float32 otherwise."""
-    return xp.float64 if x_dtype == xp.float64 else xp.float32
+    """Tables for rotating an input of ``x_dtype``: float64 for float64 (or wider) inputs, float32 otherwise."""
+    return xp.float64 if _wide(xp, x_dtype) else xp.float32
 
 
 def rotation_dtype(xp: Namespace, *dtypes: DType) -> DType:
     """The dtype a rotation's arithmetic runs in, for an input and tables of ``dtypes``: float64 when one of
-    them is float64, else float32 (so float16 and bfloat16 values are computed in float32, rounded once).
+    them is float64 (of either byte order) or wider, else float32 (so float16 and bfloat16 values are computed
+    in float32, rounded once).
 
-    A comparison of dtypes only: no promotion call of the library, which tracers (dynamo) cannot record.
+    Comparisons of dtypes only: no promotion call of the library, which tracers (dynamo) cannot record.
     """
     wide = xp.float64
-    return wide if wide in dtypes else xp.float32
+    if wide in dtypes:  # the common cases first: this runs on every rotation (a decode step is microseconds)
+        return wide
+    for d in dtypes:
+        if type(d) in _WIDE_NUMPY:
+            return wide
+    return xp.float32
+
+
+#: The classes of NumPy's float64 dtypes of either byte order (``<f8``, ``>f8``) and of ``longdouble``: a
+#: class test costs a tenth of ``isinstance(d, np.dtype)`` for the other libraries' dtypes.
+_WIDE_NUMPY = frozenset({type(np.dtype(np.float64)), type(np.dtype(np.longdouble))})
+
+
+def _wide(xp: Namespace, dtype: DType) -> bool:
+    """Whether ``dtype`` is float64, or a NumPy float of 8 bytes or more (big-endian ``>f8``, ``longdouble``)."""
+    return bool(dtype == xp.float64 or type(dtype) in _WIDE_NUMPY)
 
 
 def host_dtype(xp: Namespace, dtype: DType) -> np.dtype[Any]:

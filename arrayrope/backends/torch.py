@@ -370,7 +370,8 @@ def _small(
 def _cpu(
     x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, into: torch.Tensor | None
 ) -> torch.Tensor | None:
-    """CPU row blocks of at most GRAIN elements per op (on more than one thread), inline or claimed by helpers.
+    """CPU row blocks of at most GRAIN elements per op on more than one thread (CAST_BLOCK for float16 and
+    bfloat16 x), ONE_THREAD_BLOCK on one, inline or claimed by helpers.
 
     None where x's rows (or ``into``'s) do not view as ``(outer, period, d)`` or the tables do not repeat with
     a period.
@@ -396,7 +397,8 @@ def _cpu(
         except RuntimeError:  # leading axes that do not flatten without a copy
             return None
     threads = torch.get_num_threads()
-    limit = ONE_THREAD_BLOCK if threads == 1 else CAST_BLOCK if cast else GRAIN
+    low = x.dtype in (torch.float16, torch.bfloat16)
+    limit = ONE_THREAD_BLOCK if threads == 1 else CAST_BLOCK if low else GRAIN
     rows = max(1, min(period, limit // r))  # positions per block, then as many outer rows as fit
     per = max(1, min(outer, limit // (rows * r)))
     by_rows, by_outer = _sizes(period, rows), _sizes(outer, per)

@@ -246,7 +246,7 @@ def _run_bound(sess: Any, feed: Feed) -> list[npt.NDArray[Any]]:
     binding = sess.io_binding()
     kept = []  # the bound inputs' memory, alive until the run returns
     for name, value in feed.items():
-        arr = np.ascontiguousarray(value)
+        arr = np.require(value, requirements="C")  # 0-d stays 0-d (ascontiguousarray makes it 1-d)
         kept.append(arr)
         if arr.dtype.name == "bfloat16":
             bits = arr.view(np.uint16)

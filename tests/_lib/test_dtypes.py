@@ -76,6 +76,14 @@ def test_rotations_compute_in_float64_or_float32(backend):
             assert rotation_dtype(xp, getattr(xp, a), getattr(xp, b), getattr(xp, b)) == expected, (a, b)
 
 
+def test_float64_of_either_byte_order_and_wider_floats_rotate_in_float64():
+    """NumPy's big-endian float64 and longdouble are float64 work (equality with np.float64 misses them)."""
+    for wide in (np.dtype(">f8"), np.dtype("<f8"), np.dtype(np.longdouble)):
+        assert rotation_dtype(np, wide, np.dtype(np.float32)) == np.float64
+        assert table_dtype_for(np, wide) == np.float64
+    assert rotation_dtype(np, np.dtype(">f4"), np.dtype(">f2")) == np.float32
+
+
 def test_host_dtype_holds_the_table():
     from arrayrope.backends import default_namespace
 

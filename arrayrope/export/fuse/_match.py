@@ -334,9 +334,14 @@ def _whole_head(graph: Graph, x: str, y: str) -> tuple[str, str]:
 
 
 def positions_of(graph: Graph, table: str) -> str | None:
-    """The integer tensor a table is computed from: a Cast to float's input or a Gather's indices, traced back."""
+    """The integer tensor a table is computed from: a Cast to float's input or a Gather's indices, traced back.
+
+    Where some of these come from the model's inputs and others only from shapes (GLM's ``repeat_interleave``
+    of the tables, a Gather by indices made from a Range), the ones from the inputs are the positions.
+    """
     found = set(_integer_sources(graph, table))
-    roots = {_root(graph, name) for name in found}
+    from_inputs = {name for name in found if graph.values_from_inputs(name)}
+    roots = {_root(graph, name) for name in from_inputs or found}
     return roots.pop() if len(roots) == 1 else None
 
 
@@ -350,8 +355,7 @@ def _integer_sources(graph: Graph, table: str) -> list[str]:
             found.append(node.input[0])
             return []
         if node.op_type in ("Gather", "GatherElements", "GatherND") and graph.elem_type(node.input[1]) in _INTS:
-            if graph.values_from_inputs(node.input[1]):  # not indices made from shapes (repeat_interleave)
-                found.append(node.input[1])
+            found.append(node.input[1])
             return [node.input[0]]
         return graph.data_inputs(node)
 

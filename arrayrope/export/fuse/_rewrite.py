@@ -109,8 +109,9 @@ def fuse_rotary(
         (``"onnx23"`` only). Default: ``"stored"`` with ``max_positions``, else
         ``"computed"``; a rotation whose frequencies follow no rule the core can
         recompute exactly (LongRoPE's per-pair factors) then keeps the model's own
-        cos/sin (with ``target="onnx23"``; its report line says so), where a
-        ``tables`` given explicitly leaves it alone with the reason.
+        cos/sin (with ``target="onnx23"`` and no ``max_positions``; its report line
+        says so), where ``tables`` or ``max_positions`` given leave it alone with the
+        reason.
     max_positions : int, optional
         A bound on the positions: exact caches of this many rows are stored, and
         position ids must stay below it. Default: no bound; the fused nodes read
@@ -131,6 +132,14 @@ def fuse_rotary(
     Fused
         ``(model, report)``: the new model and a :class:`FusionReport` with one
         :class:`Rotation` per rotary application (what was fused, left alone and why).
+
+    Raises
+    ------
+    ValueError
+        Nothing to fuse (no rotation found, or attention nodes that rotate inside,
+        such as ``GroupQueryAttention`` with ``do_rotary=1``; the message says which),
+        options that contradict each other, a bfloat16 model, or a model that does
+        not run on the inputs (the runtime's message whole).
 
     Examples
     --------
@@ -316,7 +325,7 @@ class _Job:
             tables = ("computed from the position ids" if self.rows is None else f"stored, {self.rows} rows") + (
                 "" if found.matched else f", the model's {dtype} frequencies"
             )
-            if freqs is None and (self.chosen or self.target == "ort"):
+            if freqs is None and (self.chosen or self.target == "ort" or self.rows is not None):
                 raise ValueError(f"its frequencies follow no known rule ({found.reason}); tables='model' keeps them")
             if freqs is None:  # LongRoPE's per-pair factors: the node reads the model's own cos/sin
                 tables = "the model's (its frequencies follow no rule whose tables arrayrope computes exactly)"
