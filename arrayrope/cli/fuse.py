@@ -89,7 +89,6 @@ def run(args: argparse.Namespace) -> int:
     """Exit 0 written and verified, 1 the fused model differs (nothing written), 3 written but not verified."""
     _check_arguments(args)
     import numpy as np
-    import onnx
 
     from arrayrope.export import fuse_rotary
 
@@ -99,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         feed = None if args.inputs is None else dict(np.load(args.inputs))
     except Exception as exc:
         raise ValueError(f"--inputs {args.inputs}: not an .npz of arrays ({exc})") from None
-    fused, report = fuse_rotary(
+    result = fuse_rotary(
         args.model,
         target=args.target,
         tables=args.tables,
@@ -108,10 +107,11 @@ def run(args: argparse.Namespace) -> int:
         validate=not args.no_validate,
         providers=args.provider,
     )
+    report = result.report
     print(report)
     validation = report.validation
     if validation is None:
-        onnx.save(fused, args.output, save_as_external_data=fused.ByteSize() >= 2**31 - 1)
+        result.save(args.output)
         print(
             "verdict: NOT VERIFIED: the fused model was not compared with the original (--no-validate); "
             f"each fused rotation was checked on its own\nwrote {args.output}: {report.fused} of "
@@ -132,6 +132,6 @@ def run(args: argparse.Namespace) -> int:
     if validation.status == "failed":
         print(f"{args.output} not written: the fused model differs from the original")
         return status
-    onnx.save(fused, args.output, save_as_external_data=fused.ByteSize() >= 2**31 - 1)  # protobuf's 2 GiB limit
+    result.save(args.output)  # weights kept in external data files are copied to one beside it
     print(f"wrote {args.output}: {report.fused} of {len(report.rotations)} rotary applications fused")
     return status

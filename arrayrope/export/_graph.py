@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TypeAlias
 
 import onnx
-from onnx import GraphProto, NodeProto, OperatorSetIdProto, helper
+from onnx import GraphProto, NodeProto, OperatorSetIdProto, TensorProto, external_data_helper, helper
 
 from arrayrope._lib.files import open_regular_file
 
@@ -31,8 +31,13 @@ def ir_version_for(opset_imports: Iterable[OperatorSetIdProto]) -> int:
     return helper.find_min_ir_version_for(list(opset_imports), ignore_unknown=True)
 
 
-def load_model(model: object, argument: str = "model") -> onnx.ModelProto:
-    """``model`` as a ModelProto: itself, or loaded from a path (errors name ``argument``)."""
+def load_model(model: object, argument: str = "model", *, keep_external: bool = False) -> onnx.ModelProto:
+    """``model`` as a ModelProto: itself, or loaded from a path (errors name ``argument``).
+
+    With ``keep_external``, the main graph's initializers stored in external data files
+    stay references to them (nothing of theirs is read; :func:`data_folder` says where
+    they are); other external tensors (Constant nodes', subgraphs') are read.
+    """
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, (str, bytes, os.PathLike)):
@@ -41,11 +46,52 @@ def load_model(model: object, argument: str = "model") -> onnx.ModelProto:
         with open_regular_file(path, where, PROTOBUF_LIMIT):  # refuses FIFOs, devices, folders, huge files
             pass
         try:
-            return onnx.load(path)
+            if not keep_external:
+                return onnx.load(path)
+            out = onnx.load(path, load_external_data=False)
+            folder = os.path.dirname(os.path.abspath(path))
+            for t in inner_tensors(out.graph):
+                if external_data_helper.uses_external_data(t):
+                    external_data_helper.load_external_data_for_tensor(t, folder)
+            return out
         except Exception as exc:  # onnx raises several types for unreadable files
             first = " ".join(str(exc).split())[:200]
             raise ValueError(f"{where} does not load as an ONNX model: {first}") from None
     raise TypeError(f"{argument} must be an onnx.ModelProto or a path to a .onnx file, got {type(model).__name__}")
+
+
+def data_folder(model: object, loaded: onnx.ModelProto) -> str | None:
+    """The folder of the external data files that ``loaded`` (``model`` read by :func:`load_model` with
+    ``keep_external``) refers to: that of the path ``model``, or None where no initializer is external."""
+    if isinstance(model, onnx.ModelProto) or not any(
+        external_data_helper.uses_external_data(t) for t in loaded.graph.initializer
+    ):
+        return None
+    return os.path.dirname(os.path.abspath(os.fsdecode(model)))  # type: ignore[arg-type]
+
+
+def inlined(tensor: TensorProto, folder: str | None) -> TensorProto:
+    """``tensor`` itself, or where it is stored in an external data file of ``folder``, a copy holding its data."""
+    if folder is None or not external_data_helper.uses_external_data(tensor):
+        return tensor
+    out = TensorProto()
+    out.CopyFrom(tensor)
+    external_data_helper.load_external_data_for_tensor(out, folder)
+    return out
+
+
+def inner_tensors(graph: GraphProto, own: bool = False) -> Iterator[TensorProto]:
+    """The tensors of node attributes (Constant's) and the initializers of subgraphs; with ``own``, ``graph``'s
+    initializers too."""
+    if own:
+        yield from graph.initializer
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.TENSOR:
+                yield a.t
+            yield from a.tensors
+        for g in subgraphs(node):
+            yield from inner_tensors(g, own=True)
 
 
 def subgraphs(node: NodeProto) -> list[GraphProto]:

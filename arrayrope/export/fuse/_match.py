@@ -26,8 +26,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import numpy as np
 import numpy.typing as npt
 import onnx
-from onnx import NodeProto, TensorProto, numpy_helper
+from onnx import NodeProto, TensorProto, external_data_helper, numpy_helper
 
+from .._graph import inlined
 from ..build._spec import MS_DOMAIN
 
 #: Ops that move, split, join or negate features without other arithmetic (R and partial rotary).
@@ -59,8 +60,9 @@ _FLOATS = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT1
 class Graph:
     """A read-only index of a model's main graph: producers, consumers, constants and inferred types."""
 
-    def __init__(self, model: onnx.ModelProto) -> None:
+    def __init__(self, model: onnx.ModelProto, folder: str | None = None) -> None:
         self.model = model
+        self.folder = folder  # where initializers stored in external data files are read from
         g = model.graph
         self.nodes = list(g.node)
         self.producer = {o: n for n in self.nodes for o in n.output if o}
@@ -79,13 +81,30 @@ class Graph:
         self.types = {v.name: v.type.tensor_type for v in [*ig.input, *ig.value_info, *ig.output]}
 
     def constant(self, name: str) -> npt.NDArray[np.generic] | None:
-        """The value of an initializer or a Constant node's output, else None."""
+        """The value of an initializer or a Constant node's output, else None (one stored in an external data
+        file is read from it)."""
         if name in self.initializers:
-            return numpy_helper.to_array(self.initializers[name])
-        node = self.producer.get(name)
-        if node is not None and node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            return numpy_helper.to_array(node.attribute[0].t)
+            return numpy_helper.to_array(inlined(self.initializers[name], self.folder))
+        if self.is_constant(name):
+            return numpy_helper.to_array(self.producer[name].attribute[0].t)
         return None
+
+    def is_constant(self, name: str) -> bool:
+        """Whether :meth:`constant` has a value for ``name`` (nothing is read)."""
+        if name in self.initializers:
+            return True
+        node = self.producer.get(name)
+        return (
+            node is not None
+            and node.op_type == "Constant"
+            and bool(node.attribute)
+            and node.attribute[0].name == "value"
+        )
+
+    def external(self, name: str) -> bool:
+        """Whether ``name`` is an initializer whose data is in an external data file."""
+        t = self.initializers.get(name)
+        return t is not None and self.folder is not None and external_data_helper.uses_external_data(t)
 
     def elem_type(self, name: str) -> int | None:
         if name in self.initializers:
@@ -114,7 +133,7 @@ class Graph:
         stack, seen = [start], set()
         while stack:
             v = stack.pop()
-            if v in seen or not v or self.constant(v) is not None:
+            if v in seen or not v or self.is_constant(v):
                 continue
             seen.add(v)
             yield v
@@ -139,6 +158,11 @@ class Graph:
         """Whether ``node`` is a MatMul by a constant signed permutation (a swap of features written as a product)."""
         if node.op_type != "MatMul" or len(node.input) != 2:
             return False
+        dims = self.shape(node.input[1]) if self.external(node.input[1]) else None
+        if dims is not None and (
+            len(dims) != 2 or dims[0] != dims[1] or not isinstance(dims[0], int) or dims[0] > 1024
+        ):
+            return False  # a weight read from its file only where it is small and square, as permutations are
         m = self.constant(node.input[1])
         if m is None or m.ndim != 2 or m.shape[0] != m.shape[1]:
             return False
@@ -255,7 +279,7 @@ def _rotation(graph: Graph, add: NodeProto) -> Site | None:
     for x_c, r_s in ((a, b), (b, a)):
         for x, cos in (x_c, x_c[::-1]):
             for rot, sin in (r_s, r_s[::-1]):
-                if rot == x or graph.constant(x) is not None or graph.leaves(rot, _MOVES, x) != {x}:
+                if rot == x or graph.is_constant(x) or graph.leaves(rot, _MOVES, x) != {x}:
                     continue
                 if graph.depends_on(cos, x) or graph.depends_on(sin, x) or not _floating(graph, x):
                     continue
@@ -286,7 +310,7 @@ def _two_parts(graph: Graph, concat: NodeProto, k: int) -> Site | None:
             x = _common_source(graph, a, b)
             if x is None:
                 continue
-            if graph.constant(x) is not None or graph.depends_on(cos, x) or graph.depends_on(sin, x):
+            if graph.is_constant(x) or graph.depends_on(cos, x) or graph.depends_on(sin, x):
                 continue
             if not _floating(graph, x):
                 continue

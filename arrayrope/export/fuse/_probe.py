@@ -27,11 +27,14 @@ from arrayrope._lib import checks
 from arrayrope.frequencies import RopeFrequencies
 from arrayrope.testing import RopeConvention, identify_rope
 
+from .._graph import inlined
 from ._match import Graph, Site, site_nodes
 
 Feed = dict[str, npt.NDArray[Any]]
 
 _PROTOBUF_LIMIT = 2**31 - 1
+#: ONNX Runtime's session option: the folder of the external data files of a model passed as bytes.
+_EXTERNAL_FOLDER = "session.model_external_initializers_file_folder_path"
 #: Sizes given to symbolic dimensions of sample inputs: the first axis (batch), the others (sequence), and
 #: the cached tokens of a decoder that takes past keys and values.
 SAMPLE_BATCH, SAMPLE_SEQ, SAMPLE_PAST = 2, 8, 5
@@ -55,14 +58,21 @@ _NUMPY_OF = {
 }
 
 
-def session(model: onnx.ModelProto, providers: Sequence[str] = ("CPUExecutionProvider",)) -> Any:
+def session(
+    model: onnx.ModelProto, providers: Sequence[str] = ("CPUExecutionProvider",), folder: str | None = None
+) -> Any:
     """An ONNX Runtime session of ``model`` with graph optimisations on, silent: probes run positions past a
     model's stored tables on purpose and read the errors as exceptions, which ONNX Runtime would also print
-    (models over protobuf's 2 GB are passed through a temporary file with their tensors beside it)."""
+    (models over protobuf's 2 GB are passed through a temporary file with their tensors beside it). A model
+    whose initializers refer to external data files in ``folder`` is passed without them: ONNX Runtime reads
+    them from there itself."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 4  # fatal only: every error reaches the caller as an exception
+    if folder is not None:
+        opts.add_session_config_entry(_EXTERNAL_FOLDER, folder)
+        return ort.InferenceSession(model.SerializeToString(), opts, providers=list(providers))
     if model.ByteSize() < _PROTOBUF_LIMIT:
         return ort.InferenceSession(model.SerializeToString(), opts, providers=list(providers))
     copy = onnx.ModelProto()
@@ -151,11 +161,12 @@ def run(
     feed: Mapping[str, npt.NDArray[Any]],
     extra: Sequence[str] = (),
     providers: Sequence[str] = ("CPUExecutionProvider",),
+    folder: str | None = None,
 ) -> dict[str, npt.NDArray[Any]]:
-    """The model's outputs, and the inner tensors ``extra``, by name."""
+    """The model's outputs, and the inner tensors ``extra``, by name (external data read from ``folder``)."""
     if extra:
         model = _with_outputs(model, extra)
-    sess = session(model, providers)
+    sess = session(model, providers, folder)
     names = [o.name for o in sess.get_outputs()]
     wanted = {i.name for i in sess.get_inputs()}
     return dict(zip(names, sess.run(names, {k: v for k, v in feed.items() if k in wanted}), strict=True))
@@ -222,7 +233,7 @@ def cut(graph: Graph, site: Site, shape: Shapes) -> Cut:
         nodes = [*nodes, helper.make_node("Concat", [site.parts[2], site.parts[3]], [site.rotated], axis=-1)]
     standins = {name: "x" if like == site.x else "positions" for name, like in sized.items()}
     used = {i for n in nodes for i in n.input}
-    inits = [t for name, t in graph.initializers.items() if name in used]
+    inits = [inlined(t, graph.folder) for name, t in graph.initializers.items() if name in used]
     x_type = graph.elem_type(site.x) or TensorProto.FLOAT
     inputs = [helper.make_tensor_value_info(site.x, x_type, [f"x{i}" for i in range(4)])]
     if site.positions:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any, NamedTuple
 
 import onnx
@@ -106,6 +107,10 @@ class FusionReport:
         After (23 where ``target="onnx23"`` converted an older model).
     validation : Report, optional
         Both models run on ONNX Runtime and compared; None when ``validate=False``.
+    data_folder : str, optional
+        The folder of the external data files the model's initializers refer to, where
+        it was read from a path with its weights in external data (they were not read);
+        None where the model holds its weights.
 
     Examples
     --------
@@ -124,6 +129,7 @@ class FusionReport:
     opset_before: int
     opset_after: int
     validation: Report | None = None
+    data_folder: str | None = None
 
     @property
     def fused(self) -> int:
@@ -179,3 +185,34 @@ class Fused(NamedTuple):
 
     model: onnx.ModelProto
     report: FusionReport
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the fused model to ``path``, whole.
+
+        A model whose weights were left in external data files (``report.data_folder``)
+        gets one data file beside ``path``, named ``path + ".data"``, its tensors copied
+        one at a time from the original files; any other model is saved as ``onnx.save``
+        saves it (with its tensors beside it beyond protobuf's 2 GiB).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The ``.onnx`` file to write.
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> from arrayrope.export import fuse_rotary, rotary_model
+        >>> model = rotary_model(8, target="portable", max_positions=64)
+        >>> fused = fuse_rotary(model, max_positions=64, validate=False)
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     fused.save(os.path.join(folder, "fused.onnx"))
+        ...     os.listdir(folder)
+        ['fused.onnx']
+        """
+        if self.report.data_folder is None:
+            onnx.save(self.model, path, save_as_external_data=self.model.ByteSize() >= 2**31 - 1)  # protobuf's limit
+            return
+        from .._external import save_with_data
+
+        save_with_data(self.model, path, self.report.data_folder)

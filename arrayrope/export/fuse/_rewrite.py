@@ -18,7 +18,7 @@ from arrayrope._lib.verdicts import Report, Row
 from arrayrope.frequencies import RopeFrequencies
 from arrayrope.testing import RopeConvention
 
-from .._graph import ModelSource, ir_version_for, load_model, providers_named, reads, topological
+from .._graph import ModelSource, data_folder, ir_version_for, load_model, providers_named, reads, topological
 from ..build._builder import Builder
 from ..build._emit import emitter, heads_spec, rotate_heads
 from ..build._spec import COMPUTED_LIMIT, DTYPE_NAMES, MIN_OPSET, MS_DOMAIN, np_dtype
@@ -132,6 +132,10 @@ def fuse_rotary(
     Fused
         ``(model, report)``: the new model and a :class:`FusionReport` with one
         :class:`Rotation` per rotary application (what was fused, left alone and why).
+        A model read from a path whose weights are in external data files is read
+        without them (ONNX Runtime reads them from the files for its runs): the new
+        model's initializers refer to those files, in ``report.data_folder``, and
+        :meth:`Fused.save` writes it with its weights.
 
     Raises
     ------
@@ -166,7 +170,8 @@ def fuse_rotary(
     >>> [node.op_type for node in fused.graph.node], report.fused, report.ok
     (['Clip', 'Mod', 'RotaryEmbedding'], 1, True)
     """
-    source = load_model(model)
+    source = load_model(model, keep_external=True)  # weights in external data files stay there
+    folder = data_folder(model, source)
     target = checks.choice(target, "target", ("onnx23", "ort"))
     rows = None if max_positions is None else checks.positive_int(max_positions, "max_positions")
     explicit = tables is not None
@@ -189,9 +194,9 @@ def fuse_rotary(
     validate = checks.boolean(validate, "validate")
     opset_before = _opset(source)
     work = source
-    if target == "onnx23" and opset_before < MIN_OPSET["onnx23"] and find_sites(Graph(source)):
+    if target == "onnx23" and opset_before < MIN_OPSET["onnx23"] and find_sites(Graph(source, folder)):
         work = _converted(source, MIN_OPSET["onnx23"])
-    graph = Graph(work)
+    graph = Graph(work, folder)
     sites = find_sites(graph)
     if not sites and not _unrecognised(graph, sites):
         raise ValueError(f"nothing to fuse: {_nothing_found(work)}")
@@ -206,7 +211,7 @@ def fuse_rotary(
         )
     wanted = [n for s in sites for n in (s.x, s.cos, s.positions) if n and n not in feed]
     try:
-        seen = {**feed, **run(work, feed, wanted)} if sites else dict(feed)
+        seen = {**feed, **run(work, feed, wanted, folder=folder)} if sites else dict(feed)
     except Exception as exc:  # ONNX Runtime's errors: inputs of the wrong sizes or types
         made = "the given inputs" if inputs is not None else "sample inputs made from its input types"
         said = " ".join(str(exc).split())  # the runtime's message whole, on one line
@@ -223,10 +228,17 @@ def fuse_rotary(
         contrib=target == "ort",
     )
     report = FusionReport(
-        rotations, target, chosen, len(source.graph.node), len(fused.graph.node), opset_before, _opset(fused)
+        rotations,
+        target,
+        chosen,
+        len(source.graph.node),
+        len(fused.graph.node),
+        opset_before,
+        _opset(fused),
+        data_folder=folder,
     )
     if validate:
-        report = dataclasses.replace(report, validation=_validation(source, fused, feed, providers))
+        report = dataclasses.replace(report, validation=_validation(source, fused, feed, providers, folder))
     return Fused(fused, report)
 
 
@@ -538,8 +550,10 @@ def _validation(
     fused: onnx.ModelProto,
     feed: Mapping[str, npt.NDArray[Any]],
     providers: Sequence[str] | str | None,
+    folder: str | None = None,
 ) -> Report:
-    """Both models on each provider, output by output; the original is the reference."""
+    """Both models on each provider, output by output; the original is the reference (external data in
+    ``folder``)."""
     import onnxruntime as ort
 
     rows, skipped = [], []
@@ -549,12 +563,12 @@ def _validation(
             skipped.append((f"onnxruntime {device}", f"{provider} is not available in this onnxruntime build"))
             continue
         try:
-            want = run(source, feed, providers=[provider])
+            want = run(source, feed, providers=[provider], folder=folder)
         except Exception as exc:  # no kernel for an op of the original on this provider: nothing to compare with
             skipped.append((f"onnxruntime {device}", str(exc).splitlines()[0][:160]))
             continue
         try:
-            got = run(fused, feed, providers=[provider])
+            got = run(fused, feed, providers=[provider], folder=folder)
         except Exception as exc:  # the original runs and the fused model does not: a failure, not a skip
             nan = math.nan
             rows.append(

@@ -1,0 +1,175 @@
+"""``arrayrope export fuse`` on a model whose weights are several GB of external data: time and peak memory.
+
+Run from the repository root: ``python -m bench.large_model --gb 4 --out FOLDER``. It writes a
+decoder-like model (token embedding tables gathered by ``input_ids``, a query projection, a
+rotary embedding in standard ops, an output projection) whose tables fill ``--gb`` GB of one
+external data file, written sparse (zeros that take no disk), runs ``arrayrope export fuse``
+on it in a subprocess and writes ``results.md`` into ``FOLDER``: the data size, the wall time
+and the subprocess's peak resident memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+from onnx import StringStringEntryProto, TensorProto, external_data_helper, helper, numpy_helper
+
+#: Heads and head dim of the synthetic model (hidden size HEADS * HEAD_DIM).
+HEADS, HEAD_DIM = 2, 16
+HIDDEN = HEADS * HEAD_DIM
+
+
+def _const(name: str, value: object) -> TensorProto:
+    a = np.asarray(value)
+    return numpy_helper.from_array(a.astype(np.float32 if a.dtype.kind == "f" else np.int64), name)
+
+
+def rope_decoder(tables: list[TensorProto], small: list[TensorProto]) -> onnx.ModelProto:
+    """The graph: ``sum_k tables[k][input_ids] + bias``, a query projection, ``x * cos + rotate_half(x) * sin``
+    (cos/sin from ``Cos/Sin(Cast(position_ids) * inv_freq)``), an output projection. ``small`` holds the
+    projections and the bias (``wq``, ``wo``, ``bias``)."""
+    half = HEAD_DIM // 2
+    inv = 10000.0 ** (-np.arange(0, HEAD_DIM, 2) / HEAD_DIM)
+    consts = [
+        _const("inv_freq", inv.astype(np.float32)),
+        _const("ax1", [1]),
+        _const("ax2", [2]),
+        _const("last", [-1]),
+        _const("zero", [0]),
+        _const("half", [half]),
+        _const("big", [2**62]),
+        _const("heads", [0, 0, HEADS, HEAD_DIM]),
+        _const("flat", [0, 0, HIDDEN]),
+    ]
+    n = helper.make_node
+    nodes = [n("Gather", [t.name, "input_ids"], [f"e{i}"]) for i, t in enumerate(tables)]
+    total = "bias"
+    for i in range(len(tables)):
+        nodes.append(n("Add", [total, f"e{i}"], [f"sum{i}"]))
+        total = f"sum{i}"
+    nodes += [
+        n("MatMul", [total, "wq"], ["q"]),
+        n("Reshape", ["q", "heads"], ["q4"]),
+        n("Transpose", ["q4"], ["x"], perm=[0, 2, 1, 3]),
+        n("Unsqueeze", ["position_ids", "ax2"], ["p3"]),
+        n("Cast", ["p3"], ["pf"], to=TensorProto.FLOAT),
+        n("Mul", ["pf", "inv_freq"], ["f"]),
+        n("Concat", ["f", "f"], ["ang"], axis=-1),
+        n("Cos", ["ang"], ["c"]),
+        n("Sin", ["ang"], ["s"]),
+        n("Unsqueeze", ["c", "ax1"], ["c4"]),
+        n("Unsqueeze", ["s", "ax1"], ["s4"]),
+        n("Slice", ["x", "zero", "half", "last"], ["x1"]),
+        n("Slice", ["x", "half", "big", "last"], ["x2"]),
+        n("Neg", ["x2"], ["nx2"]),
+        n("Concat", ["nx2", "x1"], ["rot"], axis=-1),
+        n("Mul", ["x", "c4"], ["xc"]),
+        n("Mul", ["rot", "s4"], ["rs"]),
+        n("Add", ["xc", "rs"], ["rotated"]),
+        n("Transpose", ["rotated"], ["back"], perm=[0, 2, 1, 3]),
+        n("Reshape", ["back", "flat"], ["attn"]),
+        n("MatMul", ["attn", "wo"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "decoder",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
+            helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "sequence"]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "sequence", HIDDEN])],
+        [*tables, *small, *consts],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+
+
+def _projections(rng: np.random.Generator) -> list[TensorProto]:
+    return [
+        _const("wq", rng.standard_normal((HIDDEN, HIDDEN)) / np.sqrt(HIDDEN)),
+        _const("wo", rng.standard_normal((HIDDEN, HIDDEN)) / np.sqrt(HIDDEN)),
+        _const("bias", rng.standard_normal(HIDDEN)),
+    ]
+
+
+def write_model(folder: str, nbytes: int, tables: int = 4, sparse: bool = False, seed: int = 0) -> str:
+    """Write ``model.onnx`` and ``model.data`` (all its initializers) into ``folder``; returns the model's path.
+
+    The ``tables`` embedding tables hold ``nbytes`` together (float32 rows of ``HIDDEN``).
+    ``sparse``: the tables are zeros, a hole of the data file that takes no disk nor time to
+    write, and only they are external (the rest is held in the graph); else every float
+    initializer, random, is external, ``inv_freq`` of the rotation too (the int64 axes and
+    shapes stay in the graph, where ONNX Runtime's shape inference needs to read them).
+    """
+    rng = np.random.default_rng(seed)
+    rows = max(1, nbytes // (tables * HIDDEN * 4))
+    path = os.path.join(folder, "model.onnx")
+    if not sparse:
+        embed = [_const(f"embed{k}", rng.standard_normal((rows, HIDDEN))) for k in range(tables)]
+        model = rope_decoder(embed, _projections(rng))
+        for t in model.graph.initializer:
+            if t.data_type == TensorProto.FLOAT:
+                external_data_helper.set_external_data(t, "model.data")
+        onnx.save(model, path)  # appends each float tensor to model.data, in order
+        return path
+    embed, size = [], rows * HIDDEN * 4
+    for k in range(tables):
+        t = TensorProto(name=f"embed{k}", data_type=TensorProto.FLOAT, dims=[rows, HIDDEN])
+        t.data_location = TensorProto.EXTERNAL
+        t.external_data.extend(
+            StringStringEntryProto(key=key, value=value)
+            for key, value in (("location", "model.data"), ("offset", str(k * size)), ("length", str(size)))
+        )
+        embed.append(t)
+    with open(os.path.join(folder, "model.data"), "wb") as f:
+        f.truncate(tables * size)
+    onnx.save(rope_decoder(embed, _projections(rng)), path)
+    return path
+
+
+def measure(model: str, output: str) -> tuple[float, int, int]:
+    """``arrayrope export fuse model -o output`` in a subprocess: wall seconds, peak RSS in bytes, exit status."""
+    cmd = [sys.executable, "-m", "arrayrope", "export", "fuse", model, "-o", output, "--provider", "cpu"]
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    if done.returncode not in (0, 3):
+        sys.stderr.write(done.stdout + done.stderr)
+    return wall, peak, done.returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.large_model", description=__doc__.splitlines()[0])
+    parser.add_argument("--gb", type=float, default=4.0, help="GB (1e9 bytes) of external weights (default 4)")
+    parser.add_argument("--out", required=True, help="folder for the model, the fused model and results.md")
+    args = parser.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    model = write_model(args.out, int(args.gb * 1e9), sparse=True)
+    data = os.path.getsize(os.path.join(args.out, "model.data"))
+    wall, peak, status = measure(model, os.path.join(args.out, "fused.onnx"))
+    lines = [
+        "# `arrayrope export fuse` on a model with external weights",
+        "",
+        f"{sys.platform}, Python {sys.version.split()[0]}, onnx {onnx.__version__}; "
+        "weights: zeros of a sparse file, one external data file; validation on the CPU",
+        "",
+        "| external data | wall time | peak RSS (subprocess) | exit status |",
+        "|---:|---:|---:|---:|",
+        f"| {data / 1e9:.2f} GB | {wall:.1f} s | {peak / 1e6:.0f} MB | {status} |",
+        "",
+    ]
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+    return 0 if status in (0, 3) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
