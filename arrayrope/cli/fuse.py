@@ -112,9 +112,10 @@ def run(args: argparse.Namespace) -> int:
     validation = report.validation
     if validation is None:
         result.save(args.output)
+        data = "" if report.data_folder is None else f" (its weights in {args.output}.data)"
         print(
             "verdict: NOT VERIFIED: the fused model was not compared with the original (--no-validate); "
-            f"each fused rotation was checked on its own\nwrote {args.output}: {report.fused} of "
+            f"each fused rotation was checked on its own\nwrote {args.output}{data}: {report.fused} of "
             f"{len(report.rotations)} rotary applications fused"
         )
         return NOT_VERIFIED
@@ -133,5 +134,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.output} not written: the fused model differs from the original")
         return status
     result.save(args.output)  # weights kept in external data files are copied to one beside it
-    print(f"wrote {args.output}: {report.fused} of {len(report.rotations)} rotary applications fused")
+    data = "" if report.data_folder is None else f" (its weights in {args.output}.data)"
+    print(f"wrote {args.output}{data}: {report.fused} of {len(report.rotations)} rotary applications fused")
     return status
