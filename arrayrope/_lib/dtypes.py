@@ -78,19 +78,26 @@ def rotation_dtype(xp: Namespace, *dtypes: DType) -> DType:
     if wide in dtypes:  # the common cases first: this runs on every rotation (a decode step is microseconds)
         return wide
     for d in dtypes:
-        if type(d) in _WIDE_NUMPY:
+        if _wide_numpy(d):
             return wide
     return xp.float32
 
 
 #: The classes of NumPy's float64 dtypes of either byte order (``<f8``, ``>f8``) and of ``longdouble``: a
 #: class test costs a tenth of ``isinstance(d, np.dtype)`` for the other libraries' dtypes.
-_WIDE_NUMPY = frozenset({type(np.dtype(np.float64)), type(np.dtype(np.longdouble))})
+_FLOAT64_CLASS, _LONGDOUBLE_CLASS = type(np.dtype(np.float64)), type(np.dtype(np.longdouble))
+
+
+def _wide_numpy(dtype: DType) -> bool:
+    """Whether ``dtype`` is a NumPy float64 of either byte order or a longdouble (identity tests of its class,
+    which dynamo traces in every PyTorch release, where a set's membership test it does not before 2.9)."""
+    kind = type(dtype)
+    return kind is _FLOAT64_CLASS or kind is _LONGDOUBLE_CLASS
 
 
 def _wide(xp: Namespace, dtype: DType) -> bool:
     """Whether ``dtype`` is float64, or a NumPy float of 8 bytes or more (big-endian ``>f8``, ``longdouble``)."""
-    return bool(dtype == xp.float64 or type(dtype) in _WIDE_NUMPY)
+    return bool(dtype == xp.float64 or _wide_numpy(dtype))
 
 
 def host_dtype(xp: Namespace, dtype: DType) -> np.dtype[Any]:
