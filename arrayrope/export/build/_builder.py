@@ -61,13 +61,28 @@ class Builder:
         """A constant int64 scalar."""
         return self.const(np.array(value, dtype=np.int64), hint)
 
-    def op(self, op_type: str, inputs: Sequence[str], *, out: str | None = None, domain: str = "",
-           **attrs: AttributeValue | None) -> str:
+    def op(
+        self,
+        op_type: str,
+        inputs: Sequence[str],
+        *,
+        out: str | None = None,
+        domain: str = "",
+        **attrs: AttributeValue | None,
+    ) -> str:
         """A node with one output (named ``out`` or a new name); attributes that are None are left out."""
         return self.ops(op_type, inputs, outputs=1, out=out, domain=domain, **attrs)[0]
 
-    def ops(self, op_type: str, inputs: Sequence[str], *, outputs: int, out: str | None = None, domain: str = "",
-            **attrs: AttributeValue | None) -> list[str]:
+    def ops(
+        self,
+        op_type: str,
+        inputs: Sequence[str],
+        *,
+        outputs: int,
+        out: str | None = None,
+        domain: str = "",
+        **attrs: AttributeValue | None,
+    ) -> list[str]:
         """A node with ``outputs`` outputs; their names."""
         names = [out] if out is not None else [self.name(op_type.lower()) for _ in range(outputs)]
         node_name = self.name(op_type)

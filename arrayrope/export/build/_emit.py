@@ -39,11 +39,29 @@ def emitter(spec: Spec, b: Builder, model_bytes: int = 0) -> Emitter:
     return FusedEmitter(spec, b)
 
 
-def heads_spec(freqs: RopeFrequencies, *, layout: str, target: Target, axes: Axes, heads: int,
-               max_positions: int | None, dtype: DTypeName, opset: int, opset_argument: str) -> Spec:
+def heads_spec(
+    freqs: RopeFrequencies,
+    *,
+    layout: str,
+    target: Target,
+    axes: Axes,
+    heads: int,
+    max_positions: int | None,
+    dtype: DTypeName,
+    opset: int,
+    opset_argument: str,
+) -> Spec:
     """The spec for 4-D tensors of ``heads`` heads laid out as ``axes``: ``(B, S, N, D)`` as its 3-D view."""
-    options = ExportOptions(layout=checks.layout(layout), target=target, rank=4 if axes == "bhsd" else 3,
-                            num_heads=heads, max_positions=max_positions, dtype=dtype, opset=opset, runtime="any")
+    options = ExportOptions(
+        layout=checks.layout(layout),
+        target=target,
+        rank=4 if axes == "bhsd" else 3,
+        num_heads=heads,
+        max_positions=max_positions,
+        dtype=dtype,
+        opset=opset,
+        runtime="any",
+    )
     return make_spec(freqs, options, opset_argument=opset_argument)
 
 

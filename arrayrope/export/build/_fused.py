@@ -65,8 +65,11 @@ class FusedEmitter:
                 rows = b.ints([-1, s.rotary_dim // 2], "cache_rows")
                 count = b.op("Size", [ids])
                 flat = b.op("Range", [b.scalar(0, "zero"), count, b.scalar(1, "one")])
-                self._per_token[key] = (b.op("Reshape", [flat, b.op("Shape", [ids])]),
-                                        b.op("Reshape", [cos, rows]), b.op("Reshape", [sin, rows]))
+                self._per_token[key] = (
+                    b.op("Reshape", [flat, b.op("Shape", [ids])]),
+                    b.op("Reshape", [cos, rows]),
+                    b.op("Reshape", [sin, rows]),
+                )
         return self._per_token[key]
 
     def apply(self, x: str, pos: str | None, out: str, heads: int | None) -> str:
@@ -77,10 +80,14 @@ class FusedEmitter:
         standard = s.target == "onnx23"
         if o.tables == "computed":
             return b.op(
-                "RotaryEmbedding", [x, *self.per_token(x, pos)], out=out, domain="" if standard else MS_DOMAIN,
+                "RotaryEmbedding",
+                [x, *self.per_token(x, pos)],
+                out=out,
+                domain="" if standard else MS_DOMAIN,
                 interleaved=int(o.layout == "interleaved"),
                 rotary_embedding_dim=s.rotary_dim if s.rotary_dim < s.head_dim else 0,
-                num_heads=heads if with_heads else None, scale=None if standard else 1.0,
+                num_heads=heads if with_heads else None,
+                scale=None if standard else 1.0,
             )
         cos, sin = self.caches()
         if pos is None and s.target == "ort":  # an offset of 0: positions 0..seq-1, nothing to guard

@@ -7,10 +7,10 @@ from typing import NamedTuple, Unpack
 import onnx
 from onnx import OperatorSetIdProto, TensorProto, ValueInfoProto, helper
 
+from .._graph import ir_version_for
 from ._builder import Builder
 from ._emit import emitter
 from ._options import ExportKeywords, ExportOptions, check_keywords
-from .._graph import ir_version_for
 from ._spec import META_KEY, MS_DOMAIN, Frequencies, Spec, make_spec, onnx_dtype
 
 FUNCTION_DOMAIN = "arrayrope"
@@ -136,7 +136,10 @@ def build_model(spec: Spec) -> onnx.ModelProto:
 
 
 def rotary_function(
-    freqs: Frequencies, *, name: str = "RotaryEmbedding", domain: str = FUNCTION_DOMAIN,
+    freqs: Frequencies,
+    *,
+    name: str = "RotaryEmbedding",
+    domain: str = FUNCTION_DOMAIN,
     **options: Unpack[ExportKeywords],
 ) -> onnx.FunctionProto:
     """The rotary graph as a model-local ONNX function, for composition.
@@ -184,6 +187,11 @@ def rotary_function(
     b = Builder("rope/", function=True)
     _emit(spec, b, tensors)
     return helper.make_function(
-        domain, name, [i.name for i in inputs], [o.name for o in outputs], b.nodes, opset_imports(spec),
+        domain,
+        name,
+        [i.name for i in inputs],
+        [o.name for o in outputs],
+        b.nodes,
+        opset_imports(spec),
         doc_string=_doc(spec),
     )

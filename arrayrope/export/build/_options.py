@@ -188,11 +188,15 @@ class ExportOptions:
         if self.tables is None:
             object.__setattr__(self, "tables", "computed" if self.max_positions is None else "stored")
         elif self.tables == "stored" and self.max_positions is None:
-            raise ValueError("tables='stored' stores max_positions rows: pass max_positions (the bound of the "
-                             "position ids), or leave tables to its default to compute cos/sin in the graph")
+            raise ValueError(
+                "tables='stored' stores max_positions rows: pass max_positions (the bound of the "
+                "position ids), or leave tables to its default to compute cos/sin in the graph"
+            )
         if self.tables == "computed" and self.max_positions is not None:
-            raise ValueError(f"max_positions={self.max_positions} bounds stored tables, and tables='computed' stores "
-                             "none (it rotates every position below 2**30): pass one of them")
+            raise ValueError(
+                f"max_positions={self.max_positions} bounds stored tables, and tables='computed' stores "
+                "none (it rotates every position below 2**30): pass one of them"
+            )
 
     @property
     def rows(self) -> int:
@@ -257,7 +261,7 @@ class SpliceKeywords(TypedDict, total=False):
 
 
 class ExportKeywords(SpliceKeywords, total=False):
-    """Every option as a keyword of :func:`~arrayrope.export.rotary_model` and :func:`~arrayrope.export.rotary_function`.
+    """Every option as a keyword of the builders :func:`~arrayrope.export.rotary_model` and ``rotary_function``.
 
     The keywords are the fields of :class:`ExportOptions`, typed for checkers.
 

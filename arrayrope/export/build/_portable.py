@@ -65,8 +65,10 @@ class PortableEmitter:
     def _reverse_pairs(self, view: str) -> str:
         """``view`` with its axis -2 (of size 2: the halves) reversed."""
         b = self.b
-        return b.op("Slice", [view, b.ints([-1], "start"), b.ints([INT64_MIN], "stop"), b.ints([-2], "axis"),
-                              b.ints([-1], "step")])
+        return b.op(
+            "Slice",
+            [view, b.ints([-1], "start"), b.ints([INT64_MIN], "stop"), b.ints([-2], "axis"), b.ints([-1], "step")],
+        )
 
     def _swap(self, x: str, r: int) -> str:
         """Exchange partner features of the 4-D ``x`` (..., r)."""

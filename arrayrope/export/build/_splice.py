@@ -10,10 +10,10 @@ from onnx import GraphProto, NodeProto, TensorProto, TypeProto, helper
 
 from arrayrope._lib import checks
 
+from .._graph import ModelSource, ir_version_for, load_model, subgraphs, topological
 from ._builder import Builder
 from ._emit import emitter
 from ._options import RANKS, ExportOptions, Rank, SpliceKeywords, check_keywords
-from .._graph import ModelSource, ir_version_for, load_model, subgraphs, topological
 from ._spec import DTYPE_NAMES, MS_DOMAIN, Frequencies, Spec, make_spec
 
 
@@ -153,8 +153,13 @@ def _check_names(known: set[str], names: dict[str, object]) -> None:
 
 
 def _options(
-    model: onnx.ModelProto, types: dict[str, TypeProto.Tensor], q: str, k: str | None, position_ids: str | None,
-    rank: Rank | None, options: SpliceKeywords,
+    model: onnx.ModelProto,
+    types: dict[str, TypeProto.Tensor],
+    q: str,
+    k: str | None,
+    position_ids: str | None,
+    rank: Rank | None,
+    options: SpliceKeywords,
 ) -> ExportOptions:
     """The options with those that come from the model: rank, position ids, dtype, opset, qk."""
     tq = types.get(q)

@@ -29,8 +29,8 @@ import numpy.typing as npt
 import arrayrope
 from arrayrope._lib.digits import DIGIT_BITS, digit_rotations
 
-from ._builder import Builder
 from .._graph import PROTOBUF_LIMIT
+from ._builder import Builder
 from ._spec import COMPUTED_LIMIT, DIGIT_LEVELS, Spec, np_dtype, onnx_dtype
 
 F64 = npt.NDArray[np.float64]
