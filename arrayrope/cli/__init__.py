@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "parity": "arrayrope.cli.parity",
     "export": "arrayrope.cli.export",
     "check": "arrayrope.cli.check",
+    "audit": "arrayrope.cli.audit",
     "plot": "arrayrope.cli.plot",
 }
 

@@ -14,6 +14,10 @@ keyword arguments. The package depends on the core and never the other way:
 * ``fuse/``: other exporters' graphs. ``_match`` finds rotations, ``_probe``
   measures them, ``_rewrite`` (:func:`fuse_rotary`) replaces them, ``_report`` says
   what was done.
+* ``audit/``: does a deployed model rotate as its config says? ``_expect`` (each layer's
+  rotation from the config), ``_measure`` (every rotation found and measured), ``_judge``
+  (the first difference, in the config's terms), ``_report`` (:class:`AuditReport`) and
+  :func:`audit_rotary`.
 * ``torch/``: the PyTorch exporter bridge. ``_graphs`` (:func:`torch_options`, the
   graphs written for arrayrope's PyTorch op), ``_bridge`` (the op and its
   translations) and the install hook the core calls when its PyTorch backend loads.
@@ -32,6 +36,9 @@ if TYPE_CHECKING:  # the same names, for type checkers
     from .._lib.verdicts import Report as Report
     from ._validate import ValidationError as ValidationError
     from ._validate import validate as validate
+    from .audit import AuditReport as AuditReport
+    from .audit import Finding as Finding
+    from .audit import audit_rotary as audit_rotary
     from .build._model import rotary_function as rotary_function
     from .build._model import rotary_model as rotary_model
     from .build._options import ExportKeywords as ExportKeywords
@@ -51,6 +58,9 @@ if TYPE_CHECKING:  # the same names, for type checkers
 _WHERE = {
     "Report": "arrayrope._lib.verdicts",
     "ValidationError": "._validate",
+    "AuditReport": ".audit",
+    "Finding": ".audit",
+    "audit_rotary": ".audit",
     "validate": "._validate",
     "rotary_function": ".build._model",
     "rotary_model": ".build._model",
@@ -70,8 +80,10 @@ _WHERE = {
 }
 
 __all__ = [
+    "AuditReport",
     "ExportKeywords",
     "ExportOptions",
+    "Finding",
     "FuseTables",
     "FuseTarget",
     "Fused",
@@ -82,6 +94,7 @@ __all__ = [
     "TorchOptions",
     "ValidationError",
     "add_rotary",
+    "audit_rotary",
     "fuse_rotary",
     "rotary_function",
     "rotary_model",

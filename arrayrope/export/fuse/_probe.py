@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -83,7 +83,7 @@ def session(
         return ort.InferenceSession(path, opts, providers=list(providers))
 
 
-def sample_inputs(graph: Graph, seed: int = 0, past: int | None = None) -> Feed:
+def sample_inputs(graph: Graph, seed: int = 0, past: int | None = None, names: Collection[str] | None = None) -> Feed:
     """Inputs for a run of the whole model, from its declared input names, types and shapes.
 
     A decoder export with a key/value cache gets consistent inputs: ``SAMPLE_BATCH`` rows of ``SAMPLE_SEQ``
@@ -91,7 +91,8 @@ def sample_inputs(graph: Graph, seed: int = 0, past: int | None = None) -> Feed:
     over all ``past + seq`` positions, position ids ``past .. past + seq - 1``). Symbolic dimensions are sized
     by their names (:func:`_dim_size`: batch, past, total, sequence, and sums of them such as
     ``past_sequence_length + sequence_length``); other integer inputs (token ids) stay below the rows of every
-    table they index. ``past`` sets the cached tokens of a decoder (positions from ``past`` on).
+    table they index. ``past`` sets the cached tokens of a decoder (positions from ``past`` on); ``names``, where
+    given, are the only inputs made.
     """
     rng = np.random.default_rng(seed)
     feed: Feed = {}
@@ -101,6 +102,8 @@ def sample_inputs(graph: Graph, seed: int = 0, past: int | None = None) -> Feed:
     elif past is None:
         past = SAMPLE_PAST
     for value in inputs:
+        if names is not None and value.name not in names:
+            continue
         t = value.type.tensor_type
         dims = [
             d.dim_value if d.HasField("dim_value") else _dim_size(d.dim_param, i, value.name, past)

@@ -1,0 +1,135 @@
+"""What a config says each layer's rotation is: its settings, its frequencies at any length, where to probe it."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from arrayrope._config_keys import Settings, View, text_config
+from arrayrope.config import load_config, rope_frequencies_from_config, settings
+from arrayrope.frequencies import RopeFrequencies
+
+#: Consecutive positions probed in one call.
+BLOCK = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+    """One layer of the config: its settings (``settings.nope``: no rotation) and its index."""
+
+    index: int
+    settings: Settings
+    direction: int
+
+    def frequencies(self, config: Mapping[str, Any], seq_len: int) -> RopeFrequencies:
+        """The frequencies transformers uses for a call whose longest sequence is ``seq_len``."""
+        return rope_frequencies_from_config(config, seq_len=seq_len, layer_idx=self.index)
+
+    def matrices(self, config: Mapping[str, Any], positions: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """``(S, D, D)``: the rotation the config gives at each of ``positions`` (one call), in float64."""
+        freqs = self.frequencies(config, int(positions.max()) + 1)
+        return rotation_matrices(freqs, positions, self.layout, self.settings.rotary_features, self.direction)
+
+    @property
+    def layout(self) -> str:
+        return self.settings.layout or "half"
+
+
+def rotation_matrices(
+    freqs: RopeFrequencies,
+    positions: npt.NDArray[np.int64],
+    layout: str,
+    features: str = "leading",
+    direction: int = 1,
+) -> npt.NDArray[np.float64]:
+    """``M[s][:, j]``: what the rotation of ``freqs`` makes of unit vector ``j`` at ``positions[s]``, in float64."""
+    d, r = freqs.head_dim, freqs.rotary_dim
+    angle = np.asarray(positions, np.float64)[:, None] * np.asarray(freqs.inv_freq, np.float64)[None, : r // 2]
+    cos, sin = np.cos(angle) * freqs.attention_factor, direction * np.sin(angle) * freqs.attention_factor
+    start = 0 if features == "leading" else d - r
+    first = start + (np.arange(r // 2) if layout == "half" else 2 * np.arange(r // 2))
+    second = first + (r // 2 if layout == "half" else 1)
+    out = np.broadcast_to(np.eye(d), (len(positions), d, d)).copy()
+    out[:, first, first] = cos
+    out[:, second, second] = cos
+    out[:, second, first] = sin
+    out[:, first, second] = -sin
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Expected:
+    """Every layer of a config, and the positions where its rotations are compared."""
+
+    config: Mapping[str, Any]
+    layers: tuple[Layer, ...]
+    model_type: str | None
+    where: str
+
+    @property
+    def rope(self) -> tuple[Layer, ...]:
+        return tuple(layer for layer in self.layers if not layer.settings.nope)
+
+    def blocks(self, rows: int | None) -> list[tuple[str, npt.NDArray[np.int64]]]:
+        """``(what, positions)`` probed: near 0, each side of ``original_max_position_embeddings``, the end of
+        ``max_position_embeddings`` and of the model's own ``rows`` of stored tables."""
+        s = self.rope[0].settings
+        out: list[tuple[str, int]] = [("near 0", 0)]
+        original = _original(s)
+        longest = s.max_position_embeddings
+        if original is not None and (longest is None or original < longest):
+            out += [("below original_max_position_embeddings", original - BLOCK)]
+            out += [("past original_max_position_embeddings", original)]
+        if longest is not None:
+            out.append(("end of max_position_embeddings", longest - BLOCK))
+        if rows is not None and rows != longest:
+            out.append(("end of the model's tables", rows - BLOCK))
+        seen: set[int] = set()
+        blocks = []
+        for what, start in out:
+            start = max(start, 0)
+            if start not in seen:
+                seen.add(start)
+                blocks.append((what, np.arange(start, start + BLOCK, dtype=np.int64)))
+        return blocks
+
+
+def _original(s: Settings) -> int | None:
+    scaling = s.scaling or {}
+    value = scaling.get("original_max_position_embeddings")
+    if value is None and scaling.get("rope_type", scaling.get("type")) in ("longrope", "dynamic"):
+        return None
+    return int(value) if value is not None else None
+
+
+def expected(config: Mapping[str, Any] | str | os.PathLike[str]) -> Expected:
+    """Every layer's rotation as the config describes it (ValueError naming the config where it has no RoPE)."""
+    cfg = load_config(config)
+    where = "config" if isinstance(config, Mapping) else f"config file {os.fspath(config)!r}"
+    text, text_where, fam = text_config(cfg, where)
+    stated = any(text.get(k) is not None for k in ("rope_theta", "rope_scaling", "rope_parameters"))
+    if fam is None and not stated:
+        raise ValueError(
+            f"{text_where}: no rope_theta, rope_scaling or rope_parameters, and model type "
+            f"{text.get('model_type')!r} is no transformers family with RoPE: the config describes no rotary "
+            "embedding to audit against"
+        )
+    if fam is not None and fam.layout is None and not fam.refused and not fam.out_of_scope:
+        raise ValueError(
+            f"{text_where}: model type {text.get('model_type')!r} uses no rotary embedding in transformers; "
+            "there is nothing to audit"
+        )
+    layers_count = View(text, fam, text_where).size("num_hidden_layers")
+    if layers_count > 4096:
+        raise ValueError(f"{text_where}: num_hidden_layers={layers_count} is not a model's layer count")
+    layers = tuple(
+        Layer(i, settings(cfg, layer_idx=i), fam.direction if fam is not None else 1) for i in range(layers_count)
+    )
+    if not any(not layer.settings.nope for layer in layers):
+        raise ValueError(f"{text_where}: no layer of this config uses RoPE; there is nothing to audit")
+    return Expected(cfg, layers, text.get("model_type"), where)

@@ -1,0 +1,346 @@
+"""Comparing a measured rotation with its layer's expectation, and naming the first property that differs.
+
+Properties are compared in the order a reader checks a conversion: which features pair up, how many rotate and
+where, the head dim, the factor on cos and sin, the length of stored tables, then the angle at every probed
+position. Where the angles differ, the difference is named in the config's terms by what the measured rotation
+matches instead: the same rotation without its scaling, LongRoPE's other regime, or the base and scaling that
+:func:`~arrayrope.testing.identify_rope` fits to it; else the pair and position where it is worst.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from arrayrope._lib.verdicts import Status
+from arrayrope.frequencies import RopeFrequencies, rope_frequencies
+from arrayrope.testing import identify_rope
+from arrayrope.testing._probe import pairs_of
+
+from ._expect import BLOCK, Expected, Layer, rotation_matrices
+from ._measure import Rotation
+
+_LAYOUT_WORDS = {"half": "half-split", "interleaved": "interleaved"}
+#: Relative error of float32 angles ``p * inv_freq`` (the product and the stored frequency rounded), with margin.
+_ANGLE_EPS = 2.0**-21
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """The audit of one rotation: what was expected, what was found, and the first difference.
+
+    Parameters
+    ----------
+    name : str
+        The node (or tensor) of the rotation.
+    kind : str
+        Its form: ``"rotation in standard ops"``, ``"RotaryEmbedding"``,
+        ``"com.microsoft.GroupQueryAttention (do_rotary=1)"``...
+    layer : int or None
+        The layer it belongs to (from its node names), None where they do not say.
+    status : {"verified", "failed", "not verified"}
+        It matches the config at every position probed; a property differs; it could not be measured.
+    expected : str
+        The rotation the config gives this layer.
+    found : str
+        What was measured (as far as measured).
+    difference : str
+        The first property that differs, in the config's terms (empty when none); for ``"not verified"``, why.
+    max_error : float
+        The largest difference from the config's rotation at the positions probed (NaN where none ran).
+    worst : str
+        Where it is largest: position and pair.
+    positions : tuple of int
+        The positions probed.
+    note : str
+        What else was seen (what happens past the model's tables, a node ONNX Runtime refuses to run).
+    """
+
+    name: str
+    kind: str
+    layer: int | None
+    status: Status
+    expected: str
+    found: str = ""
+    difference: str = ""
+    max_error: float = math.nan
+    worst: str = ""
+    positions: tuple[int, ...] = ()
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["max_error"] = None if math.isnan(self.max_error) else self.max_error
+        out["positions"] = list(self.positions)
+        return out
+
+
+def describe(layer: Layer, config: Mapping[str, Any]) -> str:
+    """The expected rotation in one line: layout, rotary width, base, scaling."""
+    s = layer.settings
+    if s.nope:
+        return "no rotation (a layer without RoPE)"
+    f = layer.frequencies(config, BLOCK)
+    scaling = "no scaling" if not s.scaling else f"{_type(s.scaling)} scaling"
+    return (
+        f"{_LAYOUT_WORDS[layer.layout]} pairs, rotary width {f.rotary_dim} of head_dim {f.head_dim}"
+        f"{' (trailing)' if s.rotary_features == 'trailing' else ''}, rope_theta {s.base:g}, {scaling}"
+        + (f", attention factor {f.attention_factor:.6g}" if f.attention_factor != 1.0 else "")
+    )
+
+
+def _type(scaling: Mapping[str, Any]) -> str:
+    return str(scaling.get("rope_type", scaling.get("type", "default")))
+
+
+def judge(rotation: Rotation, layer: Layer, exp: Expected) -> Finding:
+    """The finding of ``rotation`` against ``layer`` of the config."""
+    base = Finding(rotation.name, rotation.kind, rotation.layer, "not verified", describe(layer, exp.config))
+    if layer.settings.nope:
+        return dataclasses.replace(
+            base,
+            status="failed",
+            found="a rotation",
+            difference=f"layer {layer.index} rotates, but the config gives it no RoPE (a NoPE layer)",
+        )
+    if rotation.matrices is None:
+        return dataclasses.replace(base, difference=f"it could not be measured: {rotation.reason}")
+    try:
+        return _Judge(rotation, layer, exp, base).run()
+    except ValueError as exc:
+        return dataclasses.replace(base, difference=f"it could not be measured: {exc}", note=rotation.note)
+
+
+class _Judge:
+    def __init__(self, rotation: Rotation, layer: Layer, exp: Expected, base: Finding) -> None:
+        self.rotation, self.layer, self.exp, self.base = rotation, layer, exp, base
+        self.s = layer.settings
+        self.eps = rotation.eps
+        assert rotation.matrices is not None
+        self.matrices = rotation.matrices
+
+    def run(self) -> Finding:
+        first = np.arange(BLOCK, dtype=np.int64)
+        m0 = self.matrices(first)
+        found, difference = self._structure(m0)
+        worst, where, probed, notes = 0.0, "", [], []
+        for what, positions in self.exp.blocks(self.rotation.rows):
+            if self.rotation.rows is not None and positions[-1] >= self.rotation.rows:
+                continue  # past the model's tables: said by the table length
+            m = m0 if positions[0] == 0 else self.matrices(positions)
+            excess, err, at = self._compare(m, positions)
+            probed += positions.tolist()
+            if err > worst:
+                worst, where = err, at
+            if excess > 1 and not difference:
+                difference = self._name(m, positions, what)
+        past = self._past()
+        notes += [past] if past else []
+        notes += [self.rotation.note] if self.rotation.note else []
+        status: Status = "failed" if difference else "verified"
+        if status == "verified" and self.rotation.note:
+            status = "not verified"  # the node itself could not be run: its tables agree, its use of them is unchecked
+            difference = self.rotation.note
+        return dataclasses.replace(
+            self.base,
+            status=status,
+            found=found,
+            difference=difference,
+            max_error=worst,
+            worst=where,
+            positions=tuple(probed),
+            note="; ".join(notes),
+        )
+
+    def _structure(self, m0: npt.NDArray[np.float64]) -> tuple[str, str]:
+        """What the first positions show (layout, width, head dim, factor), and the first of these that differs."""
+        d = m0.shape[-1]
+        freqs = self.layer.frequencies(self.exp.config, BLOCK)
+        pairs = pairs_of(m0[1:], max(self.eps, 2.0**-24))
+        if pairs is None:
+            return "no rotation (every pair keeps cos 1, sin 0)", "it rotates nothing at positions 1..7"
+        if isinstance(pairs, str):
+            return pairs, f"it is no RoPE rotation: {pairs}"
+        features = "leading" if pairs.start == 0 else "trailing"
+        factor = float(np.median(m0[0][pairs.pairs[: pairs.turning].ravel(), pairs.pairs[: pairs.turning].ravel()]))
+        found = (
+            f"{_LAYOUT_WORDS[pairs.layout]} pairs, rotary width {pairs.width} of head_dim {d}"
+            f"{' (trailing)' if features == 'trailing' else ''}"
+            + (f", attention factor {factor:.6g}" if abs(factor - 1) > 8 * self.eps else "")
+        )
+        fam = f"model type {self.s.model_type!r}" if self.s.model_type else "the config"
+        if pairs.layout != self.layer.layout:
+            return found, (f"pairs {_LAYOUT_WORDS[pairs.layout]} where {fam} pairs {_LAYOUT_WORDS[self.layer.layout]}")
+        if d != freqs.head_dim:
+            return found, f"head_dim {d} found, {freqs.head_dim} expected"
+        if pairs.width != freqs.rotary_dim:
+            why = (
+                f"partial_rotary_factor {self.s.partial_rotary_factor:g}"
+                if self.s.partial_rotary_factor
+                else "its rotary_dim"
+                if self.s.rotary_dim and self.s.rotary_dim != freqs.head_dim
+                else "the whole head"
+            )
+            return found, f"rotary width {pairs.width} found, {freqs.rotary_dim} expected ({why})"
+        if features != self.s.rotary_features:
+            return found, f"the {features} features rotate, the {self.s.rotary_features} ones expected"
+        if abs(factor - freqs.attention_factor) > 8 * self.eps * max(1.0, freqs.attention_factor):
+            return found, (
+                f"attention factor {factor:.6g} found, {freqs.attention_factor:.6g} expected "
+                f"(cos and sin scaled as {freqs.rope_type} gives)"
+            )
+        rows, longest = self.rotation.rows, self.s.max_position_embeddings
+        if rows is not None and longest is not None and rows < longest:
+            return found, (
+                f"tables hold {rows} rows, max_position_embeddings {longest} needs {longest}: positions "
+                f"{rows}..{longest - 1} cannot be rotated"
+            )
+        return found, ""
+
+    def _tolerance(self, freqs: RopeFrequencies, positions: npt.NDArray[np.int64], d: int) -> npt.NDArray[np.float64]:
+        """Per matrix entry: the rounding of the model's tables and its float32 angles (growing with the angle)."""
+        a = max(freqs.attention_factor, 1.0)
+        r = freqs.rotary_dim
+        theta = np.abs(np.asarray(freqs.inv_freq, np.float64)[: r // 2])
+        per_pair = a * (4 * self.eps + _ANGLE_EPS * float(positions.max()) * theta) + 2.0**-20
+        tol = np.full((len(positions), d, d), 4 * self.eps + 2.0**-20)
+        start = 0 if self.s.rotary_features == "leading" else d - r
+        first = start + (np.arange(r // 2) if self.layer.layout == "half" else 2 * np.arange(r // 2))
+        second = first + (r // 2 if self.layer.layout == "half" else 1)
+        for i, j in ((first, first), (second, second), (first, second), (second, first)):
+            tol[:, i, j] = per_pair
+        return tol
+
+    def _compare(self, m: npt.NDArray[np.float64], positions: npt.NDArray[np.int64]) -> tuple[float, float, str]:
+        """``(excess, error, where)``: the worst ratio of error to tolerance, the largest error and where it is."""
+        e = self.layer.matrices(self.exp.config, positions)
+        if e.shape != m.shape:
+            return math.inf, math.inf, f"positions {positions[0]}..{positions[-1]} (head_dim {m.shape[-1]})"
+        freqs = self.layer.frequencies(self.exp.config, int(positions.max()) + 1)
+        err = np.abs(m - e)
+        if not np.all(np.isfinite(err)):
+            return math.inf, math.inf, f"positions {positions[0]}..{positions[-1]} (NaN or infinity)"
+        ratio = err / self._tolerance(freqs, positions, m.shape[-1])
+        s, i, j = np.unravel_index(int(np.argmax(err)), err.shape)
+        return float(ratio.max()), float(err.max()), f"position {positions[s]}, features ({min(i, j)}, {max(i, j)})"
+
+    def _fits(self, m: npt.NDArray[np.float64], freqs: RopeFrequencies, positions: npt.NDArray[np.int64]) -> bool:
+        e = rotation_matrices(freqs, positions, self.layer.layout, self.s.rotary_features, self.layer.direction)
+        return e.shape == m.shape and bool(np.all(np.abs(m - e) <= self._tolerance(freqs, positions, m.shape[-1])))
+
+    def _name(self, m: npt.NDArray[np.float64], positions: npt.NDArray[np.int64], what: str) -> str:
+        """The first difference of the angles at ``positions``, in the config's terms."""
+        s, span = self.s, f"positions {positions[0]}..{positions[-1]}"
+        freqs = self.layer.frequencies(self.exp.config, int(positions.max()) + 1)
+        kind = _type(s.scaling) if s.scaling else "default"
+        if s.scaling:
+            plain = rope_frequencies(freqs.head_dim, base=s.base, rotary_dim=freqs.rotary_dim)
+            if self._fits(m, plain, positions):
+                return f"{kind} scaling missing: {span} turn by rope_theta {s.base:g}'s unscaled frequencies"
+        for variant, said in _variants(s.scaling):
+            other = rope_frequencies(
+                freqs.head_dim,
+                base=s.base,
+                rotary_dim=freqs.rotary_dim,
+                scaling=variant,
+                max_position_embeddings=s.max_position_embeddings,
+                seq_len=int(positions.max()) + 1,
+            )
+            if self._fits(m, other, positions):
+                return said
+        if kind == "longrope":
+            original = int(s.scaling.get("original_max_position_embeddings", 0)) if s.scaling else 0
+            other = self.layer.frequencies(self.exp.config, original if positions.max() >= original else original + 1)
+            if self._fits(m, other, positions):
+                if positions.max() >= original:
+                    return f"long factors never used past {original}: {span} turn by the short factors"
+                return f"long factors used below {original}: {span} turn by the long factors"
+        named = self._identified(freqs)
+        if named:
+            return named
+        e = self.layer.matrices(self.exp.config, positions)
+        err = np.abs(m - e)
+        k, i, j = np.unravel_index(int(np.argmax(err)), err.shape)
+        return (
+            f"the angles differ from the config's {kind} rotation at {span} ({what}): worst at position "
+            f"{positions[k]}, features ({min(i, j)}, {max(i, j)}), by {float(err.max()):.3g}"
+        )
+
+    def _identified(self, freqs: RopeFrequencies) -> str:
+        """The base or scaling :func:`identify_rope` finds where it differs from the config's, else ''."""
+        s = self.s
+        d = freqs.head_dim
+        limit = min(x for x in (self.rotation.rows, s.max_position_embeddings, 1 << 20) if x is not None) - 1
+
+        def fn(x: npt.NDArray[Any], positions: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+            y: npt.NDArray[np.float64] = np.einsum(
+                "sij,...sj->...si", self.matrices(np.asarray(positions, np.int64)), np.asarray(x)
+            )
+            return y
+
+        try:
+            found = identify_rope(fn, head_dim=d, dtype="float32", max_position=max(limit, 32), max_offset=0)
+        except ValueError:
+            return ""
+        if not found.matched:
+            return ""
+        if found.base is not None and not math.isclose(found.base, s.base, rel_tol=1e-6):
+            return f"rope_theta {found.base:g} found, {s.base:g} expected"
+        want, got = s.scaling, found.scaling
+        if want and not got:
+            return f"{_type(want)} scaling missing (the frequencies are rope_theta {found.base:g}'s, unscaled)"
+        if got and not want:
+            return f"{_type(got)} scaling found ({_params(got)}), none expected"
+        if got and want and _type(got) != _type(want):
+            return f"{_type(got)} scaling found ({_params(got)}), {_type(want)} expected"
+        if got and want:
+            for key, value in got.items():
+                if key in want and key not in ("rope_type", "type") and not _same(want[key], value):
+                    return f"{_type(want)} {key} {value} found, {want[key]} expected"
+        return ""
+
+    def _past(self) -> str:
+        """What the rotation does just past its stored tables."""
+        rows = self.rotation.rows
+        if rows is None:
+            return ""
+        positions = np.arange(rows, rows + 2, dtype=np.int64)
+        try:
+            m = self.matrices(positions)
+        except Exception as exc:
+            return f"past its {rows} rows of tables it fails ({' '.join(str(exc).split())[:160]})"
+        if not np.all(np.isfinite(m)):
+            return f"past its {rows} rows of tables it gives NaN"
+        return f"past its {rows} rows of tables it still runs (positions {rows}.. are not checked)"
+
+
+def _variants(scaling: Mapping[str, Any] | None) -> list[tuple[dict[str, Any], str]]:
+    """Scalings that other implementations compute from the same dict, each with what it says when it matches."""
+    if not scaling or _type(scaling) != "yarn":
+        return []
+    truncate = bool(scaling.get("truncate", True))
+    rounded = "rounded to whole pairs" if truncate else "left unrounded"
+    return [
+        (
+            {**scaling, "truncate": not truncate},
+            f"yarn truncate {not truncate} found, {truncate} expected: the ramp between beta_fast and beta_slow has "
+            f"its bounds {'left unrounded' if truncate else 'rounded to whole pairs'}, where transformers has them "
+            f"{rounded}",
+        )
+    ]
+
+
+def _params(scaling: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in scaling.items() if k not in ("rope_type", "type"))
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return math.isclose(float(a), float(b), rel_tol=1e-6)
+    except (TypeError, ValueError):
+        return bool(a == b)
