@@ -5,14 +5,15 @@ A command module defines ``HELP`` (one line), ``add_arguments(parser)`` and
 imported only when their command is parsed, so ``arrayrope --help`` stays fast and
 imports no backend.
 
-Exit status of the commands that give a verdict (``check``, ``demo``, ``parity``,
-``export fuse``; :mod:`arrayrope.cli._verdict`): 0 verified and agreed, 1 a numeric
-check disagreed, 2 a usage or input error, 3 not verified (nothing numeric could
-run, or something named on the command line could not run). Other commands exit 0
-or 2. Every error, from the arguments or while a command runs, is one line on
-stderr, ``arrayrope <command>: error: ...``, naming the option as it is typed
-(``--max-positions``, not ``max_positions``), never a traceback; a missing optional
-library names the extra that installs it.
+The commands that give a verdict (``check``, ``demo``, ``parity``, ``export fuse``;
+:mod:`arrayrope.cli._verdict`) print ``verdict: <word>: ...``, the word one of
+``Report.status``, and exit by it: 0 ``verified`` (numeric checks ran and agreed),
+1 ``failed`` (a numeric check disagreed), 3 ``not verified`` (nothing numeric could
+run, or something named on the command line could not run); 2 is a usage or input
+error. Other commands exit 0 or 2. Every error, from the arguments or while a
+command runs, is one line on stderr, ``arrayrope <command>: error: ...``, naming
+the option as it is typed (``--max-positions``, not ``max_positions``), never a
+traceback; a missing optional library names the extra that installs it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """The verdict of a command that checks something, and its exit status: one rule for every such command.
 
-0: numeric checks ran and every one agreed. 1: a numeric check ran and disagreed.
-2: a usage or input error (one line on stderr). 3: not verified: nothing numeric
+The verdict line says the word of ``Report.status``, ``verdict: <word>: ...``, and the
+word gives the exit status. 0 ``verified``: numeric checks ran and every one agreed.
+1 ``failed``: a numeric check ran and disagreed. 3 ``not verified``: nothing numeric
 could run here, or something the command line named (a backend, a provider) could
-not run; the verdict lists what ran and what did not.
+not run; the verdict lists what ran and what did not. 2 is a usage or input error
+(one line on stderr), with no verdict.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any, TextIO
 OK, FAILED, USAGE, NOT_VERIFIED = 0, 1, 2, 3
 
 EPILOG = """\
-exit status:
+exit status, and the word of the verdict line ('verdict: <word>: ...'):
   0  verified: numeric checks ran and every one agreed
   1  failed: a numeric check ran and disagreed
   2  usage or input error (one line on stderr: 'arrayrope {command}: error: ...')
@@ -31,15 +33,15 @@ def epilog(command: str) -> str:
 def conclude(
     report: Any,
     *,
-    words: tuple[str, str, str] = ("PASS", "FAIL", "NOT VERIFIED"),
     missing: Sequence[tuple[str, str]] = (),
     out: TextIO | None = None,
 ) -> int:
-    """Print ``verdict: ...`` for ``report`` and return the exit status.
+    """Print ``verdict: <status>: ...`` for ``report`` and return the exit status.
 
-    ``words`` name the three verdicts (verified, failed, not verified); ``missing``
-    lists ``(what, why)`` for things the command line asked for that could not run,
-    which make a report that agrees anyway "not verified".
+    The status is a word of ``Report.status``: ``verified`` (exit status 0), ``failed``
+    (1) or ``not verified`` (3). ``missing`` lists ``(what, why)`` for things the
+    command line asked for that could not run, which make a report that agrees anyway
+    "not verified".
     """
     out = out or sys.stdout
     status = report.status
@@ -49,6 +51,5 @@ def conclude(
         asked = "; ".join(f"{what} could not run here ({why})" for what, why in missing)
         detail = f"{asked}; what ran: {detail}" if status == "verified" else f"{asked}; {detail}"
         status = "not verified"
-    word = {"verified": words[0], "failed": words[1], "not verified": words[2]}[status]
-    print(f"verdict: {word}: {detail}", file=out)
+    print(f"verdict: {status}: {detail}", file=out)
     return {"verified": OK, "failed": FAILED, "not verified": NOT_VERIFIED}[status]

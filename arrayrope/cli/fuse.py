@@ -9,7 +9,7 @@ HELP = "replace each rotary embedding of an ONNX model with one fused node, chec
 VERDICT = True
 PYTHON_NAMES = {"providers": "--provider", "validate": "--no-validate"}
 EPILOG = """\
-exit status:
+exit status, and the word of the verdict line ('verdict: <word>: ...'):
   0  verified: the fused model was compared with the original on ONNX Runtime, agreed, and was written
   1  failed: the fused model differs from the original; nothing was written
   2  usage or input error, or nothing to fuse (one line on stderr: 'arrayrope export fuse: error: ...',
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         result.save(args.output)
         data = "" if report.data_folder is None else f" (its weights in {args.output}.data)"
         print(
-            "verdict: NOT VERIFIED: the fused model was not compared with the original (--no-validate); "
+            "verdict: not verified: the fused model was not compared with the original (--no-validate); "
             f"each fused rotation was checked on its own\nwrote {args.output}{data}: {report.fused} of "
             f"{len(report.rotations)} rotary applications fused"
         )
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
                     next((why for what, why in validation.skipped if device in what), "it did not run"),
                 )
             )
-    status = conclude(validation, words=("valid", "INVALID", "NOT VERIFIED"), missing=missing)
+    status = conclude(validation, missing=missing)
     if validation.status == "failed":
         print(f"{args.output} not written: the fused model differs from the original")
         return status

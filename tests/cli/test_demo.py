@@ -20,7 +20,7 @@ def test_demo_verdict_and_export_row(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "[6/6] " in out and "onnxruntime  cpu     float32     2.00e-07" in out
     assert "[5/6] 2-D axial RoPE" in out
-    assert out.rstrip().splitlines()[-1] == "verdict: PASS: 8 numeric checks agree (numpy cpu, onnxruntime cpu)"
+    assert out.rstrip().splitlines()[-1] == "verdict: verified: 8 numeric checks agree (numpy cpu, onnxruntime cpu)"
 
 
 def test_demo_failing_export_is_a_failed_row(capsys, monkeypatch):
@@ -34,7 +34,7 @@ def test_demo_failing_export_is_a_failed_row(capsys, monkeypatch):
     assert cli.main(["demo", "--backends", "numpy"]) == 1
     last = capsys.readouterr().out.rstrip().splitlines()[-1]
     assert last.startswith(
-        "verdict: FAIL: 1 of 8 checks disagree (ONNX export, validated on ONNX Runtime: raised "
+        "verdict: failed: 1 of 8 checks disagree (ONNX export, validated on ONNX Runtime: raised "
         "RuntimeError: onnxruntime refused the model"
     ), last
 
@@ -63,7 +63,7 @@ def test_cli_demo_runs_and_agrees():
 
 
 def test_demo_of_a_backend_that_is_not_here_is_not_verified(capsys, monkeypatch, missing_library):
-    """Nothing that was asked for ran: "NOT VERIFIED" and exit status 3, whatever else ran beside it."""
+    """Nothing that was asked for ran: "not verified" and exit status 3, whatever else ran beside it."""
     from arrayrope.testing import Report, Row
 
     missing_library("cupy")
@@ -72,7 +72,7 @@ def test_demo_of_a_backend_that_is_not_here_is_not_verified(capsys, monkeypatch,
     assert cli.main(["demo", "--backends", "cupy"]) == 3
     last = capsys.readouterr().out.rstrip().splitlines()[-1]
     assert last.startswith(
-        "verdict: NOT VERIFIED: --backends cupy could not run here (cupy unavailable: "
+        "verdict: not verified: --backends cupy could not run here (cupy unavailable: "
         "ImportError: No module named 'cupy'); what ran: 1 numeric check agrees"
     ), last
     monkeypatch.setattr(_demo, "_export_case", lambda **kw: Report())
@@ -82,7 +82,7 @@ def test_demo_of_a_backend_that_is_not_here_is_not_verified(capsys, monkeypatch,
         .out.rstrip()
         .splitlines()[-1]
         .startswith(
-            "verdict: NOT VERIFIED: --backends cupy could not run here (cupy unavailable: ImportError: No module named "
+            "verdict: not verified: --backends cupy could not run here (cupy unavailable: ImportError: No module named "
             "'cupy'); no numeric check could run here; not run here: cupy"
         )
     )

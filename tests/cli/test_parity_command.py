@@ -17,7 +17,7 @@ def test_parity_command_prints_the_table_and_passes(capsys):
     assert "[1/5] RoPE half-split" in out and "[4/5] token embeddings + sinusoidal embedding" in out
     assert "[5/5] 2-D axial RoPE" in out
     assert out.count("    numpy ") == 10 and "FAIL" not in out
-    assert out.splitlines()[-1] == "verdict: PASS: 10 numeric checks agree (numpy cpu)"
+    assert out.splitlines()[-1] == "verdict: verified: 10 numeric checks agree (numpy cpu)"
 
 
 def test_parity_passes_in_float64_at_far_positions(capsys):
@@ -25,7 +25,7 @@ def test_parity_passes_in_float64_at_far_positions(capsys):
     float64 tolerance and fail a correct library."""
     assert cli.main(["parity", "--backends", "numpy", "--dtypes", "float64"]) == 0, capsys.readouterr().out
     out = capsys.readouterr().out
-    assert "FAIL" not in out and out.splitlines()[-1] == "verdict: PASS: 5 numeric checks agree (numpy cpu)"
+    assert "FAIL" not in out and out.splitlines()[-1] == "verdict: verified: 5 numeric checks agree (numpy cpu)"
 
 
 def test_parity_of_nothing_here_is_not_verified(capsys, missing_library):
@@ -35,7 +35,7 @@ def test_parity_of_nothing_here_is_not_verified(capsys, missing_library):
         capsys.readouterr()
         .out.splitlines()[-1]
         .startswith(
-            "verdict: NOT VERIFIED: --backends cupy could not run here (cupy unavailable: ImportError: No module named "
+            "verdict: not verified: --backends cupy could not run here (cupy unavailable: ImportError: No module named "
             "'cupy'); no numeric check could run here; not run here: cupy"
         )
     )
@@ -44,7 +44,7 @@ def test_parity_of_nothing_here_is_not_verified(capsys, missing_library):
         capsys.readouterr()
         .out.splitlines()[-1]
         .startswith(
-            "verdict: NOT VERIFIED: --backends cupy could not run here (cupy unavailable: ImportError: No module named "
+            "verdict: not verified: --backends cupy could not run here (cupy unavailable: ImportError: No module named "
             "'cupy'); what ran: 5 numeric checks agree (numpy cpu)"
         )
     )

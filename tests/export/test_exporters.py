@@ -117,7 +117,7 @@ def test_genai_exports_say_their_attention_rotates(family, tmp_path, capsys):
 
 
 def test_a_model_without_rotations_is_refused(tmp_path, capsys):
-    """Exit 2 and nothing written, not 'valid': there is nothing to fuse or verify."""
+    """Exit 2 and nothing written, not 'verified': there is nothing to fuse or verify."""
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(

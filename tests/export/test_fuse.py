@@ -406,13 +406,13 @@ def test_cli_verdicts_of_a_fusion_not_compared(tmp_path, capsys):
     onnx.save(rope_graph(), src)
     assert main(["export", "fuse", str(src), "-o", str(out), "--no-validate"]) == 3
     assert (
-        "verdict: NOT VERIFIED: the fused model was not compared with the original (--no-validate)"
+        "verdict: not verified: the fused model was not compared with the original (--no-validate)"
         in (capsys.readouterr().out)
         and out.exists()
     )
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         assert main(["export", "fuse", str(src), "-o", str(out), "--provider", "cuda"]) == 3
-        assert "verdict: NOT VERIFIED: --provider cuda could not run here" in capsys.readouterr().out
+        assert "verdict: not verified: --provider cuda could not run here" in capsys.readouterr().out
 
 
 def test_a_fused_model_that_fails_to_run_is_a_failure_not_a_skip():

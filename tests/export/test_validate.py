@@ -168,12 +168,12 @@ def test_cli_export_then_check(tmp_path, capsys):
     assert "12 nodes, opsets ai.onnx 17, IR version 8" in capsys.readouterr().out  # 10 + two float32 casts
     assert cli.main(["check", str(path), "--provider", "cpu"]) == 0
     out = capsys.readouterr().out
-    assert "verdict: valid" in out and "CPU (optimisation all)" in out
+    assert "verdict: verified: " in out and "CPU (optimisation all)" in out
     has_cuda = "CUDAExecutionProvider" in ort.get_available_providers()
     assert cli.main(["check", str(path), "--provider", "cuda"]) == (0 if has_cuda else 3)
     out = capsys.readouterr().out.splitlines()[-1]
     if not has_cuda:  # the reference evaluator ran, the provider asked for did not: not verified, and it says so
-        assert out.startswith("verdict: NOT VERIFIED: --provider cuda could not run here"), out
+        assert out.startswith("verdict: not verified: --provider cuda could not run here"), out
         assert "what ran: 1 numeric check agrees (onnx reference evaluator)" in out, out
 
 
@@ -332,7 +332,7 @@ def test_a_model_nothing_could_run_is_not_verified(tmp_path, capsys):
     assert cli.main(["check", str(path)]) == 3
     last = capsys.readouterr().out.splitlines()[-1]
     assert last.startswith(
-        "verdict: NOT VERIFIED: no numeric check could run here (1 structural check passed); "
+        "verdict: not verified: no numeric check could run here (1 structural check passed); "
         "not run here: shape inference (strict), onnxruntime CPU (optimisation off)"
     ), last
 
