@@ -7,6 +7,7 @@ or on a model of a few nodes, so the module takes about a second.
 
 from __future__ import annotations
 
+import json
 import sys
 import typing
 
@@ -18,7 +19,7 @@ from arrayrope._lib.verdicts import EXIT_STATUS, Status
 from arrayrope.testing import ParityCase, Report, Row
 
 #: The commands the cases below run, by their prog.
-COVERED = {"arrayrope parity", "arrayrope demo", "arrayrope check", "arrayrope export fuse"}
+COVERED = {"arrayrope parity", "arrayrope demo", "arrayrope check", "arrayrope export fuse", "arrayrope audit"}
 
 
 def verdict_line(out: str) -> str:
@@ -80,6 +81,16 @@ def test_export_fuse_says_verified_and_not_verified(model, tmp_path, capsys):
     assert_says(capsys, status, "verified")
     status = cli.main(["export", "fuse", str(model), "-o", str(out), "--max-positions", "64", "--no-validate"])
     assert_says(capsys, status, "not verified")
+
+
+def test_audit_says_each_word(model, tmp_path, capsys):
+    """The export above against configs that agree (verified), differ (failed) and name a layer it lacks."""
+    config = {"head_dim": 16, "num_hidden_layers": 1, "rope_theta": 10000.0, "max_position_embeddings": 64}
+    for layers, base, word in ((1, 10000.0, "verified"), (1, 500.0, "failed"), (2, 10000.0, "not verified")):
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({**config, "num_hidden_layers": layers, "rope_theta": base}))
+        status = cli.main(["audit", str(model), "--config", str(path)])
+        assert_says(capsys, status, word)
 
 
 def test_every_command_that_gives_a_verdict_is_run_here():

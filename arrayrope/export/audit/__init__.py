@@ -89,9 +89,15 @@ def audit_rotary(model: ModelSource, config: Mapping[str, Any] | str | os.PathLi
         missing = tuple((lay.index, "expected: RoPE") for lay in exp.rope if lay.index not in placed)
     elif not found:
         missing = tuple((lay.index, "expected: RoPE") for lay in exp.rope)
+    unplaced: tuple[str, ...] = ()
+    if found and None in placed and len(found) < len(exp.rope):
+        unplaced = (
+            f"{len(found)} rotation{'s' if len(found) > 1 else ''} found for {len(exp.rope)} layers with RoPE, "
+            "and the node names do not say which layers they belong to",
+        )
     name = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
     where = "<dict>" if isinstance(config, Mapping) else os.fspath(config)
-    return AuditReport(name, where, exp.model_type, findings, missing, time.perf_counter() - start)
+    return AuditReport(name, where, exp.model_type, findings, missing, unplaced, time.perf_counter() - start)
 
 
 def _finding(rotation: Rotation, exp: Expected, every: list[Rotation]) -> Finding:
@@ -108,7 +114,7 @@ def _finding(rotation: Rotation, exp: Expected, every: list[Rotation]) -> Findin
             f"{len(exp.layers)} layers",
             difference=f"its node names place it in layer {rotation.layer}, but the config has {len(exp.layers)}",
         )
-    same = {lay.settings for lay in exp.rope}
+    same = {repr(lay.settings) for lay in exp.rope}
     if len(same) == 1 and (len(exp.rope) == len(exp.layers) or len(every) <= 2 * len(exp.rope)):
         return judge(rotation, exp.rope[0], exp)
     return Finding(

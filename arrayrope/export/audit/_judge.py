@@ -139,6 +139,11 @@ class _Judge:
                 worst, where = err, at
             if excess > 1 and not difference:
                 difference = self._name(m, positions, what)
+            if difference.startswith("attention factor") and self.s.scaling and self._unscaled(m, positions):
+                difference = (
+                    f"{_type(self.s.scaling)} scaling missing: cos and sin unscaled and rope_theta "
+                    f"{self.s.base:g}'s unscaled frequencies"
+                )
         past = self._past()
         notes += [past] if past else []
         notes += [self.rotation.note] if self.rotation.note else []
@@ -179,11 +184,12 @@ class _Judge:
         if d != freqs.head_dim:
             return found, f"head_dim {d} found, {freqs.head_dim} expected"
         if pairs.width != freqs.rotary_dim:
+            prf = self.s.partial_rotary_factor or _stated(self.exp.config, "partial_rotary_factor")
             why = (
-                f"partial_rotary_factor {self.s.partial_rotary_factor:g}"
-                if self.s.partial_rotary_factor
-                else "its rotary_dim"
-                if self.s.rotary_dim and self.s.rotary_dim != freqs.head_dim
+                f"partial_rotary_factor {prf:g}"
+                if isinstance(prf, (int, float)) and freqs.rotary_dim != freqs.head_dim
+                else f"rotary_dim {freqs.rotary_dim}"
+                if freqs.rotary_dim != freqs.head_dim
                 else "the whole head"
             )
             return found, f"rotary width {pairs.width} found, {freqs.rotary_dim} expected ({why})"
@@ -233,15 +239,19 @@ class _Judge:
         e = rotation_matrices(freqs, positions, self.layer.layout, self.s.rotary_features, self.layer.direction)
         return e.shape == m.shape and bool(np.all(np.abs(m - e) <= self._tolerance(freqs, positions, m.shape[-1])))
 
+    def _unscaled(self, m: npt.NDArray[np.float64], positions: npt.NDArray[np.int64]) -> bool:
+        """Whether ``m`` is the rotation of the config's base without its scaling (nor its attention factor)."""
+        freqs = self.layer.frequencies(self.exp.config, BLOCK)
+        plain = rope_frequencies(freqs.head_dim, base=self.s.base, rotary_dim=freqs.rotary_dim)
+        return positions[-1] >= BLOCK and self._fits(m, plain, positions)
+
     def _name(self, m: npt.NDArray[np.float64], positions: npt.NDArray[np.int64], what: str) -> str:
         """The first difference of the angles at ``positions``, in the config's terms."""
         s, span = self.s, f"positions {positions[0]}..{positions[-1]}"
         freqs = self.layer.frequencies(self.exp.config, int(positions.max()) + 1)
         kind = _type(s.scaling) if s.scaling else "default"
-        if s.scaling:
-            plain = rope_frequencies(freqs.head_dim, base=s.base, rotary_dim=freqs.rotary_dim)
-            if self._fits(m, plain, positions):
-                return f"{kind} scaling missing: {span} turn by rope_theta {s.base:g}'s unscaled frequencies"
+        if s.scaling and self._unscaled(m, positions):
+            return f"{kind} scaling missing: {span} turn by rope_theta {s.base:g}'s unscaled frequencies"
         for variant, said in _variants(s.scaling):
             other = rope_frequencies(
                 freqs.head_dim,
@@ -333,6 +343,16 @@ def _variants(scaling: Mapping[str, Any] | None) -> list[tuple[dict[str, Any], s
             f"{rounded}",
         )
     ]
+
+
+def _stated(config: Mapping[str, Any], key: str) -> Any:
+    """``key`` where a config states it: at its top level, in its rope dict, or in its text config's."""
+    for where in (config, config.get("text_config")):
+        if isinstance(where, Mapping):
+            for d in (where, where.get("rope_parameters"), where.get("rope_scaling")):
+                if isinstance(d, Mapping) and d.get(key) is not None:
+                    return d[key]
+    return None
 
 
 def _params(scaling: Mapping[str, Any]) -> str:

@@ -28,6 +28,8 @@ class AuditReport:
         One per rotation found, in graph order.
     missing : tuple of (int, str)
         ``(layer, what)`` for layers the config gives RoPE where no rotation was found.
+    unplaced : tuple of str
+        What could not be told of rotations whose node names do not say their layer.
     seconds : float
         How long the audit took.
 
@@ -53,6 +55,7 @@ class AuditReport:
     model_type: str | None
     findings: tuple[Finding, ...]
     missing: tuple[tuple[int, str], ...] = ()
+    unplaced: tuple[str, ...] = ()
     seconds: float = math.nan
 
     @property
@@ -60,7 +63,7 @@ class AuditReport:
         """``"failed"``, ``"not verified"`` or ``"verified"`` (see Notes)."""
         if any(f.status == "failed" for f in self.findings):
             return "failed"
-        if self.missing or not self.findings or any(f.status != "verified" for f in self.findings):
+        if self.missing or self.unplaced or not self.findings or any(f.status != "verified" for f in self.findings):
             return "not verified"
         return "verified"
 
@@ -99,6 +102,7 @@ class AuditReport:
                     + ("..." if len(self.missing) > 8 else "")
                     + " where the config gives RoPE"
                 )
+            parts += list(self.unplaced)
             if unchecked:
                 f = unchecked[0]
                 parts.append(f"{len(unchecked)} of {n} rotations not verified ({f.name}: {f.difference})")
@@ -120,6 +124,7 @@ class AuditReport:
             "verdict": self.verdict(),
             "rotations": [f.as_dict() for f in self.findings],
             "missing": [{"layer": i, "what": what} for i, what in self.missing],
+            "unplaced": list(self.unplaced),
             "seconds": None if math.isnan(self.seconds) else round(self.seconds, 3),
         }
 
@@ -143,4 +148,5 @@ class AuditReport:
                 lines.append(f"    note: {f.note}")
         for i, what in self.missing:
             lines.append(f"  layer {i}: no rotation found ({what})")
+        lines += [f"  {what}" for what in self.unplaced]
         return "\n".join(lines)
