@@ -1,16 +1,18 @@
-"""``arrayrope export fuse`` on a model whose weights are several GB of external data: time and peak memory.
+"""``arrayrope export fuse`` or ``arrayrope audit`` on a model whose weights are many GB of external data.
 
-Run from the repository root: ``python -m bench.large_model --gb 4 --out FOLDER``. It writes a
+Run from the repository root: ``python -m bench.large_model --gb 4 --out FOLDER [--command audit]``. It writes a
 decoder-like model (token embedding tables gathered by ``input_ids``, a query projection, a
 rotary embedding in standard ops, an output projection) whose tables fill ``--gb`` GB of one
-external data file, written sparse (zeros that take no disk), runs ``arrayrope export fuse``
-on it in a subprocess and writes ``results.md`` into ``FOLDER``: the data size, the wall time
-and the subprocess's peak resident memory.
+external data file, written sparse (zeros that take no disk), runs the command on it in a
+subprocess (``audit`` against a config of the same rotation) and writes ``results.md`` (or
+``results-audit.md``) into ``FOLDER``: the data size, the wall time and the subprocess's peak
+resident memory.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import subprocess
@@ -133,9 +135,16 @@ def write_model(folder: str, nbytes: int, tables: int = 4, sparse: bool = False,
     return path
 
 
-def measure(model: str, output: str) -> tuple[float, int, int]:
-    """``arrayrope export fuse model -o output`` in a subprocess: wall seconds, peak RSS in bytes, exit status."""
+#: The config of the synthetic model's rotation, for ``arrayrope audit``.
+CONFIG = {"head_dim": HEAD_DIM, "num_hidden_layers": 1, "rope_theta": 10000.0, "max_position_embeddings": 4096}
+
+
+def measure(model: str, output: str, command: str = "fuse") -> tuple[float, int, int]:
+    """``arrayrope export fuse model -o output`` (or ``arrayrope audit model --config output``) in a subprocess:
+    wall seconds, peak RSS in bytes, exit status."""
     cmd = [sys.executable, "-m", "arrayrope", "export", "fuse", model, "-o", output, "--provider", "cpu"]
+    if command == "audit":
+        cmd = [sys.executable, "-m", "arrayrope", "audit", model, "--config", output]
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
@@ -149,23 +158,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.large_model", description=__doc__.splitlines()[0])
     parser.add_argument("--gb", type=float, default=4.0, help="GB (1e9 bytes) of external weights (default 4)")
     parser.add_argument("--out", required=True, help="folder for the model, the fused model and results.md")
+    parser.add_argument("--command", choices=("fuse", "audit"), default="fuse", help="what to run on it")
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     model = write_model(args.out, int(args.gb * 1e9), sparse=True)
     data = os.path.getsize(os.path.join(args.out, "model.data"))
-    wall, peak, status = measure(model, os.path.join(args.out, "fused.onnx"))
+    target = os.path.join(args.out, "fused.onnx")
+    if args.command == "audit":
+        target = os.path.join(args.out, "config.json")
+        with open(target, "w") as f:
+            json.dump(CONFIG, f)
+    wall, peak, status = measure(model, target, args.command)
+    title = "arrayrope export fuse" if args.command == "fuse" else "arrayrope audit"
     lines = [
-        "# `arrayrope export fuse` on a model with external weights",
+        f"# `{title}` on a model with external weights",
         "",
         f"{sys.platform}, Python {sys.version.split()[0]}, onnx {onnx.__version__}; "
-        "weights: zeros of a sparse file, one external data file; validation on the CPU",
+        "weights: zeros of a sparse file, one external data file; ONNX Runtime on the CPU",
         "",
         "| external data | wall time | peak RSS (subprocess) | exit status |",
         "|---:|---:|---:|---:|",
         f"| {data / 1e9:.2f} GB | {wall:.1f} s | {peak / 1e6:.0f} MB | {status} |",
         "",
     ]
-    with open(os.path.join(args.out, "results.md"), "w") as f:
+    with open(os.path.join(args.out, "results.md" if args.command == "fuse" else "results-audit.md"), "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines))
     return 0 if status in (0, 3) else 1
