@@ -59,6 +59,15 @@ class Finding:
         The positions probed.
     note : str
         What else was seen (what happens past the model's tables, a node ONNX Runtime refuses to run).
+
+    Examples
+    --------
+    >>> from arrayrope.export import audit_rotary, rotary_model
+    >>> model = rotary_model(16, target="portable", max_positions=64, layout="interleaved")
+    >>> config = {"head_dim": 16, "num_hidden_layers": 1, "rope_theta": 10000.0, "max_position_embeddings": 64}
+    >>> finding = audit_rotary(model, config).findings[0]
+    >>> finding.status, finding.difference
+    ('failed', 'pairs interleaved where the config pairs half-split')
     """
 
     name: str
