@@ -90,6 +90,12 @@ with ex.torch_options(target="ort", max_positions=64) as chosen:
     ok = isinstance(chosen, ex.TorchOptions) and chosen.target == "ort"
     saved["torch_rows"] = np.array(chosen.cache_rows(4096) if ok else -1)
 saved["translations"] = np.array(len(ex.torch_translations(23)))
+
+config = {"head_dim": 16, "num_hidden_layers": 1, "rope_theta": 10000.0, "max_position_embeddings": 64}
+audited: ex.AuditReport = ex.audit_rotary(ex.rotary_model(16, target="portable", max_positions=64), config)
+if not all(isinstance(f, ex.Finding) for f in audited.findings):
+    raise SystemExit(f"audit_rotary reported {audited!r}")
+saved["audit"] = np.array([audited.exit_status, len(audited.findings)])
 np.savez(sys.argv[1], **saved)
 """
 
@@ -120,3 +126,4 @@ def test_every_public_name_works_without_docstrings(tmp_path):
     assert bool(saved["caught"]) and int(saved["max_positions"]) == 64
     assert int(saved["torch_rows"]) == 64  # the block's rows win over the module's
     assert int(saved["translations"]) == 1
+    assert saved["audit"].tolist() == [0, 1]  # the rotation found, and it matches the config it was built from
