@@ -33,10 +33,12 @@ def _const(name: str, value: object) -> TensorProto:
     return numpy_helper.from_array(a.astype(np.float32 if a.dtype.kind == "f" else np.int64), name)
 
 
-def rope_decoder(tables: list[TensorProto], small: list[TensorProto]) -> onnx.ModelProto:
+def rope_decoder(tables: list[TensorProto], small: list[TensorProto], layers: int = 1) -> onnx.ModelProto:
     """The graph: ``sum_k tables[k][input_ids] + bias``, a query projection, ``x * cos + rotate_half(x) * sin``
     (cos/sin from ``Cos/Sin(Cast(position_ids) * inv_freq)``), an output projection. ``small`` holds the
-    projections and the bias (``wq``, ``wo``, ``bias``)."""
+    projections and the bias (``wq``, ``wo``, ``bias``). With ``layers`` > 1, each of as many layers rotates a
+    query and a key (node names ``/model/layers.<i>/q/...``, as exporters name them) and adds them to the
+    residual stream."""
     half = HEAD_DIM // 2
     inv = 10000.0 ** (-np.arange(0, HEAD_DIM, 2) / HEAD_DIM)
     consts = [
@@ -57,9 +59,6 @@ def rope_decoder(tables: list[TensorProto], small: list[TensorProto]) -> onnx.Mo
         nodes.append(n("Add", [total, f"e{i}"], [f"sum{i}"]))
         total = f"sum{i}"
     nodes += [
-        n("MatMul", [total, "wq"], ["q"]),
-        n("Reshape", ["q", "heads"], ["q4"]),
-        n("Transpose", ["q4"], ["x"], perm=[0, 2, 1, 3]),
         n("Unsqueeze", ["position_ids", "ax2"], ["p3"]),
         n("Cast", ["p3"], ["pf"], to=TensorProto.FLOAT),
         n("Mul", ["pf", "inv_freq"], ["f"]),
@@ -68,17 +67,39 @@ def rope_decoder(tables: list[TensorProto], small: list[TensorProto]) -> onnx.Mo
         n("Sin", ["ang"], ["s"]),
         n("Unsqueeze", ["c", "ax1"], ["c4"]),
         n("Unsqueeze", ["s", "ax1"], ["s4"]),
-        n("Slice", ["x", "zero", "half", "last"], ["x1"]),
-        n("Slice", ["x", "half", "big", "last"], ["x2"]),
-        n("Neg", ["x2"], ["nx2"]),
-        n("Concat", ["nx2", "x1"], ["rot"], axis=-1),
-        n("Mul", ["x", "c4"], ["xc"]),
-        n("Mul", ["rot", "s4"], ["rs"]),
-        n("Add", ["xc", "rs"], ["rotated"]),
-        n("Transpose", ["rotated"], ["back"], perm=[0, 2, 1, 3]),
-        n("Reshape", ["back", "flat"], ["attn"]),
-        n("MatMul", ["attn", "wo"], ["y"]),
     ]
+    for layer in range(layers):  # the tables computed once, as exporters write them; each layer rotates q and k
+        outputs = []
+        for which in ("q", "k") if layers > 1 else ("q",):
+            p = f"/model/layers.{layer}/{which}/" if layers > 1 else ""
+
+            def m(op: str, inputs: list[str], out: str, p: str = p, **kw: object) -> onnx.NodeProto:
+                return n(op, [i if i in shared else p + i for i in inputs], [p + out], name=p + out, **kw)
+
+            shared = {total, "wq", "wo", "heads", "flat", "zero", "half", "big", "last", "c4", "s4"}
+            nodes += [
+                m("MatMul", [total, "wq"], "q"),
+                m("Reshape", ["q", "heads"], "q4"),
+                m("Transpose", ["q4"], "x", perm=[0, 2, 1, 3]),
+                m("Slice", ["x", "zero", "half", "last"], "x1"),
+                m("Slice", ["x", "half", "big", "last"], "x2"),
+                m("Neg", ["x2"], "nx2"),
+                m("Concat", ["nx2", "x1"], "rot", axis=-1),
+                m("Mul", ["x", "c4"], "xc"),
+                m("Mul", ["rot", "s4"], "rs"),
+                m("Add", ["xc", "rs"], "rotated"),
+                m("Transpose", ["rotated"], "back", perm=[0, 2, 1, 3]),
+                m("Reshape", ["back", "flat"], "attn"),
+                m("MatMul", ["attn", "wo"], "y"),
+            ]
+            outputs.append(p + "y")
+        if layers == 1:
+            break
+        for out in outputs:
+            nodes.append(n("Add", [total, out], [out + "/residual"]))
+            total = out + "/residual"
+    if layers > 1:
+        nodes.append(n("Identity", [total], ["y"]))
     graph = helper.make_graph(
         nodes,
         "decoder",
@@ -100,7 +121,9 @@ def _projections(rng: np.random.Generator) -> list[TensorProto]:
     ]
 
 
-def write_model(folder: str, nbytes: int, tables: int = 4, sparse: bool = False, seed: int = 0) -> str:
+def write_model(
+    folder: str, nbytes: int, tables: int = 4, sparse: bool = False, seed: int = 0, layers: int = 1
+) -> str:
     """Write ``model.onnx`` and ``model.data`` (all its initializers) into ``folder``; returns the model's path.
 
     The ``tables`` embedding tables hold ``nbytes`` together (float32 rows of ``HIDDEN``).
@@ -114,7 +137,7 @@ def write_model(folder: str, nbytes: int, tables: int = 4, sparse: bool = False,
     path = os.path.join(folder, "model.onnx")
     if not sparse:
         embed = [_const(f"embed{k}", rng.standard_normal((rows, HIDDEN))) for k in range(tables)]
-        model = rope_decoder(embed, _projections(rng))
+        model = rope_decoder(embed, _projections(rng), layers)
         for t in model.graph.initializer:
             if t.data_type == TensorProto.FLOAT:
                 external_data_helper.set_external_data(t, "model.data")
@@ -131,7 +154,7 @@ def write_model(folder: str, nbytes: int, tables: int = 4, sparse: bool = False,
         embed.append(t)
     with open(os.path.join(folder, "model.data"), "wb") as f:
         f.truncate(tables * size)
-    onnx.save(rope_decoder(embed, _projections(rng)), path)
+    onnx.save(rope_decoder(embed, _projections(rng), layers), path)
     return path
 
 
@@ -159,15 +182,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gb", type=float, default=4.0, help="GB (1e9 bytes) of external weights (default 4)")
     parser.add_argument("--out", required=True, help="folder for the model, the fused model and results.md")
     parser.add_argument("--command", choices=("fuse", "audit"), default="fuse", help="what to run on it")
+    parser.add_argument("--layers", type=int, default=1, help="layers, each rotating a query and a key (default 1)")
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    model = write_model(args.out, int(args.gb * 1e9), sparse=True)
+    model = write_model(args.out, int(args.gb * 1e9), sparse=True, layers=args.layers)
     data = os.path.getsize(os.path.join(args.out, "model.data"))
     target = os.path.join(args.out, "fused.onnx")
     if args.command == "audit":
         target = os.path.join(args.out, "config.json")
         with open(target, "w") as f:
-            json.dump(CONFIG, f)
+            json.dump({**CONFIG, "num_hidden_layers": args.layers}, f)
     wall, peak, status = measure(model, target, args.command)
     title = "arrayrope export fuse" if args.command == "fuse" else "arrayrope audit"
     lines = [
@@ -176,9 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{sys.platform}, Python {sys.version.split()[0]}, onnx {onnx.__version__}; "
         "weights: zeros of a sparse file, one external data file; ONNX Runtime on the CPU",
         "",
-        "| external data | wall time | peak RSS (subprocess) | exit status |",
-        "|---:|---:|---:|---:|",
-        f"| {data / 1e9:.2f} GB | {wall:.1f} s | {peak / 1e6:.0f} MB | {status} |",
+        "| external data | layers | wall time | peak RSS (subprocess) | exit status |",
+        "|---:|---:|---:|---:|---:|",
+        f"| {data / 1e9:.2f} GB | {args.layers} | {wall:.1f} s | {peak / 1e6:.0f} MB | {status} |",
         "",
     ]
     with open(os.path.join(args.out, "results.md" if args.command == "fuse" else "results-audit.md"), "w") as f:

@@ -25,15 +25,27 @@ class Layer:
     index: int
     settings: Settings
     direction: int
+    #: shared by the layers of one config: layers of the same settings compute each answer once
+    cache: dict[Any, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def frequencies(self, config: Mapping[str, Any], seq_len: int) -> RopeFrequencies:
         """The frequencies transformers uses for a call whose longest sequence is ``seq_len``."""
-        return rope_frequencies_from_config(config, seq_len=seq_len, layer_idx=self.index)
+        key = ("frequencies", repr(self.settings), seq_len)
+        if key not in self.cache:
+            self.cache[key] = rope_frequencies_from_config(config, seq_len=seq_len, layer_idx=self.index)
+        found: RopeFrequencies = self.cache[key]
+        return found
 
     def matrices(self, config: Mapping[str, Any], positions: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
         """``(S, D, D)``: the rotation the config gives at each of ``positions`` (one call), in float64."""
-        freqs = self.frequencies(config, int(positions.max()) + 1)
-        return rotation_matrices(freqs, positions, self.layout, self.settings.rotary_features, self.direction)
+        key = ("matrices", repr(self.settings), positions.tobytes())
+        if key not in self.cache:
+            freqs = self.frequencies(config, int(positions.max()) + 1)
+            self.cache[key] = rotation_matrices(
+                freqs, positions, self.layout, self.settings.rotary_features, self.direction
+            )
+        found: npt.NDArray[np.float64] = self.cache[key]
+        return found
 
     @property
     def layout(self) -> str:
@@ -127,9 +139,9 @@ def expected(config: Mapping[str, Any] | str | os.PathLike[str]) -> Expected:
     layers_count = View(text, fam, text_where).size("num_hidden_layers")
     if layers_count > 4096:
         raise ValueError(f"{text_where}: num_hidden_layers={layers_count} is not a model's layer count")
-    layers = tuple(
-        Layer(i, settings(cfg, layer_idx=i), fam.direction if fam is not None else 1) for i in range(layers_count)
-    )
+    cache: dict[Any, Any] = {}
+    direction = fam.direction if fam is not None else 1
+    layers = tuple(Layer(i, settings(cfg, layer_idx=i), direction, cache) for i in range(layers_count))
     if not any(not layer.settings.nope for layer in layers):
         raise ValueError(f"{text_where}: no layer of this config uses RoPE; there is nothing to audit")
     return Expected(cfg, layers, text.get("model_type"), where)

@@ -219,6 +219,15 @@ class _Judge:
 
     def _tolerance(self, freqs: RopeFrequencies, positions: npt.NDArray[np.int64], d: int) -> npt.NDArray[np.float64]:
         """Per matrix entry: the rounding of the model's tables and its float32 angles (growing with the angle)."""
+        key = ("tolerance", id(freqs), self.eps, repr(self.s), positions.tobytes(), d)
+        if key not in self.layer.cache:
+            self.layer.cache[key] = (freqs, self._tolerance_of(freqs, positions, d))  # freqs kept: its id stays its
+        found: npt.NDArray[np.float64] = self.layer.cache[key][1]
+        return found
+
+    def _tolerance_of(
+        self, freqs: RopeFrequencies, positions: npt.NDArray[np.int64], d: int
+    ) -> npt.NDArray[np.float64]:
         a = max(freqs.attention_factor, 1.0)
         r = freqs.rotary_dim
         theta = np.abs(np.asarray(freqs.inv_freq, np.float64)[: r // 2])

@@ -270,7 +270,7 @@ class _Caches:
         past = max(total - 8, 0)
         names = {i.name for i in self._model.graph.input}
         feed = sample_inputs(self.graph, past=past, names=names)
-        sess = session(self._model)
+        sess = session(self._model, threads=1)
         c, s = sess.run([self.cos, self.sin], {k: v for k, v in feed.items() if k in names})
         return np.asarray(c, np.float64), np.asarray(s, np.float64)
 
@@ -327,7 +327,7 @@ def _single_node(
 
     def run(cos: npt.NDArray[Any], sin: npt.NDArray[Any], s: int) -> npt.NDArray[np.float64]:
         if not holder:
-            holder.append(session(model))
+            holder.append(session(model, threads=1))
         qkv = np.zeros((d, s, width), dt)
         for j in range(d):
             qkv[j, :, heads * d + j] = 1.0  # key head 0 of batch row j is e_j

@@ -59,17 +59,24 @@ _NUMPY_OF = {
 
 
 def session(
-    model: onnx.ModelProto, providers: Sequence[str] = ("CPUExecutionProvider",), folder: str | None = None
+    model: onnx.ModelProto,
+    providers: Sequence[str] = ("CPUExecutionProvider",),
+    folder: str | None = None,
+    threads: int | None = None,
 ) -> Any:
     """An ONNX Runtime session of ``model`` with graph optimisations on, silent: probes run positions past a
     model's stored tables on purpose and read the errors as exceptions, which ONNX Runtime would also print
     (models over protobuf's 2 GB are passed through a temporary file with their tensors beside it). A model
     whose initializers refer to external data files in ``folder`` is passed without them: ONNX Runtime reads
-    them from there itself."""
+    them from there itself. ``threads`` sets ONNX Runtime's threads (a probe of a few kilobytes runs fastest on
+    one, and a session's pool of threads costs milliseconds to start and to stop)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 4  # fatal only: every error reaches the caller as an exception
+    if threads is not None:
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = threads
     if folder is not None:
         opts.add_session_config_entry(_EXTERNAL_FOLDER, folder)
         return ort.InferenceSession(model.SerializeToString(), opts, providers=list(providers))
@@ -259,7 +266,7 @@ class SiteRunner:
 
     def __init__(self, piece: Cut, model: onnx.ModelProto | None = None) -> None:
         self.piece = piece
-        self.sess = session(piece.model if model is None else model)
+        self.sess = session(piece.model if model is None else model, threads=1)
         self.inputs = {i.name: i.type for i in self.sess.get_inputs()}
 
     @property
