@@ -108,8 +108,8 @@ def _finding(rotation: Rotation, exp: Expected, every: list[Rotation]) -> Findin
             f"{len(exp.layers)} layers",
             difference=f"its node names place it in layer {rotation.layer}, but the config has {len(exp.layers)}",
         )
-    same = {lay.settings for lay in exp.rope}
-    if len(same) == 1 and (len(exp.rope) == len(exp.layers) or len(every) <= 2 * len(exp.rope)):
+    same = all(lay.settings == exp.rope[0].settings for lay in exp.rope)  # Settings hold dicts: not hashable
+    if same and (len(exp.rope) == len(exp.layers) or len(every) <= 2 * len(exp.rope)):
         return judge(rotation, exp.rope[0], exp)
     return Finding(
         rotation.name,
