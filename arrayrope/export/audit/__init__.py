@@ -17,7 +17,7 @@ from onnx import external_data_helper
 
 from .._graph import ModelSource, data_folder, load_model
 from ..fuse._match import Graph
-from ._expect import Expected, expected
+from ._expect import BLOCK, Expected, expected
 from ._judge import Finding, judge
 from ._measure import Rotation, rotations
 from ._report import AuditReport
@@ -81,7 +81,8 @@ def audit_rotary(model: ModelSource, config: Mapping[str, Any] | str | os.PathLi
     folder = data_folder(model, source)
     _check_external(source, folder)
     graph = Graph(source, folder)
-    found = rotations(graph, exp.rope[0].settings.head_dim)
+    first = exp.rope[0]
+    found = rotations(graph, (first.settings.head_dim, first.frequencies(exp.config, BLOCK).rotary_dim))
     findings = tuple(_finding(r, exp, found) for r in found)
     placed = {r.layer for r in found}
     missing: tuple[tuple[int, str], ...] = ()
