@@ -50,6 +50,7 @@ class Rotation:
     eps: float = 2.0**-24  # rounding of the tables it reads, relative
     reason: str = ""
     note: str = ""  # what could not be checked of a rotation that was measured
+    order: str = ""  # how it writes its features where not in the order it reads them (undone in ``matrices``)
 
 
 def layer_of(names: Iterable[str]) -> int | None:
@@ -101,8 +102,37 @@ def _site(graph: Graph, site: Site, head_dims: Sequence[int]) -> Rotation:
         dims = graph.shape(site.cos)  # a RotaryEmbedding node reading its cache by position ids
         if dims and len(dims) == 2 and isinstance(dims[0], int):
             rotation.rows = _finite_rows(graph, site.cos, dims[0])
-    rotation.matrices = matrices
+    rotation.matrices, rotation.order = _in_order(matrices)
     return rotation
+
+
+def _in_order(matrices: Matrices) -> tuple[Matrices, str]:
+    """``matrices`` with the permutation a rotation applies at position 0 undone, and what it is ('' for none).
+
+    DeepSeek's MLA with ``rope_interleave`` reads its rotary features in interleaved pairs and writes them in
+    half-split order (the even features, then the odd ones); queries and keys are written in the same order, so
+    attention sees the interleaved rotation the config describes."""
+    m0 = matrices(np.zeros(1, np.int64))[0]
+    rounded = np.round(m0)
+    permutation = (
+        np.max(np.abs(m0 - rounded)) <= 1e-3
+        and np.all(np.isin(rounded, (0.0, 1.0)))
+        and np.all(rounded.sum(0) == 1)
+        and np.all(rounded.sum(1) == 1)
+    )
+    if not permutation or np.array_equal(rounded, np.eye(len(m0))):
+        return matrices, ""
+    held = np.argmax(rounded, axis=1)  # output feature i holds input feature held[i]
+    back = np.argsort(held)
+
+    def undone(positions: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        return matrices(positions)[:, back, :]
+
+    shown = ", ".join(str(int(i)) for i in held[:8]) + (", ..." if len(held) > 8 else "")
+    return undone, (
+        f"it writes its features in another order than it reads them (output features hold input features "
+        f"{shown}); compared in the order it reads them, as attention sees them where queries and keys share it"
+    )
 
 
 def _scopes(node: NodeProto | None) -> list[str]:
