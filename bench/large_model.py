@@ -73,10 +73,13 @@ def rope_decoder(tables: list[TensorProto], small: list[TensorProto], layers: in
         for which in ("q", "k") if layers > 1 else ("q",):
             p = f"/model/layers.{layer}/{which}/" if layers > 1 else ""
 
-            def m(op: str, inputs: list[str], out: str, p: str = p, **kw: object) -> onnx.NodeProto:
-                return n(op, [i if i in shared else p + i for i in inputs], [p + out], name=p + out, **kw)
-
             shared = {total, "wq", "wo", "heads", "flat", "zero", "half", "big", "last", "c4", "s4"}
+
+            def m(
+                op: str, inputs: list[str], out: str, p: str = p, keep: set[str] = shared, **kw: object
+            ) -> onnx.NodeProto:
+                return n(op, [i if i in keep else p + i for i in inputs], [p + out], name=p + out, **kw)
+
             nodes += [
                 m("MatMul", [total, "wq"], "q"),
                 m("Reshape", ["q", "heads"], "q4"),
@@ -121,9 +124,7 @@ def _projections(rng: np.random.Generator) -> list[TensorProto]:
     ]
 
 
-def write_model(
-    folder: str, nbytes: int, tables: int = 4, sparse: bool = False, seed: int = 0, layers: int = 1
-) -> str:
+def write_model(folder: str, nbytes: int, tables: int = 4, sparse: bool = False, seed: int = 0, layers: int = 1) -> str:
     """Write ``model.onnx`` and ``model.data`` (all its initializers) into ``folder``; returns the model's path.
 
     The ``tables`` embedding tables hold ``nbytes`` together (float32 rows of ``HIDDEN``).

@@ -17,7 +17,7 @@ from onnx import external_data_helper
 
 from .._graph import ModelSource, data_folder, load_model
 from ..fuse._match import Graph
-from ._expect import Expected, expected
+from ._expect import BLOCK, Expected, expected
 from ._judge import Finding, judge
 from ._measure import Rotation, rotations
 from ._report import AuditReport
@@ -81,7 +81,8 @@ def audit_rotary(model: ModelSource, config: Mapping[str, Any] | str | os.PathLi
     folder = data_folder(model, source)
     _check_external(source, folder)
     graph = Graph(source, folder)
-    found = rotations(graph, exp.rope[0].settings.head_dim)
+    first = exp.rope[0]
+    found = rotations(graph, (first.settings.head_dim, first.frequencies(exp.config, BLOCK).rotary_dim))
     findings = tuple(_finding(r, exp, found) for r in found)
     placed = {r.layer for r in found}
     missing: tuple[tuple[int, str], ...] = ()
@@ -114,8 +115,8 @@ def _finding(rotation: Rotation, exp: Expected, every: list[Rotation]) -> Findin
             f"{len(exp.layers)} layers",
             difference=f"its node names place it in layer {rotation.layer}, but the config has {len(exp.layers)}",
         )
-    same = {repr(lay.settings) for lay in exp.rope}
-    if len(same) == 1 and (len(exp.rope) == len(exp.layers) or len(every) <= 2 * len(exp.rope)):
+    same = all(lay.settings == exp.rope[0].settings for lay in exp.rope)  # Settings hold dicts: not hashable
+    if same and (len(exp.rope) == len(exp.layers) or len(every) <= 2 * len(exp.rope)):
         return judge(rotation, exp.rope[0], exp)
     return Finding(
         rotation.name,

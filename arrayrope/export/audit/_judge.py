@@ -23,7 +23,7 @@ from arrayrope.testing import identify_rope
 from arrayrope.testing._probe import pairs_of
 
 from ._expect import BLOCK, Expected, Layer, rotation_matrices
-from ._measure import Rotation
+from ._measure import Matrices, Rotation
 
 _LAYOUT_WORDS = {"half": "half-split", "interleaved": "interleaved"}
 #: Relative error of float32 angles ``p * inv_freq`` (the product and the stored frequency rounded), with margin.
@@ -132,12 +132,21 @@ class _Judge:
         self.eps = rotation.eps
         assert rotation.matrices is not None
         self.matrices = rotation.matrices
+        self.notes = [rotation.order] if rotation.order else []
+        freqs = layer.frequencies(exp.config, BLOCK)
+        if rotation.head_dim is not None and rotation.head_dim == freqs.rotary_dim < freqs.head_dim:
+            self.matrices = _in_head(rotation.matrices, freqs.head_dim, self.s.rotary_features)
+            self.notes.append(
+                f"it rotates its {freqs.rotary_dim} rotary features alone (the model joins the other "
+                f"{freqs.head_dim - freqs.rotary_dim} of the head to them outside it): measured there, in the "
+                f"{self.s.rotary_features} features of the head the config places them in"
+            )
 
     def run(self) -> Finding:
         first = np.arange(BLOCK, dtype=np.int64)
         m0 = self.matrices(first)
         found, difference = self._structure(m0)
-        worst, where, probed, notes = 0.0, "", [], []
+        worst, where, probed, notes = 0.0, "", [], list(self.notes)
         for what, positions in self.exp.blocks(self.rotation.rows):
             if self.rotation.rows is not None and positions[-1] >= self.rotation.rows:
                 continue  # past the model's tables: said by the table length
@@ -345,6 +354,21 @@ class _Judge:
         if not np.all(np.isfinite(m)):
             return f"past its {rows} rows of tables it gives NaN"
         return f"past its {rows} rows of tables it still runs (positions {rows}.. are not checked)"
+
+
+def _in_head(matrices: Matrices, head_dim: int, features: str) -> Matrices:
+    """``matrices`` of a rotation on the rotary features alone, placed in a head of ``head_dim`` (the identity on
+    the others) at the ``features`` end."""
+
+    def placed(positions: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        m = matrices(positions)
+        r = m.shape[-1]
+        start = 0 if features == "leading" else head_dim - r
+        out = np.broadcast_to(np.eye(head_dim), (len(positions), head_dim, head_dim)).copy()
+        out[:, start : start + r, start : start + r] = m
+        return out
+
+    return placed
 
 
 def _variants(scaling: Mapping[str, Any] | None) -> list[tuple[dict[str, Any], str]]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,8 @@ from onnx import NodeProto, TensorProto, helper
 from .._graph import inlined, reads
 from ..build._spec import MS_DOMAIN
 from ..fuse._match import _INT_VIEWS, ROTATING_ATTENTION, Graph, Site, find_sites
-from ..fuse._probe import Cut, Shapes, SiteRunner, cut, sample_inputs, session, widened
+from ..fuse._probe import Shapes, SiteRunner, cut, sample_inputs, session, widened
+from ._expect import BLOCK
 
 Matrices = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float64]]
 """``positions (S,) -> (S, D, D)``: the matrix a rotation applies at each position of one call."""
@@ -49,6 +50,7 @@ class Rotation:
     eps: float = 2.0**-24  # rounding of the tables it reads, relative
     reason: str = ""
     note: str = ""  # what could not be checked of a rotation that was measured
+    order: str = ""  # how it writes its features where not in the order it reads them (undone in ``matrices``)
 
 
 def layer_of(names: Iterable[str]) -> int | None:
@@ -60,9 +62,10 @@ def layer_of(names: Iterable[str]) -> int | None:
     return None
 
 
-def rotations(graph: Graph, head_dim: int) -> list[Rotation]:
-    """Every rotation in the graph, in graph order, each ready to be measured (``head_dim``: the config's)."""
-    out = [_site(graph, site, head_dim) for site in find_sites(graph)]
+def rotations(graph: Graph, head_dims: Sequence[int]) -> list[Rotation]:
+    """Every rotation in the graph, in graph order, each ready to be measured (``head_dims``: the widths the config
+    gives a rotation's input, its head dim first, then its rotary width)."""
+    out = [_site(graph, site, head_dims) for site in find_sites(graph)]
     for node in graph.nodes:
         rotary = any(a.name == "do_rotary" and a.i == 1 for a in node.attribute)
         if rotary and node.domain == MS_DOMAIN and node.op_type in ROTATING_ATTENTION:
@@ -70,33 +73,73 @@ def rotations(graph: Graph, head_dim: int) -> list[Rotation]:
     return out
 
 
-def _site(graph: Graph, site: Site, head_dim: int) -> Rotation:
+def _site(graph: Graph, site: Site, head_dims: Sequence[int]) -> Rotation:
     node = site.node or graph.producer.get(site.output)
     name = node.name if node is not None and node.name else site.output
     kind = "rotation in standard ops"
     if site.node is not None:
         kind = f"{site.node.domain + '.' if site.node.domain else ''}RotaryEmbedding"
-    names = [name, site.output, site.x]
+    names = [name, site.output, site.x, *_scopes(node)]
     rotation = Rotation(kind, name, layer_of(names), None, None, eps=_EPS.get(graph.elem_type(site.cos) or 1, 2.0**-24))
     try:
-        shape = _static_shapes(graph, site, head_dim)
-        piece = cut(graph, site, shape)
+        candidates = _static_shapes(graph, site, head_dims)
+        cut(graph, site, candidates[0])
     except ValueError as exc:
         ids = _position_input(graph, site)
         if ids is None:
             rotation.reason = str(exc)
             return rotation
         site = dataclasses.replace(site, positions=ids)  # tables computed from the ids by integer arithmetic
-        shape = _static_shapes(graph, site, head_dim)
-        piece = cut(graph, site, shape)
+        candidates = _static_shapes(graph, site, head_dims)
+    try:
+        shape, matrices = _running(graph, site, candidates)
+    except ValueError as exc:
+        rotation.reason = str(exc)
+        return rotation
     rotation.head_dim = shape.head_dim
     rotation.rows = _table_rows(graph, site.cos, site.positions)
     if site.node is not None and rotation.rows is None and graph.is_constant(site.cos):
         dims = graph.shape(site.cos)  # a RotaryEmbedding node reading its cache by position ids
         if dims and len(dims) == 2 and isinstance(dims[0], int):
             rotation.rows = _finite_rows(graph, site.cos, dims[0])
-    rotation.matrices = _cut_matrices(piece)
+    rotation.matrices, rotation.order = _in_order(matrices)
     return rotation
+
+
+def _in_order(matrices: Matrices) -> tuple[Matrices, str]:
+    """``matrices`` with the permutation a rotation applies at position 0 undone, and what it is ('' for none).
+
+    DeepSeek's MLA with ``rope_interleave`` reads its rotary features in interleaved pairs and writes them in
+    half-split order (the even features, then the odd ones); queries and keys are written in the same order, so
+    attention sees the interleaved rotation the config describes."""
+    m0 = matrices(np.zeros(1, np.int64))[0]
+    rounded = np.round(m0)
+    permutation = (
+        np.max(np.abs(m0 - rounded)) <= 1e-3
+        and np.all(np.isin(rounded, (0.0, 1.0)))
+        and np.all(rounded.sum(0) == 1)
+        and np.all(rounded.sum(1) == 1)
+    )
+    if not permutation or np.array_equal(rounded, np.eye(len(m0))):
+        return matrices, ""
+    held = np.argmax(rounded, axis=1)  # output feature i holds input feature held[i]
+    back = np.argsort(held)
+
+    def undone(positions: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        return matrices(positions)[:, back, :]
+
+    shown = ", ".join(str(int(i)) for i in held[:8]) + (", ..." if len(held) > 8 else "")
+    return undone, (
+        f"it writes its features in another order than it reads them (output features hold input features "
+        f"{shown}); compared in the order it reads them, as attention sees them where queries and keys share it"
+    )
+
+
+def _scopes(node: NodeProto | None) -> list[str]:
+    """The module scopes ``torch.onnx.export(dynamo=True)`` records on a node (``net.model.layers.3.self_attn``):
+    its node names (``node_cat_1``) do not say the layer."""
+    keys = ("pkg.torch.onnx.name_scopes", "namespace")
+    return [p.value for p in node.metadata_props if p.key in keys] if node is not None else []
 
 
 def _position_input(graph: Graph, site: Site) -> str | None:
@@ -107,22 +150,54 @@ def _position_input(graph: Graph, site: Site) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
-def _static_shapes(graph: Graph, site: Site, head_dim: int) -> Shapes:
-    """The axes of a rotation from inferred shapes alone (one head, the config's head dim)."""
+def _static_shapes(graph: Graph, site: Site, head_dims: Sequence[int]) -> list[Shapes]:
+    """The shapes a rotation may take from inferred shapes alone, likeliest first: its axes (as its tables
+    broadcast, else both orders), its heads (where the graph fixes them, else one) and its width (the input's,
+    else each of ``head_dims``: a rotation cut out of the head takes its rotary features alone)."""
     cos = graph.shape(site.cos)
-    axes = "bhsd"
+    orders = ["bhsd", "bshd"]
     if site.node is None and cos is not None and len(cos) == 4 and cos[2] == 1 and cos[1] != 1:
-        axes = "bshd"
+        orders.reverse()
     x = graph.shape(site.x)
+    widths = list(dict.fromkeys(head_dims))
     if x is not None and len(x) == 4 and isinstance(x[-1], int):
-        head_dim = x[-1]
+        widths = [x[-1]]
     pos = graph.shape(site.positions) if site.positions else None
     if site.positions and pos is None:
         raise ValueError(f"the rank of its positions {site.positions!r} is not known from the graph")
     rank = len(pos) if pos is not None else 0
     if rank not in (1, 2):
         raise ValueError("no integer positions were found that its tables are computed from")
-    return Shapes((1, 1, 8, head_dim), axes, rank)
+    out = []
+    for axes in orders if site.node is None else orders[:1]:
+        h = x[1 if axes == "bhsd" else 2] if x is not None and len(x) == 4 else None
+        heads = h if isinstance(h, int) else 1
+        out += [Shapes((1, heads, BLOCK, d) if axes == "bhsd" else (1, BLOCK, heads, d), axes, rank) for d in widths]
+    return out
+
+
+def _running(graph: Graph, site: Site, candidates: list[Shapes]) -> tuple[Shapes, Matrices]:
+    """The first of the ``candidates`` under which the rotation's cut runs on probes at positions 0..7 and gives
+    back a tensor of its input's shape (ValueError naming the first refusal where none does)."""
+    first = ""
+    for shape in candidates:
+        piece = cut(graph, site, shape)
+        runner = SiteRunner(piece, widened(piece.model))
+        try:
+            m = _cut_matrices(runner)(np.arange(BLOCK, dtype=np.int64))
+        except Exception as exc:  # ONNX Runtime refuses the shape (a reshape to fixed heads, a concat)
+            first = first or " ".join(str(exc).split()[-24:])
+            continue
+        if runner.shape_out == _fed(shape) and np.all(np.isfinite(m)):
+            return shape, _cut_matrices(runner)
+        first = first or f"it gives a tensor of shape {runner.shape_out} for one of shape {_fed(shape)}"
+    raise ValueError(f"its axes and width are not known from the graph, and no guess runs: {first}")
+
+
+def _fed(shape: Shapes) -> tuple[int, ...]:
+    """The shape of the probes a :class:`SiteRunner` feeds under ``shape`` (the ``head_dim`` unit vectors)."""
+    d = shape.head_dim
+    return (d, shape.heads, BLOCK, d) if shape.axes == "bhsd" else (d, BLOCK, shape.heads, d)
 
 
 def _table_rows(graph: Graph, table: str, positions: str | None) -> int | None:
@@ -164,9 +239,8 @@ def _finite_rows(graph: Graph, table: str, rows: int) -> int:
     return int(last[-1]) + 1 if last.size else rows
 
 
-def _cut_matrices(piece: Cut) -> Matrices:
-    runner = SiteRunner(piece, widened(piece.model))
-    d = piece.shape.head_dim
+def _cut_matrices(runner: SiteRunner) -> Matrices:
+    d = runner.shape.head_dim
 
     def matrices(positions: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
         s = len(positions)

@@ -268,6 +268,7 @@ class SiteRunner:
         self.piece = piece
         self.sess = session(piece.model if model is None else model, threads=1)
         self.inputs = {i.name: i.type for i in self.sess.get_inputs()}
+        self.shape_out: tuple[int, ...] = ()  # of the last run, every head
 
     @property
     def shape(self) -> Shapes:
@@ -288,6 +289,7 @@ class SiteRunner:
             if name in self.inputs:
                 feed[name] = np.zeros((batch if like == "x" else pos).shape, _NUMPY_OF[self.inputs[name]])
         y = np.asarray(self.sess.run(None, feed)[0])
+        self.shape_out = tuple(y.shape)
         first: npt.NDArray[Any] = np.take(y, 0, axis=head_axis)[None]
         return first
 

@@ -1,0 +1,190 @@
+"""audit_rotary on Hugging Face transformers models exported by torch.onnx.export.
+
+transformers is the oracle: each small random model (tests/hf_models.py) is built from
+a config, and the audit of its export against that config must verify the rotation of
+queries and keys in every layer the model itself gives RoPE, and find none in the
+others. Against a copy of the config with one property changed, the way a broken
+converter gets it wrong, the audit must fail and name that property.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs onnxscript")
+
+import hf_models
+from arrayrope.export import audit_rotary
+
+CASES = {  # family: exporter, layers (every family of hf_models)
+    "llama": ("torchscript-17", 2),
+    "qwen2": ("torchscript-17", 2),
+    "neox": ("torchscript-17", 2),  # partial rotary
+    "gptj": ("torchscript-17", 2),  # interleaved partial; no shapes inferred: its (batch, seq, heads, dim) axes guessed
+    "phi3": ("torchscript-17", 2),  # partial rotary: 8 of 16 features
+    "phi3_longrope": ("dynamo-18", 2),  # TorchScript has no ONNX conversion of the aten::copy LongRoPE's update makes
+    "gemma3": ("torchscript-17", 2),  # sliding layer at base 1e4, full layer at 1e6 with linear scaling
+    "glm": ("dynamo-18", 2),  # interleaved, partial; the TorchScript exporter fails on it ("same rank")
+    "deepseek_v3": ("torchscript-17", 2),  # MLA
+    "llama4": ("torchscript-17", 4),  # layer 3 without RoPE; its complex rotation written in real arithmetic
+}
+
+
+@functools.cache
+def exported(family):
+    exporter, layers = CASES[family]
+    net = hf_models.model(family, layers)
+    return net, hf_models.export(net, exporter)
+
+
+def config(net):
+    """The config the model was built from, as config.json has it (a copy: the fault tests edit it)."""
+    return copy.deepcopy(net.net.config.to_dict())
+
+
+def rope_layers(net):
+    """The layers whose attention rotates, as the transformers model itself says (Llama 4's use_rope)."""
+    layers = next(m for n, m in net.net.named_modules() if n.endswith((".layers", ".h")))  # the decoder's list
+    return [i for i, layer in enumerate(layers) if getattr(getattr(layer, "self_attn", None), "use_rope", True)]
+
+
+@pytest.mark.parametrize("family", list(CASES))
+def test_faithful_export_verifies_every_rotation_of_every_layer_with_rope(family):
+    net, model = exported(family)
+    report = audit_rotary(model, config(net))
+    assert report.status == "verified", report
+    assert not report.missing
+    # one rotation for the queries and one for the keys, in each layer with RoPE and in no other
+    assert sorted(f.layer for f in report.findings) == sorted(2 * rope_layers(net)), report  # type: ignore[type-var]
+    assert all(f.status == "verified" and f.kind == "rotation in standard ops" for f in report.findings)
+    assert all(f.max_error < 1e-4 for f in report.findings), report
+    assert report.verdict().startswith(f"verified: {len(report.findings)} rotations in {len(rope_layers(net))} layers")
+
+
+def test_partial_rotary_is_measured_at_its_width():
+    net, model = exported("phi3")
+    c = net.net.config
+    assert c.rope_parameters["partial_rotary_factor"] == 0.5 and c.hidden_size // c.num_attention_heads == 16
+    report = audit_rotary(model, config(net))
+    assert {f.found for f in report.findings} == {"half-split pairs, rotary width 8 of head_dim 16"}
+
+
+def test_longrope_both_regimes_are_probed():
+    """Positions below and past original_max_position_embeddings (64): short factors, then long ones."""
+    net, model = exported("phi3_longrope")
+    assert net.net.config.original_max_position_embeddings == 64
+    report = audit_rotary(model, config(net))
+    assert report.status == "verified", report
+    for f in report.findings:
+        assert {56, 63, 64, 71} <= set(f.positions) and "longrope scaling" in f.expected
+
+
+def test_gemma3_layer_types_are_compared_with_their_own_rotation():
+    net, model = exported("gemma3")
+    types = net.net.config.layer_types
+    assert types == ["sliding_attention", "full_attention"]
+    report = audit_rotary(model, config(net))
+    expected = {f.layer: f.expected for f in report.findings}
+    assert "rope_theta 10000, no scaling" in expected[0]
+    assert "rope_theta 1e+06, linear scaling" in expected[1]
+
+
+def test_interleaved_partial_glm():
+    net, model = exported("glm")
+    report = audit_rotary(model, config(net))
+    assert {f.found for f in report.findings} == {"interleaved pairs, rotary width 8 of head_dim 16"}
+
+
+def test_mla_rotates_the_trailing_features_written_in_half_split_order():
+    """DeepSeek-V3: q_pe and k_pe (16 features) read in interleaved pairs, written even features first."""
+    net, model = exported("deepseek_v3")
+    c = net.net.config
+    assert (c.qk_nope_head_dim, c.qk_rope_head_dim, c.rope_interleave) == (16, 16, True)
+    report = audit_rotary(model, config(net))
+    for f in report.findings:
+        assert f.found == "interleaved pairs, rotary width 16 of head_dim 32 (trailing)"
+        assert "input features 0, 2, 4, 6, 8, 10, 12, 14, ..." in f.note and "rotary features alone" in f.note
+
+
+def test_llama4_nope_layers_have_no_rotation():
+    net, model = exported("llama4")
+    assert net.net.config.no_rope_layers == [1, 1, 1, 0] and rope_layers(net) == [0, 1, 2]
+    report = audit_rotary(model, config(net))
+    assert report.status == "verified" and 3 not in {f.layer for f in report.findings}, report
+    assert {f.found for f in report.findings} == {"interleaved pairs, rotary width 16 of head_dim 16"}
+
+
+def test_llama4_real_rotation_is_transformers_complex_one():
+    """The export's rotation in real arithmetic gives the logits of transformers' complex one."""
+    net, _ = exported("llama4")
+    feed = hf_models.inputs(batch=2, seq=9, start=200, seed=3)
+    want = hf_models.logits(net, feed)
+    with hf_models.real_llama4_rotation():
+        got = hf_models.logits(net, feed)
+    assert np.max(np.abs(got - want)) <= 1e-5 * (1 + np.max(np.abs(want)))
+
+
+def _theta(c):
+    c["rope_parameters"]["rope_theta"] = 500000.0
+
+
+def _no_scaling_in_full_layers(c):
+    c["rope_parameters"]["full_attention"] = {"rope_type": "default", "rope_theta": 1000000.0}
+
+
+def _whole_head(c):
+    c["rope_parameters"]["partial_rotary_factor"] = 1.0
+
+
+def _half_split(c):
+    c["rope_interleave"] = False
+
+
+def _long_factors_as_short(c):
+    c["rope_parameters"]["long_factor"] = c["rope_parameters"]["short_factor"]
+
+
+def _first_layer_nope(c):
+    c["no_rope_layers"] = [0, 1, 1, 1]
+
+
+FAULTS = [  # family, the config's fault, the layers that fail, what the first failure names
+    ("llama", _theta, [0, 1], "rope_theta 10000 found, 500000 expected"),
+    ("gemma3", _no_scaling_in_full_layers, [1], "linear scaling found (factor 8.0), none expected"),
+    ("phi3", _whole_head, [0, 1], "rotary width 8 found, 16 expected"),
+    ("deepseek_v3", _half_split, [0, 1], "pairs interleaved where model type 'deepseek_v3' pairs half-split"),
+    ("phi3_longrope", _long_factors_as_short, [0, 1], "longrope rotation at positions 64..71"),
+    ("llama4", _first_layer_nope, [0], "layer 0 rotates, but the config gives it no RoPE"),
+]
+
+
+@pytest.mark.parametrize("family,fault,failing,words", FAULTS, ids=[f"{f[0]}-{f[1].__name__[1:]}" for f in FAULTS])
+def test_config_fault_fails_and_is_named(family, fault, failing, words):
+    net, model = exported(family)
+    wrong = config(net)
+    fault(wrong)
+    report = audit_rotary(model, wrong)
+    assert report.status == "failed", report
+    assert sorted({f.layer for f in report.failures}) == failing  # type: ignore[type-var]
+    assert words in report.failures[0].difference, report
+    assert words in report.verdict()
+    if len(failing) == len(rope_layers(net)):  # every rotation fails: the first finding says why
+        assert words in report.findings[0].difference
+
+
+def test_llama4_layer_the_config_gives_rope_without_one_is_missing():
+    """A config that gives the NoPE layer RoPE: no rotation is found there, and the audit does not verify."""
+    net, model = exported("llama4")
+    wrong = config(net)
+    wrong["no_rope_layers"] = [1, 1, 1, 1]
+    report = audit_rotary(model, wrong)
+    assert report.status == "not verified" and report.missing == ((3, "expected: RoPE"),), report
+    assert "no rotation found in layer 3" in report.verdict()
