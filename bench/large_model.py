@@ -18,6 +18,7 @@ import resource
 import subprocess
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import onnx
@@ -76,7 +77,7 @@ def rope_decoder(tables: list[TensorProto], small: list[TensorProto], layers: in
             shared = {total, "wq", "wo", "heads", "flat", "zero", "half", "big", "last", "c4", "s4"}
 
             def m(
-                op: str, inputs: list[str], out: str, p: str = p, keep: set[str] = shared, **kw: object
+                op: str, inputs: list[str], out: str, p: str = p, keep: set[str] = shared, **kw: Any
             ) -> onnx.NodeProto:
                 return n(op, [i if i in keep else p + i for i in inputs], [p + out], name=p + out, **kw)
 
