@@ -4,9 +4,9 @@ A config of a model type in :mod:`arrayrope.families` is read as that family's c
 its keys under their aliases, the class's defaults for keys the file leaves out, the rules by which
 its rotary module finds the head dim and the rotary dim, its parameters per layer type, its layers
 without RoPE. A config of any other model type (or none) gives what it states and nothing more:
-sizes and the base must be in it, and the pair layout comes from the caller. :data:`KEYS` says what
-arrayrope does with each key transformers reads for rope; keys that change RoPE in transformers but
-that arrayrope does not read are refused with the reason instead of being ignored.
+sizes and the base must be in it, and the pair layout comes from the caller. :data:`CONFIG_KEYS` says
+what arrayrope does with each key transformers reads for rope; keys that change RoPE in transformers
+but that arrayrope does not read are refused with the reason instead of being ignored.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from ._lib import checks
 from .families import TRANSFORMERS_VERSION, Family, family
 from .scaling import rope_type
 
-__all__ = ["HEAD_DIM_RULES", "KEYS", "ROTARY_DIM_RULES", "Settings", "View", "read", "text_config"]
+__all__ = ["CONFIG_KEYS", "HEAD_DIM_RULES", "ROTARY_DIM_RULES", "Settings", "View", "read", "text_config"]
 
 #: Every key transformers reads for rope, and what arrayrope does with it.
-KEYS: dict[str, str] = {
+CONFIG_KEYS: dict[str, str] = {
     "model_type": "selects the family's facts (arrayrope.families): defaults, aliases, rules, layout; a model type "
     "transformers lacks is read from what the config states, with the layout from the caller",
     "rope_parameters": "the scaling dict (v5); per layer type when keyed by layer types (pass layer_type=)",
@@ -63,7 +63,7 @@ _GENERIC_ALIASES = {
     "partial_rotary_factor": ("rotary_pct",),
     "rope_theta": ("rotary_emb_base",),
 }
-KEYS.update(
+CONFIG_KEYS.update(
     {
         alias: f"read as {key} where the config names it so"
         for key, aliases in _GENERIC_ALIASES.items()
@@ -294,7 +294,10 @@ def read(
 
 
 def _refuse_unknown(cfg: Mapping[str, Any], where: str, fam: Family | None) -> None:
-    known = set(KEYS) | set(fam.legacy) | set(fam.switches) if fam is not None else set(KEYS) - _FAMILY_KEYS
+    if fam is not None:
+        known = set(CONFIG_KEYS) | set(fam.legacy) | set(fam.switches)
+    else:
+        known = set(CONFIG_KEYS) - _FAMILY_KEYS
     for key in cfg:
         if cfg[key] is None:
             continue
@@ -304,7 +307,7 @@ def _refuse_unknown(cfg: Mapping[str, Any], where: str, fam: Family | None) -> N
             raise ValueError(f"{where}: {key!r} is not supported: {_REFUSED_KEYS[key]}")
         if key in _FAMILY_KEYS and key not in known:
             raise ValueError(
-                f"{where}: {key!r} is a key of one family ({KEYS[key].split(':')[0]}), which reads it its "
+                f"{where}: {key!r} is a key of one family ({CONFIG_KEYS[key].split(':')[0]}), which reads it its "
                 f"own way; the config's model_type {cfg.get('model_type')!r} is not one that does"
             )
         if (

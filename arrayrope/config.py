@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ._config_keys import KEYS, Settings, read, text_config
+from ._config_keys import CONFIG_KEYS, Settings, read, text_config
 from ._lib.files import read_regular_file
 from .frequencies import RopeFrequencies, rope_frequencies
 
@@ -22,9 +22,6 @@ __all__ = [
     "rope_frequencies_from_config",
     "settings",
 ]
-
-#: Every config key transformers reads for rope, and what arrayrope does with it.
-CONFIG_KEYS = KEYS
 
 #: The largest config.json read (Hugging Face configs are a few KiB).
 MAX_CONFIG_BYTES = 16 << 20
