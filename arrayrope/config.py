@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from ._config_keys import CONFIG_KEYS, Settings, read, text_config
+from ._config_keys import CONFIG_KEYS, Settings
+from ._config_read import read, text_config
 from ._lib.files import read_regular_file
 from .frequencies import RopeFrequencies, rope_frequencies
 

@@ -524,7 +524,7 @@ def _arrayrope_width(
     import warnings
 
     from arrayrope import rope_frequencies
-    from arrayrope._config_keys import read
+    from arrayrope._config_read import read
 
     s = read(cfg, "config", layer_type, None, fam)
     with warnings.catch_warnings():
