@@ -17,6 +17,7 @@ from typing import Any
 
 from ._lib import checks
 from .families import Family
+from .frequencies import RopeFrequencies
 
 __all__ = ["CONFIG_KEYS", "HEAD_DIM_RULES", "ROTARY_DIM_RULES", "Settings", "View", "refuse_unknown", "switched"]
 
@@ -80,7 +81,12 @@ _ROPE_LIKE = re.compile(r"rope|rotary|theta")
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """What a config says about its rotary embedding, in :func:`~arrayrope.rope_frequencies` terms."""
+    """What a config says about its rotary embedding, in :func:`~arrayrope.rope_frequencies` terms.
+
+    ``freqs`` are the frequencies these settings give (at the model's starting length; the identity for a
+    layer without RoPE), computed once when the config is read: everything built from a config takes them
+    from here. They follow from the other fields, so they take no part in comparisons or the repr.
+    """
 
     head_dim: int
     base: float
@@ -93,6 +99,7 @@ class Settings:
     nope: bool = False
     model_type: str | None = None
     why_no_layout: str = ""
+    freqs: RopeFrequencies = dataclasses.field(kw_only=True, repr=False, compare=False)
 
 
 class View:

@@ -14,12 +14,15 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from ._config_keys import HEAD_DIM_RULES, ROTARY_DIM_RULES, Settings, View, refuse_unknown, switched
 from ._lib import checks
 from .families import TRANSFORMERS_VERSION, Family, family
+from .frequencies import RopeFrequencies, rope_frequencies
 from .scaling import rope_type
 
-__all__ = ["layer_types", "read", "text_config"]
+__all__ = ["layer_types", "no_rope", "read", "text_config"]
 
 
 def text_config(cfg: Mapping[str, Any], where: str) -> tuple[Mapping[str, Any], str, Family | None]:
@@ -59,7 +62,8 @@ def text_config(cfg: Mapping[str, Any], where: str) -> tuple[Mapping[str, Any], 
 def read(
     cfg: Mapping[str, Any], where: str, layer_type: str | None, layer_idx: int | None = None, fam: Family | None = None
 ) -> Settings:
-    """The rotary settings of the (text) config ``cfg`` of family ``fam`` (None: what the config states)."""
+    """The rotary settings of the (text) config ``cfg`` of family ``fam`` (None: what the config states), and
+    the frequencies they give, computed and checked here once."""
     model_type = cfg.get("model_type")
     if fam is not None and (fam.out_of_scope or fam.refused):
         why = fam.out_of_scope or fam.refused
@@ -76,7 +80,7 @@ def read(
     nested = layer is not None
     if params is None:  # a layer type without rope parameters: its layers use no RoPE
         head = HEAD_DIM_RULES[fam.head_dim if fam else "head_dim"](v)
-        return Settings(head, 10_000.0, None, None, None, None, nope=True, model_type=model_type)
+        return Settings(head, 10_000.0, None, None, None, None, nope=True, model_type=model_type, freqs=no_rope(head))
     base = params.pop("rope_theta", None)
     if base is None and fam is None and model_type is None:
         base = 10_000.0  # transformers' base default_theta, for a config of no model type
@@ -118,7 +122,34 @@ def read(
         fam is not None and layer_type is not None and layer_type in fam.nope.get("layer_types", ())
     )
     max_len = None if max_len is None else int(max_len)
-    return Settings(head_dim, float(base), rotary_dim, prf, scaling, max_len, features, layout, nope, model_type, why)
+    freqs = (
+        no_rope(head_dim)
+        if nope
+        else rope_frequencies(  # the one computation; it checks every value, and warns once per cause
+            head_dim,
+            base=float(base),
+            rotary_dim=rotary_dim,
+            partial_rotary_factor=prf,
+            scaling=scaling,
+            max_position_embeddings=max_len,
+        )
+    )
+    return Settings(
+        head_dim, float(base), rotary_dim, prf, scaling, max_len, features, layout, nope, model_type, why, freqs=freqs
+    )
+
+
+def no_rope(head_dim: int) -> RopeFrequencies:
+    """The frequencies of a layer without RoPE: every pair turns by 0 (cos 1, sin 0), ``rope_type "none"``.
+
+    Examples
+    --------
+    >>> from arrayrope.config import no_rope
+    >>> f = no_rope(8)
+    >>> f.rope_type, f.inv_freq.tolist()
+    ('none', [0.0, 0.0, 0.0, 0.0])
+    """
+    return RopeFrequencies(inv_freq=np.zeros(head_dim // 2), head_dim=head_dim, rotary_dim=head_dim, rope_type="none")
 
 
 def _per_type(cfg: Mapping[str, Any], fam: Family | None) -> bool:

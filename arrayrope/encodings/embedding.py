@@ -14,6 +14,7 @@ from .._lib.dtypes import index_dtype, table_dtype_for
 from .._lib.positions import add_steps, position_array, scalar_int
 from .._lib.types import AXES, ROTARY_FEATURES, Array, Axes, Layout, Namespace, RotaryFeatures
 from ..apply import check_out, rotate_features
+from ..config import settings
 from ..frequencies import RopeFrequencies, rope_frequencies
 from ..scaling import rope_type
 from ..tables import rope_tables
@@ -119,9 +120,22 @@ class RotaryEmbedding:
         axes: Axes = "bhsd",
         rotary_features: RotaryFeatures = "leading",
     ) -> None:
-        self.freqs: RopeFrequencies = rope_frequencies(
+        freqs = rope_frequencies(
             head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling, max_position_embeddings=max_position_embeddings
         )
+        self._start(freqs, scaling, max_position_embeddings, layout, axes, rotary_features)
+
+    def _start(
+        self,
+        freqs: RopeFrequencies,
+        scaling: Mapping[str, Any] | None,
+        max_position_embeddings: int | None,
+        layout: Layout,
+        axes: Axes,
+        rotary_features: RotaryFeatures,
+    ) -> None:
+        """Set up an instance from its starting frequencies, computed by the caller (``scaling``: their dict)."""
+        self.freqs: RopeFrequencies = freqs
         self.layout: Layout = checks.layout(layout)
         self.axes: Axes = checks.choice(axes, "axes", AXES)
         self.rotary_features: RotaryFeatures = checks.choice(rotary_features, "rotary_features", ROTARY_FEATURES)
@@ -183,8 +197,6 @@ axes='bhsd', rotary_features='trailing')
         >>> arrayrope.RotaryEmbedding.from_config({"head_dim": 64, "rope_theta": 1e4}, layout="half").layout
         'half'
         """
-        from ..config import no_rope, settings
-
         if layout is not None:
             layout = checks.layout(layout)
         s = settings(config, layer_type=layer_type, layer_idx=layer_idx)
@@ -195,24 +207,12 @@ axes='bhsd', rotary_features='trailing')
             )
         chosen: Layout = layout if layout is not None else checks.layout(s.layout)
         features = checks.choice(s.rotary_features, "rotary_features", ROTARY_FEATURES)
-        if s.nope:  # a layer without RoPE: every pair turns by 0
-            rope = cls(s.head_dim, layout=chosen, axes=axes, rotary_features=features)
-            rope.freqs = rope._start_freqs = no_rope(s.head_dim)
-            rope._cache = TableCache(rope.freqs)
-            return rope
-        rotary = rope_frequencies(
-            s.head_dim, base=s.base, rotary_dim=s.rotary_dim, partial_rotary_factor=s.partial_rotary_factor
-        ).rotary_dim
-        return cls(
-            s.head_dim,
-            base=s.base,
-            rotary_dim=rotary,
-            scaling=s.scaling,
-            max_position_embeddings=s.max_position_embeddings,
-            layout=chosen,
-            axes=axes,
-            rotary_features=features,
-        )
+        rope = cls.__new__(cls)
+        if s.nope:  # a layer without RoPE: every pair turns by 0 (s.freqs), at any length
+            rope._start(s.freqs, None, None, chosen, axes, features)
+        else:  # the frequencies the config was read with: computed once, each warning given once
+            rope._start(s.freqs, s.scaling, s.max_position_embeddings, chosen, axes, features)
+        return rope
 
     @property
     def head_dim(self) -> int:
