@@ -7,11 +7,12 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from ._config_keys import KEYS, Settings, read, text_config
+from ._config_keys import CONFIG_KEYS, Settings
+from ._config_read import no_rope, read, text_config
+from ._lib import checks
 from ._lib.files import read_regular_file
 from .frequencies import RopeFrequencies, rope_frequencies
+from .scaling import rope_type
 
 __all__ = [
     "CONFIG_KEYS",
@@ -22,9 +23,6 @@ __all__ = [
     "rope_frequencies_from_config",
     "settings",
 ]
-
-#: Every config key transformers reads for rope, and what arrayrope does with it.
-CONFIG_KEYS = KEYS
 
 #: The largest config.json read (Hugging Face configs are a few KiB).
 MAX_CONFIG_BYTES = 16 << 20
@@ -106,9 +104,12 @@ def rope_frequencies_from_config(
     ('llama3', 128, (64,))
     """
     s = settings(config, layer_type=layer_type, layer_idx=layer_idx)
-    if s.nope:
-        return no_rope(s.head_dim)
-    with warnings.catch_warnings():  # keys the scaling ignores were reported by settings
+    if seq_len is None or s.nope:
+        return s.freqs
+    seq_len = checks.non_negative_int(seq_len, "seq_len")
+    if s.scaling is None or rope_type(s.scaling).length is None:
+        return s.freqs  # a rope type that does not follow the sequence length
+    with warnings.catch_warnings():  # what the scaling reports was reported once, when the config was read
         warnings.simplefilter("ignore")
         return rope_frequencies(
             s.head_dim,
@@ -119,19 +120,6 @@ def rope_frequencies_from_config(
             max_position_embeddings=s.max_position_embeddings,
             seq_len=seq_len,
         )
-
-
-def no_rope(head_dim: int) -> RopeFrequencies:
-    """The frequencies of a layer without RoPE: every pair turns by 0 (cos 1, sin 0), ``rope_type "none"``.
-
-    Examples
-    --------
-    >>> from arrayrope.config import no_rope
-    >>> f = no_rope(8)
-    >>> f.rope_type, f.inv_freq.tolist()
-    ('none', [0.0, 0.0, 0.0, 0.0])
-    """
-    return RopeFrequencies(inv_freq=np.zeros(head_dim // 2), head_dim=head_dim, rotary_dim=head_dim, rope_type="none")
 
 
 def rope_config(
@@ -174,8 +162,17 @@ def settings(
 ) -> Settings:
     """Everything a config says about its rotary embedding (frequencies, rotary features, layout), checked.
 
-    Every value is checked as :func:`rope_frequencies` checks it; a problem is raised with
-    the config (or the file) named, and from a file always as one ``ValueError``.
+    The config is read once: its frequencies (``.freqs``, at the model's starting length) are computed
+    here, every value checked as :func:`rope_frequencies` checks it, and each warning of the scaling is
+    given once. A problem is raised with the config (or the file) named, and from a file always as one
+    ``ValueError``.
+
+    Examples
+    --------
+    >>> from arrayrope.config import settings
+    >>> s = settings({"head_dim": 64, "rope_theta": 1e6, "partial_rotary_factor": 0.5})
+    >>> s.head_dim, s.freqs.rotary_dim, s.freqs.base
+    (64, 32, 1000000.0)
     """
     if layer_type is not None and not isinstance(layer_type, str):
         raise TypeError(f"layer_type must be a string such as 'full_attention', got {layer_type!r}")
@@ -184,23 +181,13 @@ def settings(
     cfg, where = _load(config)
     try:
         cfg, where, fam = text_config(cfg, where)
-        s = read(cfg, where, layer_type, layer_idx, fam)
-        if not s.nope:
-            rope_frequencies(  # every value checked here, so that errors name the file
-                s.head_dim,
-                base=s.base,
-                rotary_dim=s.rotary_dim,
-                partial_rotary_factor=s.partial_rotary_factor,
-                scaling=s.scaling,
-                max_position_embeddings=s.max_position_embeddings,
-            )
+        return read(cfg, where, layer_type, layer_idx, fam)  # the frequencies checked here, so that errors name it
     except (TypeError, ValueError) as exc:
         message = str(exc)
         message = message if message.startswith(where) else f"{where}: {message}"
         if where.startswith("config") and not where.startswith("config file"):  # a dict: the error keeps its type
             raise type(exc)(message) from None
         raise ValueError(message) from None
-    return s
 
 
 def load_config(config: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[str, Any]:

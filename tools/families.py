@@ -523,21 +523,12 @@ def _arrayrope_width(
     """arrayrope's kernel head dim and default-rope frequencies for a config dict, as the reader gives them."""
     import warnings
 
-    from arrayrope import rope_frequencies
-    from arrayrope._config_keys import read
+    from arrayrope._config_read import read
 
-    s = read(cfg, "config", layer_type, None, fam)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        f = rope_frequencies(
-            s.head_dim,
-            base=s.base,
-            rotary_dim=s.rotary_dim,
-            partial_rotary_factor=s.partial_rotary_factor,
-            scaling=s.scaling,
-            max_position_embeddings=s.max_position_embeddings,
-        )
-    return s.head_dim, f.inv_freq
+        s = read(cfg, "config", layer_type, None, fam)  # the settings and their frequencies
+    return s.head_dim, s.freqs.inv_freq
 
 
 def _module(use: hp.Use, p: Probe, values: Mapping[str, Any], layer_idx: int) -> tuple[dict[str, Any], int, Any]:

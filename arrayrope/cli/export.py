@@ -135,7 +135,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _freqs_from_config(path: str, args: argparse.Namespace) -> Any:
-    from arrayrope.config import load_config, rope_frequencies_from_config
+    from arrayrope.config import load_config, settings
 
     given = sorted(getattr(args, "_given", ()))
     if given:
@@ -143,10 +143,8 @@ def _freqs_from_config(path: str, args: argparse.Namespace) -> Any:
             f"--config gives head_dim, rope_theta and the rotary dim; it is not combined with {', '.join(given)} "
             "(edit the config, or pass the flags without --config)"
         )
-    from arrayrope.config import settings
-
-    freqs = rope_frequencies_from_config(path)
-    s = settings(path)
+    s = settings(path)  # the config read once: its frequencies, rotary features and layout
+    freqs = s.freqs
     if s.rotary_features != "leading":
         raise ValueError(
             f"--config: transformers' {s.model_type} rotates the trailing features of each head (MLA's "

@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import threading
 from collections.abc import Mapping
 from typing import Any, Literal, overload
 
 from .. import backends
 from .._lib import checks
-from .._lib.dtypes import index_dtype, table_dtype_for
-from .._lib.positions import add_steps, position_array, scalar_int
 from .._lib.types import AXES, ROTARY_FEATURES, Array, Axes, Layout, Namespace, RotaryFeatures
-from ..apply import check_out, rotate_features
+from ..apply import rotate_features
+from ..config import settings
 from ..frequencies import RopeFrequencies, rope_frequencies
 from ..scaling import rope_type
-from ..tables import rope_tables
-from ._cache import MAX_CACHE, TableCache
+from ._cache import TableCache
+from ._call import check_inputs, check_outs, positions_of, tables
 from ._resize import Resizer
 
 __all__ = ["RotaryEmbedding"]
@@ -119,9 +117,22 @@ class RotaryEmbedding:
         axes: Axes = "bhsd",
         rotary_features: RotaryFeatures = "leading",
     ) -> None:
-        self.freqs: RopeFrequencies = rope_frequencies(
+        freqs = rope_frequencies(
             head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling, max_position_embeddings=max_position_embeddings
         )
+        self._start(freqs, scaling, max_position_embeddings, layout, axes, rotary_features)
+
+    def _start(
+        self,
+        freqs: RopeFrequencies,
+        scaling: Mapping[str, Any] | None,
+        max_position_embeddings: int | None,
+        layout: Layout,
+        axes: Axes,
+        rotary_features: RotaryFeatures,
+    ) -> None:
+        """Set up an instance from its starting frequencies, computed by the caller (``scaling``: their dict)."""
+        self.freqs: RopeFrequencies = freqs
         self.layout: Layout = checks.layout(layout)
         self.axes: Axes = checks.choice(axes, "axes", AXES)
         self.rotary_features: RotaryFeatures = checks.choice(rotary_features, "rotary_features", ROTARY_FEATURES)
@@ -183,8 +194,6 @@ axes='bhsd', rotary_features='trailing')
         >>> arrayrope.RotaryEmbedding.from_config({"head_dim": 64, "rope_theta": 1e4}, layout="half").layout
         'half'
         """
-        from ..config import no_rope, settings
-
         if layout is not None:
             layout = checks.layout(layout)
         s = settings(config, layer_type=layer_type, layer_idx=layer_idx)
@@ -195,24 +204,12 @@ axes='bhsd', rotary_features='trailing')
             )
         chosen: Layout = layout if layout is not None else checks.layout(s.layout)
         features = checks.choice(s.rotary_features, "rotary_features", ROTARY_FEATURES)
-        if s.nope:  # a layer without RoPE: every pair turns by 0
-            rope = cls(s.head_dim, layout=chosen, axes=axes, rotary_features=features)
-            rope.freqs = rope._start_freqs = no_rope(s.head_dim)
-            rope._cache = TableCache(rope.freqs)
-            return rope
-        rotary = rope_frequencies(
-            s.head_dim, base=s.base, rotary_dim=s.rotary_dim, partial_rotary_factor=s.partial_rotary_factor
-        ).rotary_dim
-        return cls(
-            s.head_dim,
-            base=s.base,
-            rotary_dim=rotary,
-            scaling=s.scaling,
-            max_position_embeddings=s.max_position_embeddings,
-            layout=chosen,
-            axes=axes,
-            rotary_features=features,
-        )
+        rope = cls.__new__(cls)
+        if s.nope:  # a layer without RoPE: every pair turns by 0 (s.freqs), at any length
+            rope._start(s.freqs, None, None, chosen, axes, features)
+        else:  # the frequencies the config was read with: computed once, each warning given once
+            rope._start(s.freqs, s.scaling, s.max_position_embeddings, chosen, axes, features)
+        return rope
 
     @property
     def head_dim(self) -> int:
@@ -373,30 +370,11 @@ axes='bhsd', rotary_features='trailing')
         True
         """
         xp = backends.namespace(q, names=("q",)) if k is None else backends.namespace(q, k, names=("q", "k"))
-        q_dtype = self._check_input(xp, q, "q")
-        k_dtype = q_dtype
-        if k is not None:
-            if k.dtype == q.dtype:  # the dtype is checked already
-                self._check_shape(k, "k")
-            else:
-                k_dtype = self._check_input(xp, k, "k")
-            backends.same_device(q, k, "q", "k")
-            s_ax, other = (2, 1) if self.axes == "bhsd" else (1, 2)
-            if q.shape[0] != k.shape[0] or q.shape[s_ax] != k.shape[s_ax]:
-                flip = "bshd" if self.axes == "bhsd" else "bhsd"
-                hint = (
-                    f"; these shapes fit axes={flip!r} (sequence on axis {other}), pass that"
-                    if q.shape[0] == k.shape[0] and q.shape[other] == k.shape[other]
-                    else ""
-                )
-                raise ValueError(
-                    f"q and k must share batch and sequence sizes; with axes={self.axes!r} the sequence is axis "
-                    f"{s_ax}, got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}{hint}"
-                )
+        q_dtype, k_dtype = check_inputs(xp, q, k, self.freqs.head_dim, self.axes)
         if return_freqs is not False and return_freqs is not True:
             checks.boolean(return_freqs, "return_freqs")
         if q_out is not None or k_out is not None:
-            self._check_outs(xp, q, k, q_out, k_out)
+            check_outs(xp, q, k, q_out, k_out)
         graph = backends.graph_rotary(q)  # registered for graphs of q's library (ONNX export), while one is traced
         if graph is not None:
             fused = graph(
@@ -416,134 +394,19 @@ axes='bhsd', rotary_features='trailing')
                         "none while torch.onnx.export traces the model, and write the returned keys into the cache"
                     )
                 return fused
-        where = self._positions(xp, q, positions, offset, seq_len)
+        follows = self.freqs.rope_type if self._resize is not None else None
+        where = positions_of(xp, q, positions, offset, seq_len, self.axes, follows)
         freqs = self._select(xp, where.length) if self._resize is not None else self._start_freqs
         # The tables are built here to broadcast against q and k: no need to check them again.
-        cos, sin, prepared = self._tables(xp, q, freqs, where, q_dtype)
+        cache = self._cache if freqs is self._start_freqs else None  # it holds the starting frequencies' tables
+        cos, sin, prepared = tables(xp, q, freqs, where, q_dtype, cache=cache, layout=self.layout, axes=self.axes)
         q_rot = rotate_features(xp, q, cos, sin, self.layout, self.rotary_features, prepared, q_out)
         if k is None:
             return (q_rot, freqs) if return_freqs else q_rot
         if k_dtype != q_dtype:  # each input is rotated by tables of its own dtype
-            cos, sin, prepared = self._tables(xp, k, freqs, where, k_dtype)
+            cos, sin, prepared = tables(xp, k, freqs, where, k_dtype, cache=cache, layout=self.layout, axes=self.axes)
         k_rot = rotate_features(xp, k, cos, sin, self.layout, self.rotary_features, prepared, k_out)
         return (q_rot, k_rot, freqs) if return_freqs else (q_rot, k_rot)
-
-    @staticmethod
-    def _check_outs(xp: Namespace, q: Array, k: Array | None, q_out: Array | None, k_out: Array | None) -> None:
-        """Each destination fits its input and shares memory with no other array of the call (q is rotated
-        into q_out before k is read, and k_out is written after q_out)."""
-        if q_out is not None:
-            read: tuple[Array, ...] = () if k is None else (k,)
-            check_out(xp, q_out, q, read, ("q_out", "q", "k")[: 2 + len(read)])
-        if k_out is not None:
-            if k is None:
-                raise ValueError("k_out= was given without k; pass k (the keys to rotate into it)")
-            used: tuple[Array, ...] = (q,) if q_out is None else (q, q_out)
-            check_out(xp, k_out, k, used, ("k_out", "k", "q", "q_out")[: 2 + len(used)])
-
-    def _check_input(self, xp: Namespace, x: Array, name: str) -> Any:
-        """Check one input; the dtype of its tables."""
-        if not backends.is_real_floating(xp, x.dtype):
-            raise TypeError(
-                f"{name} must have a real floating dtype (float16, bfloat16, float32, float64), got {x.dtype}"
-            )
-        self._check_shape(x, name)
-        return table_dtype_for(xp, x.dtype)
-
-    def _check_shape(self, x: Array, name: str) -> None:
-        if x.ndim != 4:
-            raise ValueError(f"{name} must be 4-D as axes={self.axes!r} says, got shape {tuple(x.shape)}")
-        if x.shape[-1] != self.freqs.head_dim:
-            raise ValueError(
-                f"{name}.shape[-1] must be head_dim={self.freqs.head_dim} (axes={self.axes!r} puts features last), "
-                f"got shape {tuple(x.shape)}"
-            )
-
-    def _positions(self, xp: Namespace, q: Array, positions: Any, offset: Any, seq_len: Any) -> _Where:
-        """Check the positions of a call (nothing is computed or changed yet)."""
-        batch = q.shape[0]
-        seq = q.shape[2] if self.axes == "bhsd" else q.shape[1]
-        device = backends.device_of(q)
-        if seq_len is not None:
-            seq_len = checks.positive_int(seq_len, "seq_len")
-        offset = scalar_int(offset)  # a 0-d array with a value is an int; a traced one stays an array
-        if positions is not None:
-            if not (type(offset) is int and offset == 0):
-                raise ValueError("pass positions or offset, not both (positions already include any offset)")
-            _, pos, _ = position_array(positions, "positions", like=q)
-            if pos.ndim not in (1, 2) or pos.shape[-1] != seq or (pos.ndim == 2 and pos.shape[0] not in (1, batch)):
-                raise ValueError(_positions_mismatch(tuple(q.shape), tuple(pos.shape), self.axes))
-            return _Where(device, seq, array=pos, length=self._length(pos, 0, seq_len))
-        if type(offset) is int:
-            if offset < 0:
-                raise ValueError(f"offset must be >= 0, got {offset}")
-            # a trace keeps its own tables (nothing created while tracing may outlive it, and no cache keeps
-            # lazy arrays), and a graph compiler's sequence length may be symbolic: no comparison of it may run
-            # (dynamo turns one into a bound on the dimension, which torch.export refuses for a dynamic one)
-            traced = not backends.concrete(q)
-            if (
-                not backends.tracing(xp)
-                and isinstance(seq, int)
-                and offset + seq > 2**31
-                and offset + seq - 1 > (limit := int(xp.iinfo(index_dtype(xp, device)).max))
-            ):
-                raise ValueError(
-                    f"offset + seq - 1 must be at most {limit} (the largest position this device holds), "
-                    f"got offset={offset} with seq={seq}"
-                )
-            return _Where(device, seq, start=offset, length=offset + seq, traced=traced)
-        if isinstance(offset, bool) or not backends.is_array(offset):
-            raise TypeError(f"offset must be an int or an integer array of shape () or (B,), got {offset!r}")
-        _, off, _ = position_array(offset, "offset", like=q)
-        if not backends.is_integral(xp, off.dtype):
-            raise TypeError(f"offset must be an int or an integer array of shape () or (B,), got dtype {off.dtype}")
-        if off.ndim > 1 or (off.ndim == 1 and off.shape[0] != batch):
-            raise ValueError(
-                f"offset must be an int or an array of shape () or (B,) = ({batch},) (axis 0 of q, "
-                f"axes={self.axes!r}), got {tuple(off.shape)}"
-            )
-        if backends.concrete(off) and batch and int(xp.min(off)) < 0:
-            raise ValueError(f"offset must be >= 0, got {int(xp.min(off))}")
-        # a traced 0-d offset has no value: its tables are computed from its positions, as per-row offsets' are
-        pos = add_steps(xp, off, seq, device)
-        return _Where(device, seq, array=pos, length=self._length(off, seq - 1, seq_len))
-
-    def _length(self, src: Array, extra: int, seq_len: int | None) -> int | None:
-        """The length ``L`` of a call with positions or offsets ``src`` (for the rope types that follow it)."""
-        if self._resize is None:
-            return None
-        if seq_len is not None:
-            return seq_len
-        if not backends.concrete(src):
-            raise ValueError(
-                f"rope_type {self.freqs.rope_type!r} picks its frequencies by sequence length; with traced or "
-                "lazy positions (jax.jit, torch.compile, Dask) pass seq_len= (max position + 1)"
-            )
-        return int(backends.namespace(src).max(src)) + 1 + extra
-
-    def _tables(
-        self, xp: Namespace, x: Array, freqs: RopeFrequencies, where: _Where, dtype: Any
-    ) -> tuple[Array, Array, Any]:
-        """cos/sin for the positions ``where`` describes, shaped to broadcast against q and k, and their
-        prepared form for arrays like ``x`` where the cache keeps one (else None)."""
-        if where.array is not None:
-            cos, sin = rope_tables(freqs, where.array, dtype=dtype)
-        elif not where.traced and freqs is self._start_freqs and where.length <= MAX_CACHE:
-            return self._cache.rows(xp, x, where.device, dtype, where.start, where.seq, self.layout, self._to_axes)
-        else:  # other frequencies, or positions beyond the cache: the tables of these positions only
-            # start + arange(seq): the stop of arange(start, start + seq) is one past the last position, which
-            # overflows (PyTorch raises) when the last position is the largest integer of the index dtype
-            steps = xp.arange(where.seq, dtype=index_dtype(xp, where.device), device=where.device) + where.start
-            cos, sin = rope_tables(freqs, steps, dtype=dtype)
-        return (*self._to_axes(cos, sin), None)
-
-    def _to_axes(self, cos: Array, sin: Array) -> tuple[Array, Array]:
-        """Tables (S, h) or (B, S, h) with the axes that broadcast them against q and k."""
-        if cos.ndim == 2:
-            return (cos, sin) if self.axes == "bhsd" else (cos[:, None, :], sin[:, None, :])
-        if self.axes == "bhsd":
-            return cos[:, None, :, :], sin[:, None, :, :]
-        return cos[:, :, None, :], sin[:, :, None, :]
 
     def _fixed_freqs(self, seq_len: int | None) -> RopeFrequencies:
         """The frequencies of a traced graph, which fixes them: length-dependent types need ``seq_len``."""
@@ -568,28 +431,3 @@ axes='bhsd', rotary_features='trailing')
         with self._lock:
             self.freqs = self._resize(length)
             return self.freqs
-
-
-def _positions_mismatch(q_shape: tuple[int, ...], pos_shape: tuple[int, ...], axes: str) -> str:
-    """Why ``positions`` do not fit q, naming ``axes=`` and the other order when they would fit it."""
-    s_ax, other = (2, 1) if axes == "bhsd" else (1, 2)
-    seq, batch = q_shape[s_ax], q_shape[0]
-    msg = (
-        f"positions must have shape (S,) or (B, S) = ({seq},) or ({batch}, {seq}): with axes={axes!r} the "
-        f"sequence of q {q_shape} is axis {s_ax}; got {pos_shape}"
-    )
-    if pos_shape and pos_shape[-1] == q_shape[other] != seq:
-        msg += f". They fit axis {other}: for q laid out as {'bshd' if axes == 'bhsd' else 'bhsd'}, pass that as axes="
-    return msg
-
-
-@dataclasses.dataclass(slots=True)
-class _Where:
-    """The checked positions of a call: ``start .. start + seq - 1``, or an array; and the call's length."""
-
-    device: Any
-    seq: int
-    start: int = 0
-    array: Array | None = None
-    length: Any = None
-    traced: bool = False

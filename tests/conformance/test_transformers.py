@@ -620,7 +620,7 @@ def test_multimodal_rope_sections_of_qwen2_vl(record):
 
 def test_every_config_key_transformers_reads_is_compared():
     """Each key of arrayrope's list of the keys transformers reads for rope appears in a compared config."""
-    from arrayrope.config import CONFIG_KEYS as KEYS
+    from arrayrope.config import CONFIG_KEYS
 
     seen: set[str] = {"model_type"}
     for case in CASES:
@@ -632,5 +632,5 @@ def test_every_config_key_transformers_reads_is_compared():
     # hidden_size / num_attention_heads / rope_scaling-with-mrope_section: compared in the tests above as well;
     # layer indices, sub-configs and per-layer overrides: in test_families (every family's configs)
     seen |= {"mrope_section", "no_rope_layer_interval", "per_layer_config", "text_config"}
-    missing = sorted(set(KEYS) - seen)
+    missing = sorted(set(CONFIG_KEYS) - seen)
     assert not missing, missing

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from arrayrope._config_keys import Settings, View, text_config
+from arrayrope._config_keys import Settings, View
+from arrayrope._config_read import text_config
 from arrayrope.config import load_config, rope_frequencies_from_config, settings
 from arrayrope.frequencies import RopeFrequencies
 
