@@ -84,6 +84,49 @@ def test_export_takes_its_report_type_from_the_core():
     assert found <= {"RopeConvention", "identify_rope"}, found
 
 
+def _imported_modules(path: pathlib.Path, package: str) -> set[str]:
+    """The absolute names of the modules a module of ``package`` imports (``from x import y`` counts ``x.y`` too:
+    ``y`` may be a module), read with ``ast``, imports inside functions included."""
+    import ast
+
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return found
+
+
+def test_lib_lies_below_the_backends_fence():
+    """``arrayrope._lib`` imports nothing from ``arrayrope.backends`` (which imports it): what its helpers ask of the
+    fence comes through ``_lib.fence``, which the backends package fills as it loads."""
+    root = pathlib.Path(arrayrope.__file__).resolve().parent / "_lib"
+    modules = sorted(root.rglob("*.py"))
+    assert {p.name for p in modules} >= {"digits.py", "dtypes.py", "positions.py", "fence.py"}
+    offenders = {
+        str(path.relative_to(root)): sorted(
+            m for m in _imported_modules(path, "arrayrope._lib") if m.split(".")[:2] == ["arrayrope", "backends"]
+        )
+        for path in modules
+    }
+    assert {p: found for p, found in offenders.items() if found} == {}
+    assert _imported_modules(root / "digits.py", "arrayrope._lib") >= {"arrayrope._lib.fence"}
+    assert "arrayrope.backends" in _imported_modules(root.parent / "apply.py", "arrayrope")  # relative imports resolved
+
+
+def test_backends_fill_the_fence_of_lib():
+    from arrayrope import backends
+    from arrayrope._lib import fence
+
+    assert fence.backends is backends
+
+
 def test_array_libraries_are_imported_behind_the_fence_and_in_the_pytorch_exporter_bridge_only():
     """The core names no array library but NumPy (the host's): only ``backends/`` imports PyTorch, CuPy, JAX,
     Dask or array_api_strict, and above the core only ``export/torch/``, which plugs into PyTorch's exporter
