@@ -72,16 +72,27 @@ def test_export_is_a_subpackage_of_the_core_that_the_core_never_imports():
     assert offenders == []
 
 
-def test_export_takes_its_report_type_from_the_core():
-    """The one verdict type lives in the core; export imports testing only for what fusion measures with it
-    (identify_rope)."""
+def test_export_takes_the_convention_probe_and_its_report_type_from_the_core():
+    """The one verdict type and the convention probe (``identify_rope``) live in the core; export imports nothing
+    of the testing package, which re-exports them under their public names."""
+    import arrayrope._identify
+    import arrayrope.testing
+
     root = pathlib.Path(arrayrope.__file__).resolve().parent / "export"
-    found: set[str] = set()
-    for path in root.rglob("*.py"):
-        for line in path.read_text().splitlines():
-            if re.match(r"\s*from arrayrope\.testing import", line):
-                found.update(n.strip() for n in line.split("import", 1)[1].split(","))
-    assert found <= {"RopeConvention", "identify_rope"}, found
+    importers = {
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if any(m.startswith("arrayrope.testing") for m in _imported_modules(path, _package_of(path)))
+    }
+    assert importers == set()
+    assert arrayrope.testing.identify_rope is arrayrope._identify.identify_rope
+    assert arrayrope.testing.RopeConvention is arrayrope._identify.RopeConvention
+
+
+def _package_of(path: pathlib.Path) -> str:
+    """The package a module file of arrayrope belongs to (``arrayrope.export.fuse`` for ``export/fuse/_probe.py``)."""
+    root = pathlib.Path(arrayrope.__file__).resolve().parent
+    return ".".join(("arrayrope", *path.resolve().parent.relative_to(root).parts))
 
 
 def _imported_modules(path: pathlib.Path, package: str) -> set[str]:
@@ -111,7 +122,7 @@ def test_lib_lies_below_the_backends_fence():
     assert {p.name for p in modules} >= {"digits.py", "dtypes.py", "positions.py", "fence.py"}
     offenders = {
         str(path.relative_to(root)): sorted(
-            m for m in _imported_modules(path, "arrayrope._lib") if m.split(".")[:2] == ["arrayrope", "backends"]
+            m for m in _imported_modules(path, _package_of(path)) if m.split(".")[:2] == ["arrayrope", "backends"]
         )
         for path in modules
     }
