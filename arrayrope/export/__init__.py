@@ -33,7 +33,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names, for type checkers
-    from .._lib.verdicts import Report as Report
     from ._validate import ValidationError as ValidationError
     from ._validate import validate as validate
     from .audit import AuditReport as AuditReport
@@ -56,7 +55,6 @@ if TYPE_CHECKING:  # the same names, for type checkers
     from .torch._graphs import torch_translations as torch_translations
 
 _WHERE = {
-    "Report": "arrayrope._lib.verdicts",
     "ValidationError": "._validate",
     "AuditReport": ".audit",
     "Finding": ".audit",
@@ -88,7 +86,6 @@ __all__ = [
     "FuseTarget",
     "Fused",
     "FusionReport",
-    "Report",
     "Rotation",
     "SpliceKeywords",
     "TorchOptions",
