@@ -72,16 +72,70 @@ def test_export_is_a_subpackage_of_the_core_that_the_core_never_imports():
     assert offenders == []
 
 
-def test_export_takes_its_report_type_from_the_core():
-    """The one verdict type lives in the core; export imports testing only for what fusion measures with it
-    (identify_rope)."""
+def test_export_takes_the_convention_probe_and_its_report_type_from_the_core():
+    """The one verdict type and the convention probe (``identify_rope``) live in the core; export imports nothing
+    of the testing package, which re-exports them under their public names."""
+    import arrayrope._identify
+    import arrayrope.testing
+
     root = pathlib.Path(arrayrope.__file__).resolve().parent / "export"
+    importers = {
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if any(m.startswith("arrayrope.testing") for m in _imported_modules(path, _package_of(path)))
+    }
+    assert importers == set()
+    assert arrayrope.testing.identify_rope is arrayrope._identify.identify_rope
+    assert arrayrope.testing.RopeConvention is arrayrope._identify.RopeConvention
+
+
+def _package_of(path: pathlib.Path) -> str:
+    """The package a module file of arrayrope belongs to (``arrayrope.export.fuse`` for ``export/fuse/_probe.py``)."""
+    root = pathlib.Path(arrayrope.__file__).resolve().parent
+    return ".".join(("arrayrope", *path.resolve().parent.relative_to(root).parts))
+
+
+def _imported_modules(path: pathlib.Path, package: str) -> set[str]:
+    """The absolute names of the modules a module of ``package`` imports (``from x import y`` counts ``x.y`` too:
+    ``y`` may be a module), read with ``ast``, imports inside functions included."""
+    import ast
+
     found: set[str] = set()
-    for path in root.rglob("*.py"):
-        for line in path.read_text().splitlines():
-            if re.match(r"\s*from arrayrope\.testing import", line):
-                found.update(n.strip() for n in line.split("import", 1)[1].split(","))
-    assert found <= {"RopeConvention", "identify_rope"}, found
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return found
+
+
+def test_lib_lies_below_the_backends_fence():
+    """``arrayrope._lib`` imports nothing from ``arrayrope.backends`` (which imports it): what its helpers ask of the
+    fence comes through ``_lib.fence``, which the backends package fills as it loads."""
+    root = pathlib.Path(arrayrope.__file__).resolve().parent / "_lib"
+    modules = sorted(root.rglob("*.py"))
+    assert {p.name for p in modules} >= {"digits.py", "dtypes.py", "positions.py", "fence.py"}
+    offenders = {
+        str(path.relative_to(root)): sorted(
+            m for m in _imported_modules(path, _package_of(path)) if m.split(".")[:2] == ["arrayrope", "backends"]
+        )
+        for path in modules
+    }
+    assert {p: found for p, found in offenders.items() if found} == {}
+    assert _imported_modules(root / "digits.py", "arrayrope._lib") >= {"arrayrope._lib.fence"}
+    assert "arrayrope.backends" in _imported_modules(root.parent / "apply.py", "arrayrope")  # relative imports resolved
+
+
+def test_backends_fill_the_fence_of_lib():
+    from arrayrope import backends
+    from arrayrope._lib import fence
+
+    assert fence.backends is backends
 
 
 def test_array_libraries_are_imported_behind_the_fence_and_in_the_pytorch_exporter_bridge_only():
@@ -93,7 +147,10 @@ def test_array_libraries_are_imported_behind_the_fence_and_in_the_pytorch_export
 
     root = pathlib.Path(arrayrope.__file__).resolve().parent
     allowed = (root / "backends", root / "export" / "torch")
-    libraries = {"torch", "cupy", "jax", "jaxlib", "dask", "array_api_strict"}
+    from arrayrope.backends._libraries import TABLE
+
+    libraries = {module for lib in TABLE if lib.name != "numpy" for module in lib.modules}
+    assert libraries == {"torch", "cupy", "jax", "jaxlib", "dask", "array_api_strict"}
     importers: dict[str, set[str]] = {}
     for path in root.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

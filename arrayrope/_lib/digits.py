@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import backends
+from . import fence
 from .positions import magnitude_bits
 from .types import Array, Device, Namespace
 
@@ -121,7 +121,7 @@ def digit_rotations(inv_freq: np.ndarray | bytes, level: int) -> tuple[np.ndarra
     return _rotations(_key(inv_freq), level)
 
 
-# What the device takes from the host, through backends.constant: plain functions (tracers take those as
+# What the device takes from the host, through fence.backends.constant: plain functions (tracers take those as
 # constants, not functools' cache wrappers), each array made once by the host caches above.
 
 
@@ -152,7 +152,7 @@ def _shifts(bits: int, digit: int, spare: int) -> range:
 
 def _split(xp: Namespace, pos: Array, work: Any) -> tuple[Array, Array | None]:
     """``pos`` as (integers, remainder): an integer array as it is, or the nearest integers as floats."""
-    if backends.is_integral(xp, pos.dtype):
+    if fence.backends.is_integral(xp, pos.dtype):
         return pos, None
     p = xp.astype(pos, work)
     whole = xp.round(p)
@@ -161,7 +161,7 @@ def _split(xp: Namespace, pos: Array, work: Any) -> tuple[Array, Array | None]:
 
 def _digit(xp: Namespace, n: Array, shift: int, bits: int, top: bool, work: Any) -> Array:
     """Digit ``n >> shift`` (the top one signed, the others in ``[0, 2**bits)``), as ``work`` floats."""
-    if backends.is_integral(xp, n.dtype):
+    if fence.backends.is_integral(xp, n.dtype):
         d = n >> shift if shift else n
         return xp.astype(d if top else d & ((1 << bits) - 1), work)
     d = xp.floor(n / float(1 << shift)) if shift else n  # exact: integers scaled by powers of two
@@ -193,11 +193,11 @@ def cos_sin(
     key = _key(inv_freq)
     if bits is None:
         bits = magnitude_bits(xp, pos)
-    if not (float64 and backends.has_float64(xp, device)):
+    if not (float64 and fence.backends.has_float64(xp, device)):
         return float32_digits(xp, key, pos, device, bits)
     if exact or bits > WIDE_BITS:
         return float64_turns(xp, key, pos, device, bits)
-    angles = xp.astype(pos, xp.float64)[..., None] * backends.constant(xp, _frequencies, (key, "float64"), device)
+    angles = xp.astype(pos, xp.float64)[..., None] * fence.backends.constant(xp, _frequencies, (key, "float64"), device)
     return xp.cos(angles), xp.sin(angles)
 
 
@@ -212,14 +212,14 @@ def float64_turns(
     shifts = _shifts(bits, WIDE_BITS, 0)
     for shift in shifts:
         d = _digit(xp, n, shift, WIDE_BITS, shift == shifts[-1], f64)[..., None]
-        pieces = backends.constant(xp, _turn_pieces, (key, shift), device)
+        pieces = fence.backends.constant(xp, _turn_pieces, (key, shift), device)
         a, b, c = pieces[0, :], pieces[1, :], pieces[2, :]
         whole = d * a
         t = (whole - xp.floor(whole)) + (d * b + d * c)
         total = t if total is None else total + t
     angle = (total - xp.round(total)) * (2 * math.pi)
     if rest is not None:
-        angle = angle + rest[..., None] * backends.constant(xp, _frequencies, (key, "float64"), device)
+        angle = angle + rest[..., None] * fence.backends.constant(xp, _frequencies, (key, "float64"), device)
     return xp.cos(angle), xp.sin(angle)
 
 
@@ -240,7 +240,7 @@ def float32_digits(
         top = shift == shifts[-1]
         d = _digit(xp, flat, shift, DIGIT_BITS, top, f32)
         index = xp.astype(xp.abs(d) if top else d, xp.int32)
-        rows = xp.take(backends.constant(xp, _digit_table, (key, level), device), index, axis=0)
+        rows = xp.take(fence.backends.constant(xp, _digit_table, (key, level), device), index, axis=0)
         c, s = rows[:, :h], rows[:, h:]
         if top:
             s = xp.where((d < 0)[:, None], -s, s)
@@ -251,7 +251,7 @@ def float32_digits(
     cos = xp.reshape(cos, (*shape, h))
     sin = xp.reshape(sin, (*shape, h))
     if rest is not None:
-        fa = rest[..., None] * backends.constant(xp, _frequencies, (key, "float32"), device)
+        fa = rest[..., None] * fence.backends.constant(xp, _frequencies, (key, "float32"), device)
         fc, fs = xp.cos(fa), xp.sin(fa)
         cos, sin = cos * fc - sin * fs, sin * fc + cos * fs
     return cos, sin

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import backends
+from . import fence
 from .types import DType, Namespace
 
 DEFAULT_TABLE = "float32"
@@ -27,18 +27,18 @@ def table_dtype(xp: Namespace, dtype: DType | None, device: Any) -> DType:
 
     ``device`` is checked too: every function that makes arrays on a device it is given asks here.
     """
-    backends.check_device(xp, device)
+    fence.backends.check_device(xp, device)
     if dtype is None:
         return xp.float32
     if isinstance(dtype, str):
         found = getattr(xp, dtype, None)
         if found is None:
-            raise ValueError(f"dtype {dtype!r} is not available in {backends.library_name(xp)}")
+            raise ValueError(f"dtype {dtype!r} is not available in {fence.backends.library_name(xp)}")
         dtype = found
-    if not backends.is_real_floating(xp, dtype):
-        raise TypeError(f"dtype must be a real floating dtype of {backends.library_name(xp)}, got {dtype!r}")
-    if dtype == xp.float64 and not backends.has_float64(xp, device):
-        raise ValueError(f"dtype float64 is not supported by {backends.library_name(xp)} on device {device}")
+    if not fence.backends.is_real_floating(xp, dtype):
+        raise TypeError(f"dtype must be a real floating dtype of {fence.backends.library_name(xp)}, got {dtype!r}")
+    if dtype == xp.float64 and not fence.backends.has_float64(xp, device):
+        raise ValueError(f"dtype float64 is not supported by {fence.backends.library_name(xp)} on device {device}")
     return dtype
 
 
@@ -46,14 +46,14 @@ def work_dtype(xp: Namespace, device: Any, dtype: DType | None = None) -> DType:
     """float64 where ``xp`` has it on ``device``, else float32; float32 as well in a graph being traced
     (``torch.compile``, ``torch.export``) unless ``dtype``, the result's, is float64: traced graphs carry no
     other float64."""
-    if backends.tracing(xp) and dtype != xp.float64:
+    if fence.backends.tracing(xp) and dtype != xp.float64:
         return xp.float32
-    return xp.float64 if backends.has_float64(xp, device) else xp.float32
+    return xp.float64 if fence.backends.has_float64(xp, device) else xp.float32
 
 
 def index_dtype(xp: Namespace, device: Any) -> DType:
     """The widest integer dtype on ``device``: int64, or int32 where there is no int64 (JAX without x64)."""
-    return xp.int64 if backends.has_int64(xp, device) else xp.int32
+    return xp.int64 if fence.backends.has_int64(xp, device) else xp.int32
 
 
 def dtype_name(dtype: DType) -> str:

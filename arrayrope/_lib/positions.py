@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import backends
+from . import fence
 from .dtypes import dtype_name, index_dtype
 from .types import Array, Device, Namespace
 
@@ -61,20 +61,20 @@ def as_positions(
         Whether an int is a count.
     """
     if like is not None:
-        xp = backends.namespace(like, xp=xp)
+        xp = fence.backends.namespace(like, xp=xp)
     if count and isinstance(value, numbers.Integral) and not isinstance(value, bool):
         if value < 0:
             raise ValueError(f"{name} as an int is a count n (positions 0..n-1) and must be >= 0, got {value}")
-        ns = backends.namespace(xp=xp)
-        backends.check_device(ns, device)
+        ns = fence.backends.namespace(xp=xp)
+        fence.backends.check_device(ns, device)
         return ns, int(value), device
     if value is None or isinstance(value, (bool, float, complex, str, bytes)):
         expected = "an int count or an array" if count else "an array"
         raise TypeError(f"{name} must be {expected} of integer or real positions, got {value!r}")
-    if not backends.is_array(value):
-        ns = backends.namespace(xp=xp)
-        backends.check_device(ns, device)
-        where = backends.device_of(like) if like is not None else device
+    if not fence.backends.is_array(value):
+        ns = fence.backends.namespace(xp=xp)
+        fence.backends.check_device(ns, device)
+        where = fence.backends.device_of(like) if like is not None else device
         try:
             host = np.asarray(value)
         except (TypeError, ValueError) as exc:
@@ -83,27 +83,27 @@ def as_positions(
             raise TypeError(f"{name} must have an integer or real floating dtype, got {host.dtype} from {value!r}")
         value = ns.asarray(host, device=where)
     if like is not None:
-        mine = backends.namespace(value, names=(name,))
+        mine = fence.backends.namespace(value, names=(name,))
         if mine is not xp:
             raise TypeError(
-                f"{name} is a {backends.library_name(mine)} array but {like_name} is a "
-                f"{backends.library_name(xp)} array; pass arrays of one library"
+                f"{name} is a {fence.backends.library_name(mine)} array but {like_name} is a "
+                f"{fence.backends.library_name(xp)} array; pass arrays of one library"
             )
-    ns = backends.namespace(value, xp=xp, names=(name,))
+    ns = fence.backends.namespace(value, xp=xp, names=(name,))
     if like is not None:
-        backends.same_device(like, value, like_name, name)
-    backends.check_device(ns, device)
-    here = backends.device_of(value)
+        fence.backends.same_device(like, value, like_name, name)
+    fence.backends.check_device(ns, device)
+    here = fence.backends.device_of(value)
     if device is None:
         device = here
     elif here is not None and here != device:
-        value = backends.to_device(value, device)
+        value = fence.backends.to_device(value, device)
     dt = value.dtype
-    if not (backends.is_integral(ns, dt) or backends.is_real_floating(ns, dt)):
+    if not (fence.backends.is_integral(ns, dt) or fence.backends.is_real_floating(ns, dt)):
         raise TypeError(f"{name} must have an integer or real floating dtype, got {dt}")
     if ns.isdtype(dt, "unsigned integer"):
         value = _signed(ns, value, name, device)
-    elif backends.concrete(value) and backends.is_real_floating(ns, dt):
+    elif fence.backends.concrete(value) and fence.backends.is_real_floating(ns, dt):
         lo, hi = _extremes(ns, value)
         if not (math.isfinite(lo) and math.isfinite(hi)):
             raise ValueError(f"{name} must be finite; got NaN or infinity")
@@ -118,22 +118,22 @@ def _signed(xp: Namespace, value: Array, name: str, device: Device) -> Array:
     """Unsigned positions as the signed dtype that holds them (every library computes with those):
     uint8 -> int16, uint16 -> int32, uint32 -> int64 (where there is one), uint64 -> int64 once checked."""
     bits = int(xp.iinfo(value.dtype).bits)
-    if bits == 64 and backends.concrete(value) and math.prod(value.shape):
+    if bits == 64 and fence.backends.concrete(value) and math.prod(value.shape):
         try:
             top = int(xp.max(value))
         except Exception:  # a library without reductions for uint64 (PyTorch): to within float64 rounding
-            top = int(xp.max(xp.astype(value, xp.float64 if backends.has_float64(xp, device) else xp.float32)))
+            top = int(xp.max(xp.astype(value, xp.float64 if fence.backends.has_float64(xp, device) else xp.float32)))
         if top >= LIMIT:
             raise ValueError(f"{name} must lie in the int64 range [-2**63, 2**63); got values up to {top:.6g}")
     wider = {8: "int16", 16: "int32", 32: "int64", 64: "int64"}[bits]
-    if wider == "int64" and not backends.has_int64(xp, device):
+    if wider == "int64" and not fence.backends.has_int64(xp, device):
         return value
     return xp.astype(value, getattr(xp, wider))
 
 
 def _bits_of(xp: Namespace, dtype: Any) -> int:
     """Bound ``b`` on the magnitude of any position of ``dtype``, ``|p| < 2**b`` (64 for wide real dtypes)."""
-    if backends.is_integral(xp, dtype):
+    if fence.backends.is_integral(xp, dtype):
         return int(xp.iinfo(dtype).bits)
     return 16 if dtype == getattr(xp, "float16", None) else 64
 
@@ -142,7 +142,7 @@ def _extremes(xp: Namespace, pos: Array) -> tuple[Any, Any]:
     """The smallest and largest position (Python numbers; 0, 0 for an empty array)."""
     if math.prod(pos.shape) == 0:
         return 0, 0
-    cast = int if backends.is_integral(xp, pos.dtype) else float
+    cast = int if fence.backends.is_integral(xp, pos.dtype) else float
     return cast(xp.min(pos)), cast(xp.max(pos))
 
 
@@ -152,7 +152,7 @@ def magnitude_bits(xp: Namespace, pos: Array) -> int:
     Read from the values where they exist, from the dtype for traced and lazy arrays,
     whose values are never inspected.
     """
-    if not backends.concrete(pos):
+    if not fence.backends.concrete(pos):
         return _bits_of(xp, pos.dtype)
     lo, hi = _extremes(xp, pos)
     top: int = math.ceil(max(-lo, hi))
@@ -168,7 +168,7 @@ def add_steps(xp: Namespace, start: Array, steps: int, device: Device, name: str
     """
     wide = index_dtype(xp, device)
     top = steps - 1
-    if backends.concrete(start):
+    if fence.backends.concrete(start):
         lo, hi = _extremes(xp, start)
         limit = xp.iinfo(wide).max
         if hi + top > limit or lo < xp.iinfo(wide).min:
@@ -192,10 +192,10 @@ def scalar_int(value: Any) -> Any:
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return int(value)
     if (
-        backends.is_array(value)
+        fence.backends.is_array(value)
         and value.ndim == 0
-        and backends.concrete(value)
-        and backends.is_integral(backends.namespace(value), value.dtype)
+        and fence.backends.concrete(value)
+        and fence.backends.is_integral(fence.backends.namespace(value), value.dtype)
     ):
         return int(value)
     return value

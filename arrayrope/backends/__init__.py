@@ -17,8 +17,13 @@
 
 Library modules are imported only when an array of that library passes or its
 backends are listed: importing arrayrope imports no optional library.
+
+The private helpers below the fence (:mod:`arrayrope._lib`) import nothing from here:
+this package passes itself to :func:`arrayrope._lib.fence.install` as it loads, and
+they ask it what :class:`arrayrope._lib.fence.Backends` declares.
 """
 
+from .._lib import fence as _fence
 from ._namespace import (
     cache_key,
     check_device,
@@ -85,3 +90,7 @@ __all__ = [
     "to_numpy",
     "tracing",
 ]
+
+from .. import backends as _this  # this package, every name above defined
+
+_fence.install(_this)

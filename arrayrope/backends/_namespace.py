@@ -14,21 +14,14 @@ from collections.abc import Callable, Hashable, Iterable
 import array_api_compat as compat
 
 from .._lib.types import Array, Device, DType, Namespace
+from ._libraries import TABLE
 
 # top-level module of an array type -> the library it belongs to
-_MODULES = {
-    "numpy": "numpy",
-    "torch": "torch",
-    "jax": "jax",
-    "jaxlib": "jax",
-    "dask": "dask",
-    "cupy": "cupy",
-    "array_api_strict": "array_api_strict",
-}
+_MODULES = {module: lib.name for lib in TABLE for module in lib.modules}
 # libraries whose arrays all live on one device (no device check needed)
-_ONE_DEVICE = frozenset({"numpy", "dask"})
+_ONE_DEVICE = frozenset(lib.name for lib in TABLE if lib.one_device)
 # libraries whose arrays carry their device as ``.device`` (compat.device would return it)
-_DEVICE_ATTRIBUTE = frozenset({"torch", "cupy", "array_api_strict"})
+_DEVICE_ATTRIBUTE = frozenset(lib.name for lib in TABLE if lib.device_attribute)
 
 # Keyed by strings (a type's module and name, a namespace's name): torch.compile's tracer guards a dict keyed
 # by classes or modules as a whole (any new entry anywhere would recompile every graph that read it), one

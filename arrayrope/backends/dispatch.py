@@ -29,6 +29,7 @@ import numpy as np
 from .._lib.rotation import rotate_reference
 from .._lib.types import Array, Device, DType, Namespace
 from . import integrations
+from ._libraries import TABLE
 from ._namespace import lazy_array, library_name, library_of, namespace_key
 from ._protocol import Library
 from .registry import LIBRARIES, library_module
@@ -60,13 +61,13 @@ def library(name: str) -> Library:
 
 
 #: The module whose import means a library is in use (its backend module then loads at no import cost).
-_IMPORT_NAMES = {"dask": "dask.array"}
+_IMPORT_NAMES = {lib.name: lib.import_name for lib in TABLE}
 
 
 def load_imported() -> None:
     """Load the backend modules of the libraries this process has imported (and with them their integrations)."""
     for name in LIBRARIES:
-        if name not in _modules and _IMPORT_NAMES.get(name, name) in sys.modules:
+        if name not in _modules and _IMPORT_NAMES[name] in sys.modules:
             try:
                 library(name)
             except Exception:  # a library that imported but cannot be used here (CuPy without a GPU)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import numpy as np
 
 from .._lib.types import Array, Device, Namespace
+from ._libraries import TABLE, VARIANTS
 from ._namespace import library_of
 
 if TYPE_CHECKING:
@@ -26,15 +27,8 @@ __all__ = ["ENV_VAR", "LIBRARIES", "PROBES", "VARIANTS", "Backend", "available",
 
 ENV_VAR = "ARRAYROPE_BACKENDS"
 
-#: Libraries in the order backends are listed; each is a module of this package.
-LIBRARIES = ("numpy", "array_api_strict", "torch", "jax", "dask", "cupy")
-
-#: Single-device backends, and why they may be missing although their library is installed.
-VARIANTS = {
-    "torch-cuda": "no CUDA device for PyTorch",
-    "jax-cuda": "no CUDA device for JAX",
-    "array_api_strict-no_float64": "array_api_strict has no no_float64 device",
-}
+#: Libraries in the order backends are listed; each is a module of this package (the rows of :data:`._libraries.TABLE`).
+LIBRARIES = tuple(lib.name for lib in TABLE)
 
 
 def _no_sync() -> None:

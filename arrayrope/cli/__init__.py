@@ -24,6 +24,7 @@ import re
 import sys
 from typing import Any, NoReturn
 
+from ..backends._libraries import TABLE
 from ._verdict import USAGE, epilog
 
 # command name -> module implementing it
@@ -36,16 +37,13 @@ COMMANDS: dict[str, str] = {
     "plot": "arrayrope.cli.plot",
 }
 
-#: Optional libraries and the extra of arrayrope that installs each.
+#: Optional libraries and the extra of arrayrope that installs each (the array libraries' from their table).
 EXTRAS = {
     "onnx": "onnx",
     "onnxruntime": "onnx",
     "ml_dtypes": "onnx",
     "matplotlib": "plot",
-    "torch": "torch",
-    "jax": "jax",
-    "dask": "dask",
-    "cupy": "cupy",
+    **{lib.name: lib.extra for lib in TABLE if lib.extra is not None},
 }
 
 

@@ -12,8 +12,9 @@ keyword arguments. The package depends on the core and never the other way:
   cos/sin), ``_model`` (:func:`rotary_model`, :func:`rotary_function`) and
   ``_splice`` (:func:`add_rotary`).
 * ``fuse/``: other exporters' graphs. ``_match`` finds rotations, ``_probe``
-  measures them, ``_rewrite`` (:func:`fuse_rotary`) replaces them, ``_report`` says
-  what was done.
+  measures them (with the core's :mod:`arrayrope._identify`), ``_replace`` builds one
+  rotation's fused node and checks it, ``_edit`` writes the kept nodes into the model,
+  ``_rewrite`` (:func:`fuse_rotary`) runs them over a model, ``_report`` says what was done.
 * ``audit/``: does a deployed model rotate as its config says? ``_expect`` (each layer's
   rotation from the config), ``_measure`` (every rotation found and measured), ``_judge``
   (the first difference, in the config's terms), ``_report`` (:class:`AuditReport`) and
@@ -33,7 +34,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names, for type checkers
-    from .._lib.verdicts import Report as Report
     from ._validate import ValidationError as ValidationError
     from ._validate import validate as validate
     from .audit import AuditReport as AuditReport
@@ -56,7 +56,6 @@ if TYPE_CHECKING:  # the same names, for type checkers
     from .torch._graphs import torch_translations as torch_translations
 
 _WHERE = {
-    "Report": "arrayrope._lib.verdicts",
     "ValidationError": "._validate",
     "AuditReport": ".audit",
     "Finding": ".audit",
@@ -88,7 +87,6 @@ __all__ = [
     "FuseTarget",
     "Fused",
     "FusionReport",
-    "Report",
     "Rotation",
     "SpliceKeywords",
     "TorchOptions",

@@ -6,12 +6,12 @@ Backends are imported when :func:`available_backends` is called, never when arra
 
 from __future__ import annotations
 
+from .._identify import RopeConvention, identify_rope
 from .._lib.verdicts import Report, Row, default_tolerance, tolerance_at
 from ..backends import Backend, to_numpy
 from ..backends import available as available_backends
 from ._cases import exact_angles
 from ._compare import assert_close
-from ._identify import RopeConvention, identify_rope
 from ._parity import ParityCase, check_parity
 
 __all__ = [

@@ -21,6 +21,39 @@ def test_libraries_and_variants_are_the_package_modules():
     assert _registry.library_module("numpy").__name__ == "arrayrope.backends.numpy"  # type: ignore[attr-defined]
 
 
+def test_every_list_of_libraries_derives_from_the_one_table():
+    """The table of ``backends/_libraries.py`` names each library once; what else lists them agrees with it."""
+    import ast
+    import pathlib
+    import tomllib
+
+    from arrayrope import cli
+    from arrayrope.backends import _libraries, _namespace, _protocol, dispatch
+    from arrayrope.backends._libraries import TABLE, by_name
+
+    names = tuple(lib.name for lib in TABLE)
+    assert names == LIBRARIES and len(set(names)) == len(names)
+    assert VARIANTS is _libraries.VARIANTS and {variant.split("-")[0] for variant in VARIANTS} <= set(names)
+    assert {module: lib.name for lib in TABLE for module in lib.modules} == _namespace._MODULES
+    assert {lib.name for lib in TABLE if lib.one_device} == _namespace._ONE_DEVICE
+    assert {lib.name for lib in TABLE if lib.device_attribute} == _namespace._DEVICE_ATTRIBUTE
+    assert {lib.name: lib.import_name for lib in TABLE} == dispatch._IMPORT_NAMES
+    assert all(cli.EXTRAS[lib.name] == lib.extra for lib in TABLE if lib.extra is not None)
+    assert by_name("dask").import_name == "dask.array"
+    # the extras exist, each library has its module here, and mypy checks the contract of each (and of no other)
+    root = pathlib.Path(_protocol.__file__).parent
+    pyproject = tomllib.loads((root.parent.parent / "pyproject.toml").read_text())
+    assert {lib.extra for lib in TABLE if lib.extra} <= set(pyproject["project"]["optional-dependencies"])
+    assert all((root / f"{name}.py").is_file() for name in names)
+    checked = {
+        alias.name
+        for node in ast.walk(ast.parse((root / "_protocol.py").read_text()))
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module is None
+        for alias in node.names
+    }
+    assert checked == set(names)
+
+
 def test_numpy_is_always_there():
     (b,) = available(["numpy"])
     assert (b.name, b.library, b.device, b.dtypes, b.lazy) == (

@@ -28,6 +28,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import arrayrope.export as ex
+from arrayrope.testing import Report
 
 if ex.rotary_model.__doc__ is not None or sys.flags.optimize < 2:
     raise SystemExit("docstrings were not stripped")
@@ -47,7 +48,7 @@ for target in ex.ExportOptions.choices("target"):
     model = ex.rotary_model(16, target=target, **options)
     saved["model_" + target] = run(model, {"x": x, "position_ids": pos})[0]
     report = ex.validate(model, providers="cpu")
-    if not isinstance(report, ex.Report) or not report.ok:
+    if not isinstance(report, Report) or not report.ok:
         raise SystemExit(f"validate failed for {target}: {report}")
 
 bad = ex.rotary_model(16, target="portable", **options)

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from arrayrope._identify import identify_rope
+from arrayrope._identify.probe import pairs_of
 from arrayrope._lib.verdicts import Status
 from arrayrope.frequencies import RopeFrequencies, rope_frequencies
-from arrayrope.testing import identify_rope
-from arrayrope.testing._probe import pairs_of
 
 from ._expect import BLOCK, Expected, Layer, rotation_matrices
 from ._measure import Matrices, Rotation

@@ -23,9 +23,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import arrayrope
+from arrayrope._identify import RopeConvention, identify_rope
 from arrayrope._lib import checks
 from arrayrope.frequencies import RopeFrequencies
-from arrayrope.testing import RopeConvention, identify_rope
 
 from .._graph import inlined
 from ._match import Graph, Site, site_nodes

@@ -1,9 +1,13 @@
-"""``fuse_rotary``: one fused node for each rotary application of an existing ONNX model."""
+"""``fuse_rotary``: one fused node for each rotary application of an existing ONNX model.
+
+The call: the model loaded and converted, its rotations found and each replaced (:mod:`._replace`),
+the nodes written into it (:mod:`._edit`), rotations left alone reported, and the fused model run
+against the original (:func:`_validation`).
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeAlias
@@ -11,31 +15,19 @@ from typing import Any, Literal, TypeAlias
 import numpy as np
 import numpy.typing as npt
 import onnx
-from onnx import NodeProto, TensorProto, helper
 
 from arrayrope._lib import checks
 from arrayrope._lib.verdicts import Report, Row
-from arrayrope.frequencies import RopeFrequencies
-from arrayrope.testing import RopeConvention
 
-from .._graph import ModelSource, data_folder, ir_version_for, load_model, providers_named, reads, topological
-from ..build._builder import Builder
-from ..build._emit import emitter, heads_spec, rotate_heads
-from ..build._spec import COMPUTED_LIMIT, DTYPE_NAMES, MIN_OPSET, MS_DOMAIN, np_dtype
+from .._graph import ModelSource, data_folder, ir_version_for, load_model, providers_named
+from ..build._spec import MIN_OPSET
+from ._edit import rewritten
 from ._match import Graph, Site, find_sites, internal_rotations
 from ._probe import (
-    Shapes,
-    SiteRunner,
-    compare,
-    cut,
-    identify,
-    output_order,
-    reference,
-    reordered,
     run,
     sample_inputs,
-    shapes,
 )
+from ._replace import SAME, Job
 from ._report import Fused, FusionReport, Rotation
 
 FuseTarget: TypeAlias = Literal["onnx23", "ort"]
@@ -62,11 +54,6 @@ Examples
 >>> get_args(FuseTables)
 ('stored', 'computed', 'model')
 """
-
-#: Largest difference from the original rotation (relative to the input) a fusion may show at positions < 256.
-SAME = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
-#: Largest difference of exact caches from the core's float64 rotation at any position below the cache size.
-EXACT = {"float32": 2e-6, "float16": 2e-3, "bfloat16": 1.6e-2}
 
 
 def _opset(model: onnx.ModelProto) -> int:
@@ -216,11 +203,11 @@ def fuse_rotary(
         made = "the given inputs" if inputs is not None else "sample inputs made from its input types"
         said = " ".join(str(exc).split())  # the runtime's message whole, on one line
         raise ValueError(f"the model does not run on {made} ({said}); pass inputs= with a feed it runs on") from exc
-    job = _Job(graph, target, chosen, rows, _opset(work), explicit)
+    job = Job(graph, target, chosen, rows, _opset(work), explicit)
     done = [job.fuse(i, site, seen) for i, site in enumerate(sites)]
     rotations = tuple(r for r, _ in done) + _unrecognised(graph, sites)
     builders = [b for _, b in done if b is not None]
-    fused = _rewritten(
+    fused = rewritten(
         work,
         [n for b in builders for n in b.nodes],
         [t for b in builders for t in b.initializers],
@@ -291,258 +278,6 @@ def _converted(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
         ) from exc
     out.ir_version = max(out.ir_version, ir_version_for(out.opset_import))
     return out
-
-
-class _Job:
-    """The choices of one fuse_rotary call, applied to each rotation."""
-
-    def __init__(self, graph: Graph, target: str, tables: str, rows: int | None, opset: int, chosen: bool) -> None:
-        self.graph, self.target, self.tables, self.rows, self.opset = graph, target, tables, rows, opset
-        self.chosen = chosen  # tables= was given: no rotation falls back to the model's own tables
-
-    def fuse(self, i: int, site: Site, seen: Mapping[str, npt.NDArray[Any]]) -> tuple[Rotation, Builder | None]:
-        """What happens to one rotation, and the nodes that replace it (None when it is left alone)."""
-        base = Rotation(site.x, site.output, False, positions=site.positions)
-        try:
-            return self._fuse(i, site, seen, base)
-        except ValueError as exc:
-            return dataclasses.replace(base, reason=str(exc)), None
-
-    def _fuse(
-        self, i: int, site: Site, seen: Mapping[str, npt.NDArray[Any]], base: Rotation
-    ) -> tuple[Rotation, Builder | None]:
-        existing = site.node
-        if existing is not None and (self.tables == "model" or len(existing.input) > 3 or existing.domain):
-            raise ValueError(f"already a fused {existing.domain + '.' if existing.domain else ''}RotaryEmbedding node")
-        if self.tables == "model" and self.target == "ort":
-            raise ValueError(
-                "ONNX Runtime's contrib op reads 2-D caches by position, not the model's per-token "
-                "tables; use tables='stored' or 'computed', or target='onnx23'"
-            )
-        shape = shapes(site, seen)
-        piece = cut(self.graph, site, shape)
-        original = SiteRunner(piece)
-        order = output_order(piece)  # DeepSeek's MLA: interleaved features in, half-split order out
-        found = identify(piece, order)
-        if found.layout is None or found.rotary_dim is None or found.offset is None:
-            raise ValueError(f"it is no rotary embedding: {found.reason}")  # before its frequencies were measured
-        if found.offset:
-            raise ValueError(f"it rotates by positions shifted by {found.offset:+d}")
-        dtype = DTYPE_NAMES.get(self.graph.elem_type(site.x) or TensorProto.FLOAT, "float32")
-        b = Builder(f"arrayrope_fuse/{i}/", taken=self.graph.producer.keys() | self.graph.initializers.keys())
-        freqs: RopeFrequencies | None = None
-        tables = "the model's"
-        if self.tables != "model":
-            freqs = found.frequencies() if found.matched else _stored(found, dtype, shape.head_dim)
-            tables = ("computed from the position ids" if self.rows is None else f"stored, {self.rows} rows") + (
-                "" if found.matched else f", the model's {dtype} frequencies"
-            )
-            if freqs is None and (self.chosen or self.target == "ort" or self.rows is not None):
-                raise ValueError(f"its frequencies follow no known rule ({found.reason}); tables='model' keeps them")
-            if freqs is None:  # LongRoPE's per-pair factors: the node reads the model's own cos/sin
-                tables = "the model's (its frequencies follow no rule whose tables arrayrope computes exactly)"
-        if freqs is not None:
-            spec = heads_spec(
-                freqs,
-                layout=found.layout,
-                target=self.target,  # type: ignore[arg-type]
-                axes=shape.axes,  # type: ignore[arg-type]
-                heads=shape.heads,
-                max_positions=self.rows,
-                dtype=dtype,
-                opset=self.opset,
-                opset_argument="the model's opset",
-            )
-            pos = _position_ids(b, self.graph, site, shape, seen)
-            rotate_heads(spec, b, emitter(spec, b), _reordered(b, site.x, order), pos, site.rotated)
-        else:
-            batched = seen[site.cos].shape[0] == seen[site.x].shape[0]
-            _model_tables(b, site, shape, found.layout, found.rotary_dim, batched, _reordered(b, site.x, order))
-        fused = SiteRunner(
-            piece, _rewritten(piece.model, b.nodes, b.initializers, {site.rotated}, self.target == "ort")
-        )
-        if site.parts is not None:  # the Concat around a two-part rotation, with the fused part in its place
-            before, after, _, _ = site.parts
-            b.op("Concat", [*before, site.rotated, *after], out=site.output, axis=-1)
-        limit = COMPUTED_LIMIT if self.rows is None else self.rows
-        err = compare(original, fused, shape.head_dim, min(limit, 256))
-        if not err <= SAME.get(dtype, 1e-4):
-            raise ValueError(f"the fused node differs from it by {err:.2g} (relative), so it was kept as it is")
-        if freqs is not None:
-            far = compare(fused, reordered(reference(piece, freqs, found.layout), order), shape.head_dim, limit)
-            if not far <= EXACT.get(dtype, 2e-6):
-                raise ValueError(f"the exact caches differ from the core's rotation by {far:.2g} at far positions")
-        node = "RotaryEmbedding" if self.target == "onnx23" else f"{MS_DOMAIN}.RotaryEmbedding"
-        if order is not None:
-            node = f"Gather (interleaved pairs to half-split order) + {node}"
-        rotation = dataclasses.replace(
-            base,
-            fused=True,
-            node=node,
-            layout=found.layout,
-            rotary_dim=found.rotary_dim,
-            head_dim=shape.head_dim,
-            heads=shape.heads,
-            base=found.base if found.matched else None,
-            scaling=found.scaling,
-            tables=tables,
-            error=err,
-        )
-        return rotation, b
-
-
-#: Relative spacing of the half-precision dtypes (2**-mantissa bits).
-_HALF_SPACING = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
-
-
-def _stored(found: RopeConvention, dtype: str, head_dim: int) -> RopeFrequencies | None:
-    """The frequencies a half-precision model stores (a rule's, rounded to its dtype) from those measured, or None.
-
-    Models converted to float16 or bfloat16 keep ``inv_freq`` in that dtype, which
-    moves every angle off the rule by the rounding; the measured frequencies land
-    within a small part of the dtype's spacing of the stored ones, so rounding them
-    to the dtype recovers those exactly, and the caches are exact for them.
-    """
-    spacing = _HALF_SPACING.get(dtype)
-    if spacing is None or found.inv_freq is None or found.rotary_dim is None:
-        return None
-    stored = np.asarray(found.inv_freq).astype(np_dtype(dtype)).astype(np.float64)  # type: ignore[arg-type]
-    if np.max(np.abs(stored - found.inv_freq) / stored) > 0.1 * spacing:
-        return None
-    return RopeFrequencies(
-        inv_freq=stored, head_dim=head_dim, rotary_dim=found.rotary_dim, attention_factor=found.attention_factor
-    )
-
-
-def _position_ids(b: Builder, graph: Graph, site: Site, shape: Shapes, seen: Mapping[str, npt.NDArray[Any]]) -> str:
-    """The site's positions as int64 ``(B, S)`` ids, broadcast over the batch of ``x`` where they lack it."""
-    assert site.positions is not None
-    pos = site.positions
-    if graph.elem_type(pos) != TensorProto.INT64:
-        pos = b.op("Cast", [pos], to=TensorProto.INT64)
-    have, x = seen[site.positions].shape, seen[site.x].shape
-    if len(have) == 2 and have[0] == x[0]:
-        return pos
-    if len(have) == 1:
-        pos = b.op("Unsqueeze", [pos, b.ints([0], "batch_axis")])
-    dims = b.op("Shape", [site.x])
-    bs = b.op("Gather", [dims, b.ints([0, 2 if shape.axes == "bhsd" else 1], "bs_axes")], axis=0)
-    return b.op("Expand", [pos, bs])
-
-
-def _reordered(b: Builder, x: str, order: npt.NDArray[np.int64] | None) -> str:
-    """``x`` with its features in ``order`` (the fused node's input), or ``x`` itself."""
-    if order is None:
-        return x
-    return b.op("Gather", [x, b.ints(order.tolist(), "feature_order")], axis=-1)
-
-
-def _model_tables(b: Builder, site: Site, shape: Shapes, layout: str, rotary_dim: int, batched: bool, x: str) -> None:
-    """``RotaryEmbedding(x, cos, sin)`` on the model's tables, one value per pair: ``(B, S, rotary_dim / 2)``
-    (broadcast over the batch of ``x`` unless ``batched``)."""
-    head_axis = 1 if shape.axes == "bhsd" else 2
-
-    def pairs(table: str) -> str:
-        t = b.op("Squeeze", [table, b.ints([head_axis], "head_axis")])
-        step = 1 if layout == "half" else 2
-        end = rotary_dim // 2 if layout == "half" else rotary_dim
-        t = b.op("Slice", [t, b.ints([0], "start"), b.ints([end], "end"), b.ints([-1], "last"), b.ints([step], "step")])
-        if batched:
-            return t
-        dims = b.op("Shape", [site.x])
-        bs = b.op("Gather", [dims, b.ints([0, 2 if shape.axes == "bhsd" else 1], "bs_axes")], axis=0)
-        return b.op("Expand", [t, b.op("Concat", [bs, b.ints([rotary_dim // 2], "half")], axis=0)])
-
-    cos, sin = pairs(site.cos), pairs(site.sin)
-    out = site.rotated
-    flat = shape.axes == "bshd"
-    if flat:
-        x, out = b.op("Reshape", [x, b.ints([0, 0, -1], "flat")]), b.name("flat_rotated")
-    y = b.op(
-        "RotaryEmbedding",
-        [x, cos, sin],
-        out=out,
-        interleaved=int(layout == "interleaved"),
-        rotary_embedding_dim=rotary_dim if rotary_dim < shape.head_dim else None,
-        num_heads=shape.heads if flat else None,
-    )
-    if flat:
-        b.op("Reshape", [y, b.ints([0, 0, -1, shape.head_dim], "heads")], out=site.rotated)
-
-
-def _rewritten(
-    model: onnx.ModelProto, nodes: Sequence[NodeProto], inits: Sequence[TensorProto], replaced: set[str], contrib: bool
-) -> onnx.ModelProto:
-    """A copy of ``model`` where ``nodes`` compute the ``replaced`` tensors; nodes no longer needed are dropped."""
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    g = out.graph
-    if not replaced:
-        return out
-    kept = [n for n in g.node if not set(n.output) & replaced]
-    new_inits, renamed = _distinct(list(g.initializer), inits)
-    nodes = _shared(nodes, renamed, replaced)
-    live = _live(kept + nodes, {o.name for o in g.output})
-    everything = [n for n in kept + nodes if id(n) in live]
-    available = {i.name for i in g.input} | {t.name for t in new_inits}
-    ordered = topological(everything, available)
-    read = {i for n in ordered for i in reads(n)} | {o.name for o in g.output}
-    del g.node[:]
-    g.node.extend(ordered)
-    del g.initializer[:]
-    g.initializer.extend(t for t in new_inits if t.name in read)
-    if contrib and not any(o.domain == MS_DOMAIN for o in out.opset_import):
-        out.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
-    out.ir_version = max(out.ir_version, ir_version_for(out.opset_import))
-    return out
-
-
-def _shared(nodes: Sequence[NodeProto], renamed: dict[str, str], keep: set[str]) -> list[NodeProto]:
-    """``nodes`` reading ``renamed`` tensors by their new names, each repeated computation made once."""
-    seen: dict[tuple[Any, ...], NodeProto] = {}
-    out = []
-    for n in nodes:  # builders emit producers before consumers
-        n.input[:] = [renamed.get(i, i) for i in n.input]
-        key = (n.domain, n.op_type, tuple(n.input), tuple(a.SerializeToString() for a in n.attribute))
-        first = seen.get(key)
-        if first is not None and not set(n.output) & keep and len(first.output) == len(n.output):
-            renamed.update(zip(n.output, first.output, strict=True))
-            continue
-        seen[key] = n
-        out.append(n)
-    return out
-
-
-def _live(nodes: Sequence[NodeProto], outputs: set[str]) -> set[int]:
-    """Ids of the nodes that the graph outputs need."""
-    producer = {o: n for n in nodes for o in n.output if o}
-    live: set[int] = set()
-    stack = list(outputs)
-    while stack:
-        node = producer.get(stack.pop())
-        if node is None or id(node) in live:
-            continue
-        live.add(id(node))
-        stack.extend(reads(node))
-    return live
-
-
-def _distinct(existing: list[TensorProto], added: Sequence[TensorProto]) -> tuple[list[TensorProto], dict[str, str]]:
-    """``existing`` and those of ``added`` with new contents; each repeated one renamed to its first copy."""
-
-    def key(t: TensorProto) -> tuple[Any, ...]:
-        return t.data_type, tuple(t.dims), hashlib.sha256(onnx.numpy_helper.to_array(t).tobytes()).hexdigest()
-
-    first: dict[tuple[Any, ...], str] = {}
-    out, renamed = list(existing), {}
-    for t in added:
-        k = key(t)
-        if k in first:
-            renamed[t.name] = first[k]
-        else:
-            first[k] = t.name
-            out.append(t)
-    return out, renamed
 
 
 def _validation(
