@@ -19,6 +19,7 @@ from onnx import TensorProto, helper  # noqa: E402
 from arrayrope.cli import main  # noqa: E402
 from arrayrope.export import fuse_rotary, rotary_model  # noqa: E402
 from arrayrope.export.fuse import _probe as _fuse_probe  # noqa: E402
+from arrayrope.export.fuse import _replace  # noqa: E402
 from arrayrope.export.fuse import _rewrite as _fuse  # noqa: E402
 from helpers import double_uses, inv_freq_formula, rope_by_matrix  # noqa: E402
 
@@ -366,7 +367,7 @@ def test_inputs_the_model_does_not_run_on(tmp_path, capsys):
 def test_cli_does_not_write_a_model_that_fails_validation(tmp_path, capsys, monkeypatch):
     src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
     onnx.save(rope_graph(), src)
-    monkeypatch.setitem(_fuse.SAME, "float32", -1.0)  # every comparison fails
+    monkeypatch.setitem(_replace.SAME, "float32", -1.0)  # every comparison fails
     assert main(["export", "fuse", str(src), "-o", str(out)]) == 1
     assert not out.exists() and "not written" in capsys.readouterr().out
 
