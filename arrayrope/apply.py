@@ -14,9 +14,14 @@ instead (DeepSeek's MLA: ``q_pe`` after ``q_nope`` in each head), in either layo
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import backends
 from ._lib import checks
 from ._lib.types import LAYOUTS, ROTARY_FEATURES, Array, Layout, Namespace, RotaryFeatures
+
+if TYPE_CHECKING:
+    from .backends import Library
 
 __all__ = ["apply_rotary", "permute_rotary_rows", "to_half_split", "to_interleaved"]
 
@@ -108,21 +113,12 @@ def apply_rotary(
     if rotary_features != "leading":
         checks.choice(rotary_features, "rotary_features", ROTARY_FEATURES)
     if out is not None:
-        check_out(xp, out, x, (cos, sin), ("out", "x", "cos", "sin"))
-    return rotate_features(xp, x, cos, sin, layout, rotary_features, out=out)
-
-
-def rotate(
-    xp: Namespace, x: Array, cos: Array, sin: Array, layout: str, prepared: object = None, out: Array | None = None
-) -> Array:
-    """Checked arguments -> rotated copy (or ``out``, written), by the fast path of ``x``'s library or the reference.
-
-    ``prepared``: ``backends.prepare(x, cos, sin, layout)`` for tables applied more than once.
-    """
-    return backends.rotate(xp, x, cos, sin, layout, prepared, out)
+        backends.check_out(out, x, name="out", x_name="x", others={"cos": cos, "sin": sin})
+    return rotate_features(backends.module_of(x), xp, x, cos, sin, layout, rotary_features, out=out)
 
 
 def rotate_features(
+    module: Library | None,
     xp: Namespace,
     x: Array,
     cos: Array,
@@ -132,32 +128,20 @@ def rotate_features(
     prepared: object = None,
     out: Array | None = None,
 ) -> Array:
-    """:func:`rotate` of the leading rotary features, or of a view of the trailing ones joined after the rest
-    (into ``out``: the rest copied, the rotary features rotated into their view of it)."""
-    start = 0 if features == "leading" else x.shape[-1] - 2 * cos.shape[-1]
-    if start == 0:
-        return rotate(xp, x, cos, sin, layout, prepared, out)
+    """Checked arguments -> the leading rotary features rotated by ``module`` (``backends.module_of(x)``: the
+    fast path of ``x``'s library, None: the reference), or a view of the trailing ones joined after the rest
+    (into ``out``: the rest copied, the rotary features rotated into their view of it).
+
+    ``prepared``: ``backends.prepare(x, cos, sin, layout)`` for tables applied more than once.
+    """
+    if features == "leading" or (start := x.shape[-1] - 2 * cos.shape[-1]) == 0:
+        return backends.rotate(module, xp, x, cos, sin, layout, prepared, out)
+    rotary = x[..., start:]
     if out is None:
-        return xp.concat([x[..., :start], rotate(xp, x[..., start:], cos, sin, layout, prepared)], axis=-1)
+        return xp.concat([x[..., :start], backends.rotate(module, xp, rotary, cos, sin, layout, prepared)], axis=-1)
     out[..., :start] = x[..., :start]
-    rotate(xp, x[..., start:], cos, sin, layout, prepared, out[..., start:])
+    backends.rotate(module, xp, rotary, cos, sin, layout, prepared, out[..., start:])
     return out
-
-
-def check_out(xp: Namespace, out: Array, x: Array, others: tuple[Array, ...], names: tuple[str, ...]) -> None:
-    """Refuse ``out`` (named ``names[0]``) as the destination of ``x`` (``names[1]``) rotated: a library whose
-    arrays cannot be written, another namespace, shape, dtype or device, or memory shared with ``x`` (other
-    than ``x`` itself) or with ``others`` (the call's other arrays, ``names[2:]``)."""
-    name, x_name = names[0], names[1]
-    backends.namespace(x, out, names=(x_name, name))  # an array, of x's library
-    if out.dtype != x.dtype:
-        raise TypeError(f"{name} must have {x_name}'s dtype {x.dtype} (the result's), got {out.dtype}")
-    if tuple(out.shape) != tuple(x.shape):
-        raise ValueError(
-            f"{name} must have {x_name}'s shape {tuple(x.shape)} (no broadcasting), got {tuple(out.shape)}"
-        )
-    backends.same_device(x, out, x_name, name)
-    backends.check_out(out, x, others, names)
 
 
 def check_rotary_args(x: Array, cos: Array, sin: Array) -> Namespace:

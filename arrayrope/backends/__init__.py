@@ -41,6 +41,7 @@ from ._namespace import (
     same_device,
     to_device,
 )
+from ._protocol import Library
 from .dispatch import (
     arange_tables,
     check_out,
@@ -50,6 +51,7 @@ from .dispatch import (
     host,
     library,
     load_imported,
+    module_of,
     prepare,
     rotate,
     tracing,
@@ -61,6 +63,7 @@ __all__ = [
     "LIBRARIES",
     "VARIANTS",
     "Backend",
+    "Library",
     "arange_tables",
     "available",
     "cache_key",
@@ -82,6 +85,7 @@ __all__ = [
     "library_name",
     "library_of",
     "load_imported",
+    "module_of",
     "namespace",
     "prepare",
     "rotate",

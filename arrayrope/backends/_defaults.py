@@ -12,7 +12,24 @@ from .._lib.types import Array, Device, DType, Namespace
 from ._namespace import lazy_array
 from ._protocol import Prepared
 
-__all__ = ["arange_tables", "concrete", "constant", "host", "prepare", "rotate", "rotate_prepared", "tracing"]
+__all__ = [
+    "NOUN",
+    "arange_tables",
+    "concrete",
+    "constant",
+    "host",
+    "memory_known",
+    "out_fault",
+    "prepare",
+    "rotate",
+    "rotate_prepared",
+    "same_view",
+    "shares",
+    "tracing",
+]
+
+#: The word for an array in the messages about ``out=``.
+NOUN = "an array"
 
 
 def concrete(x: Array) -> bool:
@@ -38,6 +55,26 @@ def host(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
 def rotate(xp: Namespace, x: Array, cos: Array, sin: Array, layout: str, out: Array | None = None) -> Array:
     """The reference."""
     return rotate_reference(xp, x, cos, sin, layout, out)
+
+
+def memory_known(out: Array) -> bool:
+    """A library whose arrays cannot be written (it refuses ``out=`` before): no memory to inspect."""
+    return False
+
+
+def out_fault(out: Array) -> None:
+    """Nothing known against ``out``."""
+    return None
+
+
+def shares(a: Array, b: Array) -> bool:
+    """No memory known to be shared."""
+    return False
+
+
+def same_view(a: Array, b: Array) -> bool:
+    """Only an array is itself."""
+    return a is b
 
 
 def prepare(cos: Array, sin: Array, layout: str) -> None:

@@ -110,7 +110,10 @@ def namespace(*arrays: Array, xp: Namespace | None = None, names: tuple[str, ...
             _normalized[namespace_key(xp)] = ns
     found = None
     first_name = ""
+    found_type: type | None = None
     for i, a in enumerate(arrays):
+        if type(a) is found_type:  # an array of the type seen first: its namespace (x, cos and sin of a call)
+            continue
         name = names[i] if i < len(names) else f"argument {i}"
         if a is None:
             raise TypeError(f"{name} must be an array (NumPy, PyTorch, CuPy, JAX, Dask...), got None")
@@ -123,6 +126,8 @@ def namespace(*arrays: Array, xp: Namespace | None = None, names: tuple[str, ...
             this = _namespace_of(a)
         if found is None:
             found, first_name = this, name
+            if library_of(a) is not None:  # a namespace that depends on the type alone
+                found_type = type(a)
         elif this is not found:
             raise TypeError(
                 f"{name} is a {library_name(this)} array but {first_name} is a {library_name(found)} array; "

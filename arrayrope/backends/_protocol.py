@@ -76,20 +76,31 @@ class Library(Protocol):
     def rotate(self, xp: Namespace, x: Array, cos: Array, sin: Array, layout: str, out: Array | None) -> Array:
         """``x`` rotated as :func:`arrayrope._lib.rotation.rotate_reference` does, by this library's fast path.
 
-        With ``out`` (checked by :func:`check_out`) the result is written there and ``out`` returned;
+        With ``out`` (checked by :func:`.dispatch.check_out`) the result is written there and ``out`` returned;
         ``out`` may be ``x`` itself.
         """
         ...
 
-    def check_out(self, out: Array, x: Array, others: tuple[Array, ...], names: tuple[str, ...]) -> None:
-        """Refuse ``out`` as the destination of ``x`` rotated, where this library cannot write it there.
+    #: Why ``out=`` cannot write into this library's arrays (the message after ``"out= "``), or None.
+    OUT_REFUSED: str | None
+    #: What the messages about ``out=`` call an array of this library: ``"a tensor"``, ``"an array"``.
+    NOUN: str
 
-        ``out`` has ``x``'s namespace, shape, dtype and device already. ``names`` are those of ``out``,
-        ``x`` and ``others`` (the call's other arrays, read or written). A library whose arrays cannot
-        be written raises ``TypeError`` saying what to do instead; the others raise ``ValueError``
-        where ``out`` cannot be written (read-only, elements repeated) or shares memory with ``x``
-        other than being ``x`` itself, or with any of ``others``.
-        """
+    def memory_known(self, out: Array) -> bool:
+        """Whether the memory of ``out`` can be inspected now (not while a graph is traced, nor without storage):
+        where it cannot, :func:`.dispatch.check_out` checks its namespace, shape, dtype and device only."""
+        ...
+
+    def out_fault(self, out: Array) -> str | None:
+        """Why ``out`` cannot be written (read-only, elements repeated), as the message after its name; else None."""
+        ...
+
+    def shares(self, a: Array, b: Array) -> bool:
+        """Whether ``a`` and ``b`` may have an element in common (exactly, where that is cheap to tell)."""
+        ...
+
+    def same_view(self, a: Array, b: Array) -> bool:
+        """Whether ``a`` and ``b`` view the same elements in the same order (``a`` is ``b``, or a view like it)."""
         ...
 
     def prepare(self, cos: Array, sin: Array, layout: str) -> Prepared | None:

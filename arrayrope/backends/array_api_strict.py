@@ -7,33 +7,51 @@ from typing import TYPE_CHECKING, Any
 import array_api_strict as xp
 import numpy as np
 
-from ._defaults import arange_tables, concrete, constant, host, prepare, rotate, rotate_prepared, tracing
+from ._defaults import (
+    NOUN,
+    arange_tables,
+    concrete,
+    constant,
+    host,
+    memory_known,
+    out_fault,
+    prepare,
+    rotate,
+    rotate_prepared,
+    same_view,
+    shares,
+    tracing,
+)
 
 if TYPE_CHECKING:
     from .registry import Backend
 
 __all__ = [
+    "NOUN",
+    "OUT_REFUSED",
     "arange_tables",
-    "check_out",
     "concrete",
     "constant",
     "host",
+    "memory_known",
+    "out_fault",
     "prepare",
     "probe",
     "rotate",
     "rotate_prepared",
+    "same_view",
+    "shares",
     "to_numpy",
     "tracing",
 ]
 
 
-def check_out(out: Any, x: Any, others: tuple[Any, ...], names: tuple[str, ...]) -> None:
-    """The standard leaves writes through views undefined: refused."""
-    raise TypeError(
-        f"{names[0]}= is refused for array_api_strict arrays: the Array API standard has no out= and leaves "
-        "undefined whether a write into a slice reaches the array it was sliced from. Use the returned array "
-        "(and assign it, buffer[...] = y, where your library defines that)"
-    )
+#: The standard leaves writes through views undefined: ``out=`` is refused.
+OUT_REFUSED: str | None = (
+    "is refused for array_api_strict arrays: the Array API standard has no out= and leaves "
+    "undefined whether a write into a slice reaches the array it was sliced from. Use the returned array "
+    "(and assign it, buffer[...] = y, where your library defines that)"
+)
 
 
 def probe() -> list[Backend]:

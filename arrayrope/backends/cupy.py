@@ -22,15 +22,20 @@ if TYPE_CHECKING:
     from .registry import Backend
 
 __all__ = [
+    "NOUN",
+    "OUT_REFUSED",
     "arange_tables",
-    "check_out",
     "concrete",
     "constant",
     "host",
+    "memory_known",
+    "out_fault",
     "prepare",
     "probe",
     "rotate",
     "rotate_prepared",
+    "same_view",
+    "shares",
     "to_numpy",
     "tracing",
 ]
@@ -88,23 +93,27 @@ def to_numpy(x: Any) -> np.ndarray:
     return out
 
 
-def check_out(out: Any, x: Any, others: tuple[Any, ...], names: tuple[str, ...]) -> None:
-    """``out`` with each element once, sharing no memory with ``x`` (unless it is ``x``) or ``others``."""
-    name = names[0]
+#: CuPy arrays are written by ``out=``.
+OUT_REFUSED: str | None = None
+NOUN = "an array"
+
+
+def memory_known(out: Any) -> bool:
+    return True
+
+
+def out_fault(out: Any) -> str | None:
+    """An array that repeats elements cannot be written."""
     if any(s == 0 and n > 1 for n, s in zip(out.shape, out.strides, strict=True)):
-        raise ValueError(f"{name} repeats elements (a stride of 0, as broadcast_to makes); pass an array of its own")
-    same = out is x or (out.data.ptr == x.data.ptr and out.shape == x.shape and out.strides == x.strides)
-    if not same and _shares(out, x):
-        raise ValueError(
-            f"{name} shares memory with {names[1]} without being {names[1]} itself; pass {names[1]} (in place) "
-            "or an array that does not overlap it"
-        )
-    for other, other_name in zip(others, names[2:], strict=True):
-        if _shares(out, other):
-            raise ValueError(f"{name} shares memory with {other_name}; pass an array that does not overlap it")
+        return "repeats elements (a stride of 0, as broadcast_to makes); pass an array of its own"
+    return None
 
 
-def _shares(a: Any, b: Any) -> bool:
+def same_view(a: Any, b: Any) -> bool:
+    return a is b or (a.data.ptr == b.data.ptr and a.shape == b.shape and a.strides == b.strides)
+
+
+def shares(a: Any, b: Any) -> bool:
     """Whether ``a`` and ``b`` have an element in common: their memory bounds first, then exactly (which
     sorts the addresses of every element, so only where the bounds meet)."""
     return bool(cupy.may_share_memory(a, b)) and bool(cupy.shares_memory(a, b))

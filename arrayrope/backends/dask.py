@@ -14,21 +14,39 @@ import dask.array as da
 import numpy as np
 
 from .._lib.rotation import rotate_reference
-from ._defaults import arange_tables, concrete, constant, host, prepare, rotate_prepared, tracing
+from ._defaults import (
+    NOUN,
+    arange_tables,
+    concrete,
+    constant,
+    host,
+    memory_known,
+    out_fault,
+    prepare,
+    rotate_prepared,
+    same_view,
+    shares,
+    tracing,
+)
 
 if TYPE_CHECKING:
     from .registry import Backend
 
 __all__ = [
+    "NOUN",
+    "OUT_REFUSED",
     "arange_tables",
-    "check_out",
     "concrete",
     "constant",
     "host",
+    "memory_known",
+    "out_fault",
     "prepare",
     "probe",
     "rotate",
     "rotate_prepared",
+    "same_view",
+    "shares",
     "to_numpy",
     "tracing",
 ]
@@ -49,18 +67,17 @@ def to_numpy(x: da.Array) -> np.ndarray:
     return convert(x.compute())
 
 
-def check_out(out: Any, x: Any, others: tuple[Any, ...], names: tuple[str, ...]) -> None:
-    """Dask arrays are lazy graphs, with no memory to write into: refused."""
-    raise TypeError(
-        f"{names[0]}= cannot write into a Dask array: a Dask array is a lazy graph, not memory. Use the returned "
-        "array (its chunks are computed where they are needed); to write the values into storage, "
-        "dask.array.store(y, target)"
-    )
+#: Dask arrays are lazy graphs, with no memory to write into: ``out=`` is refused.
+OUT_REFUSED: str | None = (
+    "cannot write into a Dask array: a Dask array is a lazy graph, not memory. Use the returned "
+    "array (its chunks are computed where they are needed); to write the values into storage, "
+    "dask.array.store(y, target)"
+)
 
 
 def rotate(xp: Any, x: da.Array, cos: da.Array, sin: da.Array, layout: str, out: Any = None) -> da.Array:
     """One blockwise task per chunk of x; the tables are rechunked to x's chunks (they are small). ``out`` is
-    refused before (:func:`check_out`)."""
+    refused before (:func:`.dispatch.check_out`)."""
     if len(x.chunks[-1]) != 1 or any(math.isnan(c) for cs in x.chunks for c in cs):
         ref: da.Array = rotate_reference(xp, x, cos, sin, layout)
         return ref
@@ -76,9 +93,10 @@ def rotate(xp: Any, x: da.Array, cos: da.Array, sin: da.Array, layout: str, out:
 
     def rotary(xb: Any, cb: Any, sb: Any) -> Any:
         from . import namespace
+        from .dispatch import module_of
         from .dispatch import rotate as chunk_rotate
 
-        return chunk_rotate(namespace(xb), xb, cb, sb, layout)
+        return chunk_rotate(module_of(xb), namespace(xb), xb, cb, sb, layout)
 
     result: da.Array = da.blockwise(
         rotary, letters, x, letters, cos, t_ind, sin, t_ind, dtype=x.dtype, meta=x._meta, concatenate=True

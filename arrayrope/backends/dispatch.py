@@ -7,8 +7,8 @@ functions below are what the core calls:
 
 * :func:`rotate`, :func:`prepare`, :func:`arange_tables`: fast paths that compute the
   values of :func:`arrayrope._lib.rotation.rotate_reference` (and of the tables) with
-  fewer passes over memory; :func:`check_out`: whether a rotation may be written into
-  a caller's array (``out=``).
+  fewer passes over memory; :func:`check_out`: the one check of a caller's array that a rotation is
+  written into (``out=``, ``q_out=``, ``k_out=``), asking the library's module about its memory.
 * :func:`concrete`: the one predicate for "the values of this array may be read now"
   (False for Dask graphs, tracers' stand-ins and meta tensors: never inspected or cached).
 * :func:`tracing`: whether a graph of that library is being traced (no float64 then).
@@ -21,7 +21,7 @@ functions below are what the core calls:
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
@@ -30,7 +30,7 @@ from .._lib.rotation import rotate_reference
 from .._lib.types import Array, Device, DType, Namespace
 from . import integrations
 from ._libraries import TABLE
-from ._namespace import lazy_array, library_name, library_of, namespace_key
+from ._namespace import lazy_array, library_name, library_of, namespace, namespace_key, same_device
 from ._protocol import Library
 from .registry import LIBRARIES, library_module
 
@@ -43,6 +43,7 @@ __all__ = [
     "host",
     "library",
     "load_imported",
+    "module_of",
     "prepare",
     "rotate",
     "tracing",
@@ -74,14 +75,9 @@ def load_imported() -> None:
                 continue
 
 
-def _of(x: object) -> Library | None:
-    name = library_of(x)
-    return None if name is None else library(name)
-
-
 def concrete(x: object) -> bool:
     """Whether the values of ``x`` exist and may be read now (see :meth:`.Library.concrete`)."""
-    module = _of(x)
+    module = module_of(x)
     return module.concrete(x) if module is not None else not lazy_array(x)
 
 
@@ -104,11 +100,17 @@ def graph_rotary(x: Array) -> Callable[..., Any] | None:
 
 
 def rotate(
-    xp: Namespace, x: Array, cos: Array, sin: Array, layout: str, prepared: object = None, out: Array | None = None
+    module: Library | None,
+    xp: Namespace,
+    x: Array,
+    cos: Array,
+    sin: Array,
+    layout: str,
+    prepared: object = None,
+    out: Array | None = None,
 ) -> Array:
-    """``x`` rotated by its library's fast path (``prepared``: what :func:`prepare` returned, or None), into
-    ``out`` when given (checked by :func:`check_out`)."""
-    module = _of(x)
+    """``x`` rotated by the fast path of ``module`` (its library's, from :func:`module_of`; None: the reference),
+    with ``prepared`` (what :func:`prepare` returned) where given, into ``out`` (checked by :func:`check_out`)."""
     if module is None:
         return rotate_reference(xp, x, cos, sin, layout, out)
     if prepared is not None:
@@ -118,20 +120,51 @@ def rotate(
     return module.rotate(xp, x, cos, sin, layout, out)
 
 
-def check_out(out: Array, x: Array, others: tuple[Array, ...], names: tuple[str, ...]) -> None:
-    """Refuse ``out`` where ``x``'s library cannot write ``x`` rotated into it (see :meth:`.Library.check_out`)."""
-    module = _of(x)
+def module_of(x: object) -> Library | None:
+    """The module of ``x``'s library (None: a library without one, which takes the pure Array API reference)."""
+    name = library_of(x)
+    return None if name is None else library(name)
+
+
+def check_out(out: Array, x: Array, *, name: str, x_name: str, others: Mapping[str, Array]) -> None:
+    """Refuse ``out`` (the argument ``name``) as the destination of ``x`` (``x_name``) rotated: another library,
+    shape, dtype or device; a library whose arrays cannot be written; memory that cannot be written (read-only,
+    elements repeated), or shared with ``x`` (other than being ``x`` itself) or with ``others`` (the call's
+    other arrays, read or written, by name)."""
+    namespace(x, out, names=(x_name, name))  # an array, of x's library
+    if out.dtype != x.dtype:
+        raise TypeError(f"{name} must have {x_name}'s dtype {x.dtype} (the result's), got {out.dtype}")
+    if tuple(out.shape) != tuple(x.shape):
+        raise ValueError(
+            f"{name} must have {x_name}'s shape {tuple(x.shape)} (no broadcasting), got {tuple(out.shape)}"
+        )
+    same_device(x, out, x_name, name)
+    module = module_of(x)
     if module is None:
         raise TypeError(
-            f"{names[0]}= writes into arrays of NumPy, CuPy and PyTorch; {names[1]} is a {type(x).__name__}: "
-            f"pass no {names[0]}= and use the returned array"
+            f"{name}= writes into arrays of NumPy, CuPy and PyTorch; {x_name} is a {type(x).__name__}: "
+            f"pass no {name}= and use the returned array"
         )
-    module.check_out(out, x, others, names)
+    if module.OUT_REFUSED is not None:
+        raise TypeError(f"{name}= {module.OUT_REFUSED}")
+    if not module.memory_known(out):
+        return
+    fault = module.out_fault(out)
+    if fault is not None:
+        raise ValueError(f"{name} {fault}")
+    if out is not x and module.shares(out, x) and not module.same_view(out, x):
+        raise ValueError(
+            f"{name} shares memory with {x_name} without being {x_name} itself; pass {x_name} (in place) "
+            f"or {module.NOUN} that does not overlap it"
+        )
+    for other_name, other in others.items():
+        if module.shares(out, other):
+            raise ValueError(f"{name} shares memory with {other_name}; pass {module.NOUN} that does not overlap it")
 
 
 def prepare(x: Array, cos: Array, sin: Array, layout: str) -> object | None:
     """``cos``/``sin`` in the form the small-array path of ``x``'s library applies fastest, or None."""
-    module = _of(x)
+    module = module_of(x)
     return None if module is None else module.prepare(cos, sin, layout)
 
 

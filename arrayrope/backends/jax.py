@@ -10,21 +10,38 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._lib.rotation import rotate_reference
-from ._defaults import arange_tables, constant, host, prepare, rotate_prepared, tracing
+from ._defaults import (
+    NOUN,
+    arange_tables,
+    constant,
+    host,
+    memory_known,
+    out_fault,
+    prepare,
+    rotate_prepared,
+    same_view,
+    shares,
+    tracing,
+)
 
 if TYPE_CHECKING:
     from .registry import Backend
 
 __all__ = [
+    "NOUN",
+    "OUT_REFUSED",
     "arange_tables",
-    "check_out",
     "concrete",
     "constant",
     "host",
+    "memory_known",
+    "out_fault",
     "prepare",
     "probe",
     "rotate",
     "rotate_prepared",
+    "same_view",
+    "shares",
     "to_numpy",
     "tracing",
 ]
@@ -56,18 +73,17 @@ def to_numpy(x: jax.Array) -> np.ndarray:
     return arr.astype(np.float32) if arr.dtype.name == "bfloat16" else arr
 
 
-def check_out(out: Any, x: Any, others: tuple[Any, ...], names: tuple[str, ...]) -> None:
-    """JAX arrays are immutable: refused."""
-    raise TypeError(
-        f"{names[0]}= cannot write into a JAX array: JAX arrays are immutable. Use the returned array; to put it "
-        "into a cache, cache.at[...].set(y) or jax.lax.dynamic_update_slice (under jax.jit, with the cache "
-        "donated, XLA updates it in place)"
-    )
+#: JAX arrays are immutable: ``out=`` is refused.
+OUT_REFUSED: str | None = (
+    "cannot write into a JAX array: JAX arrays are immutable. Use the returned array; to put it "
+    "into a cache, cache.at[...].set(y) or jax.lax.dynamic_update_slice (under jax.jit, with the cache "
+    "donated, XLA updates it in place)"
+)
 
 
 def rotate(xp: Any, x: jax.Array, cos: jax.Array, sin: jax.Array, layout: str, out: Any = None) -> jax.Array:
     """The reference under ``jax.jit``: one fused XLA computation (inlined when already tracing); ``out`` is
-    refused before (:func:`check_out`)."""
+    refused before (:func:`.dispatch.check_out`)."""
     fn = _jitted.get(layout)
     if fn is None:
         fn = _jitted[layout] = jax.jit(lambda a, c, s: rotate_reference(jnp, a, c, s, layout))

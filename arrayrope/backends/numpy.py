@@ -35,15 +35,20 @@ if TYPE_CHECKING:
     from .registry import Backend
 
 __all__ = [
+    "NOUN",
+    "OUT_REFUSED",
     "arange_tables",
-    "check_out",
     "concrete",
     "constant",
     "host",
+    "memory_known",
+    "out_fault",
     "prepare",
     "probe",
     "rotate",
     "rotate_prepared",
+    "same_view",
+    "shares",
     "to_numpy",
     "tracing",
 ]
@@ -81,28 +86,29 @@ def _void(nbytes: int) -> np.dtype[np.void]:
     return np.dtype((np.void, nbytes))
 
 
-def check_out(out: np.ndarray, x: np.ndarray, others: tuple[np.ndarray, ...], names: tuple[str, ...]) -> None:
-    """``out`` writable, each element once, sharing no memory with ``x`` (unless it is ``x``) or ``others``."""
-    name = names[0]
+#: NumPy arrays are written by ``out=``.
+OUT_REFUSED: str | None = None
+NOUN = "an array"
+
+
+def memory_known(out: np.ndarray) -> bool:
+    return True
+
+
+def out_fault(out: np.ndarray) -> str | None:
+    """A read-only array, or one that repeats elements, cannot be written."""
     if not out.flags.writeable:
-        raise ValueError(f"{name} is read-only; pass a writable array (x itself, or a slice of a buffer)")
+        return "is read-only; pass a writable array (x itself, or a slice of a buffer)"
     if 0 in out.strides and any(s == 0 and n > 1 for n, s in zip(out.shape, out.strides, strict=True)):
-        raise ValueError(f"{name} repeats elements (a stride of 0, as np.broadcast_to makes); pass a writable array")
-    if out is not x and _shares(out, x) and not _same(out, x):
-        raise ValueError(
-            f"{name} shares memory with {names[1]} without being {names[1]} itself; pass {names[1]} (in place) "
-            "or an array that does not overlap it"
-        )
-    for other, other_name in zip(others, names[2:], strict=True):
-        if _shares(out, other):
-            raise ValueError(f"{name} shares memory with {other_name}; pass an array that does not overlap it")
+        return "repeats elements (a stride of 0, as np.broadcast_to makes); pass a writable array"
+    return None
 
 
 #: Effort bound of the exact overlap test (NumPy's stubs allow only -1 and 0; the function takes any bound).
 _MAX_WORK: Any = 1 << 16
 
 
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
+def same_view(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether ``a`` and ``b`` view the same elements in the same order (``a`` is ``b``, or a view like it)."""
     return a is b or (
         a.shape == b.shape
@@ -111,7 +117,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     )
 
 
-def _shares(a: np.ndarray, b: np.ndarray) -> bool:
+def shares(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether ``a`` and ``b`` have an element in common (exactly; where that is too hard to tell: yes)."""
     if not np.may_share_memory(a, b):
         return False
@@ -127,7 +133,11 @@ def rotate(xp: Any, x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str
     if dt.kind != "f" or not x.size:  # empty arrays: no period of rows to reshape by
         ref: np.ndarray = rotate_reference(xp, x, cos, sin, layout, out)
         return ref
-    work: np.dtype[Any] = np.dtype(dtypes.rotation_dtype(np, dt, cos.dtype, sin.dtype))
+    work: np.dtype[Any]
+    if dt is cos.dtype and dt is sin.dtype and dt in _COMPLEX:
+        work = dt  # the common case, without the rule's comparisons (a decode step is microseconds)
+    else:
+        work = np.dtype(dtypes.rotation_dtype(np, dt, cos.dtype, sin.dtype))
     small = x.nbytes <= (_SMALL_HALF if layout == "half" else _SMALL)
     if small and layout == "half" and work == dt and x.shape[-1] == 2 * cos.shape[-1]:
         return _small_half(x, cos, sin, out)

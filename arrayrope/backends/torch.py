@@ -1,4 +1,6 @@
-"""PyTorch: the backend entries (CPU, CUDA), and the fast path behind ``apply_rotary``.
+"""PyTorch: the backend entries (CPU, CUDA), and the fast path behind ``apply_rotary``; what its tracers see
+and the host constants they take are in :mod:`._torch_graph`, what ``out=`` asks of a tensor's memory in
+:mod:`._torch_memory`.
 
 * Small tensors (a decode step): a few whole-tensor ops on halves from ``chunk``
   (half-split) or one complex multiplication (interleaved), joined by ``cat``; also
@@ -32,19 +34,15 @@ Calls that autograd records, and calls being traced or compiled (``torch.compile
 (exports with a dynamic batch or sequence stay dynamic) and the compilers fuse its
 elementwise ops themselves. Nothing created while tracing is kept afterwards.
 
-Host data that the tables need (:func:`constant`, :func:`host`) reaches a graph that dynamo traces
-(``torch.compile``, strict ``torch.export``) as a constant computed while it traces, outside the graph,
-through ``torch.compiler.assume_constant_result``; the lookups the core's code reads on tensors are filled
-when this module loads, so that inside a trace they hit (see :func:`._namespace.warm`).
+The lookups the core's code reads on tensors are filled when this module loads, so that inside a trace they hit
+(see :func:`._namespace.warm`).
 """
 
 from __future__ import annotations
 
 import math
-import threading
-import types
-from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import array_api_compat.torch as _xp
 import numpy as np
@@ -54,20 +52,27 @@ from .._lib import dtypes
 from .._lib.rotation import rotate_reference
 from . import blocks, integrations
 from ._defaults import arange_tables
+from ._torch_graph import concrete, constant, host, tracing
+from ._torch_memory import NOUN, OUT_REFUSED, memory_known, out_fault, same_view, shares
 
 if TYPE_CHECKING:
     from .registry import Backend
 
 __all__ = [
+    "NOUN",
+    "OUT_REFUSED",
     "arange_tables",
-    "check_out",
     "concrete",
     "constant",
     "host",
+    "memory_known",
+    "out_fault",
     "prepare",
     "probe",
     "rotate",
     "rotate_prepared",
+    "same_view",
+    "shares",
     "to_numpy",
     "tracing",
 ]
@@ -118,55 +123,6 @@ def to_numpy(x: torch.Tensor) -> np.ndarray:
     return x.numpy()
 
 
-def check_out(out: torch.Tensor, x: torch.Tensor, others: tuple[torch.Tensor, ...], names: tuple[str, ...]) -> None:
-    """``out`` with each element once, sharing no memory with ``x`` (unless it is ``x``) or ``others``.
-
-    Not while a graph is traced: its tensors hold no memory to compare, and the reference that a traced
-    call takes computes the result whole before writing it, whatever the overlap.
-    """
-    if tracing() or out.device.type == "meta":
-        return
-    name = names[0]
-    if any(s == 0 and n > 1 for n, s in zip(out.shape, out.stride(), strict=True)):
-        raise ValueError(f"{name} repeats elements (a stride of 0, as expand() makes); pass a tensor of its own")
-    if out is not x and _shares(out, x) and not _same(out, x):
-        raise ValueError(
-            f"{name} shares memory with {names[1]} without being {names[1]} itself; pass {names[1]} (in place) "
-            "or a tensor that does not overlap it"
-        )
-    for other, other_name in zip(others, names[2:], strict=True):
-        if _shares(out, other):
-            raise ValueError(f"{name} shares memory with {other_name}; pass a tensor that does not overlap it")
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``a`` and ``b`` view the same elements in the same order (``a`` is ``b``, or a view like it)."""
-    return a is b or (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride())
-
-
-def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``a`` and ``b`` may have an element in common: their spans of memory meet (on the CPU, NumPy
-    then tells exactly)."""
-    if a.numel() == 0 or b.numel() == 0 or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
-        return False  # tensors of different storages share nothing
-    lo_a, lo_b = a.data_ptr(), b.data_ptr()
-    hi_a = lo_a + (1 + sum((n - 1) * s for n, s in zip(a.shape, a.stride(), strict=True))) * a.element_size()
-    hi_b = lo_b + (1 + sum((n - 1) * s for n, s in zip(b.shape, b.stride(), strict=True))) * b.element_size()
-    if hi_a <= lo_b or hi_b <= lo_a:
-        return False
-    if a.device.type != "cpu":
-        return True
-    from .numpy import _shares as shares
-
-    return shares(_bytes(a), _bytes(b))
-
-
-def _bytes(t: torch.Tensor) -> np.ndarray:
-    """A NumPy view of ``t``'s memory (any dtype, as unsigned integers of its size)."""
-    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
-    return t.detach().view(as_int).numpy()
-
-
 def rotate(
     xp: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, out: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -176,8 +132,10 @@ def rotate(
         ref: torch.Tensor = rotate_reference(xp, x, cos, sin, layout, out)
         return ref
     dt = x.dtype
-    # float16 and bfloat16 arithmetic runs in float32, rounded once at the end
-    work = dtypes.rotation_dtype(_xp, dt, cos.dtype, sin.dtype)
+    if dt is cos.dtype and dt is sin.dtype and (dt is torch.float32 or dt is torch.float64):
+        work = dt  # the common case, without the rule's comparisons (a decode step is microseconds)
+    else:  # float16 and bfloat16 arithmetic runs in float32, rounded once at the end
+        work = dtypes.rotation_dtype(_xp, dt, cos.dtype, sin.dtype)
     if cos.dtype != work or sin.dtype != work:
         cos, sin = cos.to(work), sin.to(work)
     n = x.numel()
@@ -197,101 +155,6 @@ def rotate(
 def _recorded(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
     """Whether autograd records these tensors or a tracer or compiler is running (``out=`` ops would break them)."""
     return ((x.requires_grad or cos.requires_grad or sin.requires_grad) and torch.is_grad_enabled()) or tracing()
-
-
-_jit_tracing: Callable[[], bool] = torch.jit.is_tracing  # type: ignore[attr-defined]
-
-
-def tracing() -> bool:
-    """Whether the running code is being traced (torch.compile, torch.export, TorchScript) rather than run."""
-    return torch.compiler.is_compiling() or _jit_tracing()
-
-
-def concrete(x: torch.Tensor) -> bool:
-    """A plain tensor outside any trace, with storage: not a fake, functional or meta tensor of a tracer."""
-    return type(x) is torch.Tensor and x.device.type != "meta" and not tracing()
-
-
-#: Host constants kept on their devices (digit rotations, turns), per maker, arguments and device; the oldest
-#: goes when a new one would exceed this many.
-CONSTANTS_KEPT = 64
-#: key -> (slot, tensor), oldest first; a slot names the function that hands the tensor to a graph
-_constants: dict[tuple[Any, ...], tuple[int, torch.Tensor]] = {}
-_constants_lock = threading.Lock()
-
-
-def constant(xp: Any, make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: Any) -> torch.Tensor:
-    """``make(*args)`` on ``device``, made once; a constant of the graph under ``torch.compile`` and ``torch.export``.
-
-    dynamo calls the functions marked with ``torch.compiler.assume_constant_result`` eagerly while it traces,
-    outside the graph, and keeps their tensors as constants of the graph; torch.export's non-strict mode and
-    TorchScript tracing call them as they are, and take the tensors as constants too. Up to PyTorch 2.14,
-    dynamo names such a constant after the function's code, and two different tensors of one graph under one
-    name fail in inductor ("already in seen_sources"): each kept tensor comes from a function of its own
-    (a slot), which :func:`_slot` picks. The tensor comes as a view of its shape: dynamo reads no ``.shape``
-    of such a constant where the graph is traced with dynamic shapes.
-    """
-    slot, shape = _slot(make, args, device)
-    found: torch.Tensor = _SLOTS[slot](make, args, device)
-    return found.view(shape)
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _at_trace_time(fn: _F) -> _F:
-    """``fn`` marked for dynamo to call while it traces, its result a constant of the graph."""
-    marked: _F = torch.compiler.assume_constant_result(fn)  # type: ignore[no-untyped-call]
-    return marked
-
-
-@_at_trace_time
-def _slot(make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: Any) -> tuple[int, tuple[int, ...]]:
-    """The slot whose function returns this constant, made and kept now if it is new (0 if it cannot be kept),
-    and the constant's shape."""
-    key = (make, args, device)
-    entry = _constants.get(key)
-    if entry is None:
-        tensor = torch.tensor(make(*args), device=device)
-        if type(tensor) is not torch.Tensor or tensor.device.type == "meta":  # a tracer's fake (non-strict export)
-            return 0, tuple(tensor.shape)
-        with _constants_lock:
-            entry = _constants.get(key)
-            if entry is None:
-                while len(_constants) >= CONSTANTS_KEPT:
-                    _constants.pop(next(iter(_constants)))
-                used = {slot for slot, _ in _constants.values()}
-                entry = _constants[key] = (min(set(range(len(_SLOTS))) - used), tensor)
-    return entry[0], tuple(entry[1].shape)
-
-
-def host(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    """``fn(*args)``; under ``torch.compile`` and ``torch.export`` run while dynamo traces, the result a constant.
-
-    The arguments go one by one: dynamo fixes a dynamic int to its value as an argument of its own (with a
-    guard), not inside a tuple.
-    """
-    return _host(fn, *args)
-
-
-@_at_trace_time
-def _host(fn: Callable[..., Any], *args: Any) -> Any:
-    return fn(*args)
-
-
-def _kept(make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: Any) -> torch.Tensor:
-    entry = _constants.get((make, args, device))
-    return entry[1] if entry is not None else torch.tensor(make(*args), device=device)
-
-
-def _slot_function(i: int) -> Callable[[Callable[..., np.ndarray], tuple[Hashable, ...], Any], torch.Tensor]:
-    """:func:`_kept` under a name of its own (the name of the graph's constant)."""
-    code = _kept.__code__.replace(co_name=f"arrayrope_constant_{i}")
-    return _at_trace_time(types.FunctionType(code, _kept.__globals__, code.co_name))
-
-
-#: More slots than kept tensors: a new one always finds a free slot.
-_SLOTS = [_slot_function(i) for i in range(2 * CONSTANTS_KEPT)]
 
 
 def prepare(cos: torch.Tensor, sin: torch.Tensor, layout: str) -> tuple[torch.Tensor, ...] | None:
@@ -347,7 +210,9 @@ def _small(
     r, d = 2 * h, x.shape[-1]
     if layout == "half" and r == d:  # the products promote to the work dtype
         x1, x2 = x.chunk(2, -1)
-        both = (torch.addcmul(x1 * cos, x2, -sin), torch.addcmul(x2 * cos, x1, sin))
+        # value=-1 rounds as the prepared tables' negated sine on the CPU (one op fewer), not on CUDA
+        first = torch.addcmul(x1 * cos, x2, sin, value=-1) if x.is_cpu else torch.addcmul(x1 * cos, x2, -sin)
+        both = (first, torch.addcmul(x2 * cos, x1, sin))
         if out is not None and both[0].dtype == out.dtype:
             return torch.cat(both, -1, out=out)
         return _result(torch.cat(both, -1), x, out)
@@ -387,7 +252,7 @@ def _cpu(
         return None
     compute = cos.dtype
     cast = x.dtype != compute  # x is converted block by block into float32 (or wider) scratch
-    inplace = into is not None and _same(into, x)  # half-split blocks then read x from scratch
+    inplace = into is not None and same_view(into, x)  # half-split blocks then read x from scratch
     outer = x3.shape[0]
     if into is None:
         out = torch.empty((outer, period, d), dtype=x.dtype)
@@ -500,7 +365,7 @@ def _whole(
     pairs = layout == "interleaved" and _complex_view_ok(xr)
     if x.dtype == work:
         o = out[..., :r]
-        if into is not None and _same(into, x) and not pairs:
+        if into is not None and same_view(into, x) and not pairs:
             xr = xr.clone()
     if layout == "half":
         (x1, x2), (o1, o2) = xr.chunk(2, -1), o.chunk(2, -1)

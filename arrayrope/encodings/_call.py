@@ -12,7 +12,6 @@ from .._lib import checks
 from .._lib.dtypes import index_dtype, table_dtype_for
 from .._lib.positions import add_steps, position_array, scalar_int
 from .._lib.types import Array, Axes, Layout, Namespace
-from ..apply import check_out
 from ..frequencies import RopeFrequencies
 from ..tables import rope_tables
 from ._cache import MAX_CACHE, TableCache
@@ -45,17 +44,16 @@ def check_inputs(xp: Namespace, q: Array, k: Array | None, head_dim: int, axes: 
     return q_dtype, k_dtype
 
 
-def check_outs(xp: Namespace, q: Array, k: Array | None, q_out: Array | None, k_out: Array | None) -> None:
+def check_outs(q: Array, k: Array | None, q_out: Array | None, k_out: Array | None) -> None:
     """Each destination fits its input and shares memory with no other array of the call (q is rotated
     into q_out before k is read, and k_out is written after q_out)."""
     if q_out is not None:
-        read: tuple[Array, ...] = () if k is None else (k,)
-        check_out(xp, q_out, q, read, ("q_out", "q", "k")[: 2 + len(read)])
+        backends.check_out(q_out, q, name="q_out", x_name="q", others={} if k is None else {"k": k})
     if k_out is not None:
         if k is None:
             raise ValueError("k_out= was given without k; pass k (the keys to rotate into it)")
-        used: tuple[Array, ...] = (q,) if q_out is None else (q, q_out)
-        check_out(xp, k_out, k, used, ("k_out", "k", "q", "q_out")[: 2 + len(used)])
+        others = {"q": q} if q_out is None else {"q": q, "q_out": q_out}
+        backends.check_out(k_out, k, name="k_out", x_name="k", others=others)
 
 
 def _check_input(xp: Namespace, x: Array, name: str, head_dim: int, axes: Axes) -> Any:

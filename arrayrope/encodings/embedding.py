@@ -374,7 +374,7 @@ axes='bhsd', rotary_features='trailing')
         if return_freqs is not False and return_freqs is not True:
             checks.boolean(return_freqs, "return_freqs")
         if q_out is not None or k_out is not None:
-            check_outs(xp, q, k, q_out, k_out)
+            check_outs(q, k, q_out, k_out)
         graph = backends.graph_rotary(q)  # registered for graphs of q's library (ONNX export), while one is traced
         if graph is not None:
             fused = graph(
@@ -400,12 +400,13 @@ axes='bhsd', rotary_features='trailing')
         # The tables are built here to broadcast against q and k: no need to check them again.
         cache = self._cache if freqs is self._start_freqs else None  # it holds the starting frequencies' tables
         cos, sin, prepared = tables(xp, q, freqs, where, q_dtype, cache=cache, layout=self.layout, axes=self.axes)
-        q_rot = rotate_features(xp, q, cos, sin, self.layout, self.rotary_features, prepared, q_out)
+        module = backends.module_of(q)  # k's library too (one namespace)
+        q_rot = rotate_features(module, xp, q, cos, sin, self.layout, self.rotary_features, prepared, q_out)
         if k is None:
             return (q_rot, freqs) if return_freqs else q_rot
         if k_dtype != q_dtype:  # each input is rotated by tables of its own dtype
             cos, sin, prepared = tables(xp, k, freqs, where, k_dtype, cache=cache, layout=self.layout, axes=self.axes)
-        k_rot = rotate_features(xp, k, cos, sin, self.layout, self.rotary_features, prepared, k_out)
+        k_rot = rotate_features(module, xp, k, cos, sin, self.layout, self.rotary_features, prepared, k_out)
         return (q_rot, k_rot, freqs) if return_freqs else (q_rot, k_rot)
 
     def _fixed_freqs(self, seq_len: int | None) -> RopeFrequencies:
