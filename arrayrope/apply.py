@@ -146,20 +146,23 @@ def rotate_features(
 
 def check_rotary_args(x: Array, cos: Array, sin: Array) -> Namespace:
     """The namespace of ``x``, ``cos`` and ``sin`` after checking that they can be applied together."""
-    xp = backends.namespace(x, cos, sin, names=("x", "cos", "sin"))
-    xd, cd, sd = x.dtype, cos.dtype, sin.dtype
-    for name, dt in (("x", xd), ("cos", cd), ("sin", sd)) if not (xd == cd == sd) else (("x", xd),):
-        if not backends.is_real_floating(xp, dt):
-            raise TypeError(f"{name} must have a real floating dtype, got {dt}")
-    backends.same_device(x, cos, "x", "cos")
-    backends.same_device(x, sin, "x", "sin")
+    xp = backends.plain_floating((x, cos, sin))  # NumPy arrays or tensors of one float dtype and device
+    plain = xp is not None  # then their shapes hold ints (or a tracer's symbolic ints), each known
+    if xp is None:
+        xp = backends.namespace(x, cos, sin, names=("x", "cos", "sin"))
+        xd, cd, sd = x.dtype, cos.dtype, sin.dtype
+        for name, dt in (("x", xd), ("cos", cd), ("sin", sd)) if not (xd == cd == sd) else (("x", xd),):
+            if not backends.is_real_floating(xp, dt):
+                raise TypeError(f"{name} must have a real floating dtype, got {dt}")
+        backends.same_device(x, cos, "x", "cos")
+        backends.same_device(x, sin, "x", "sin")
     xs, cs, ss = x.shape, cos.shape, sin.shape
     if cs != ss and tuple(cs) != tuple(ss):
         raise ValueError(f"cos and sin must have one shape, got {tuple(cs)} and {tuple(ss)}")
     if not xs or not cs:
         raise ValueError(f"x and cos need a feature axis; got x.shape={tuple(xs)}, cos.shape={tuple(cs)}")
     half, d, known = cs[-1], xs[-1], backends.known
-    if known(half) and known(d) and (half < 1 or 2 * half > d):
+    if (plain or (known(half) and known(d))) and (half < 1 or 2 * half > d):
         raise ValueError(
             f"cos.shape[-1]={half} rotates {2 * half} features but x has {d}; "
             f"expected 1 <= cos.shape[-1] <= {d // 2} (rotary_dim // 2)"
@@ -167,7 +170,7 @@ def check_rotary_args(x: Array, cos: Array, sin: Array) -> Namespace:
     bad = len(cs) > len(xs)
     for i in range(2, len(cs) + 1 if not bad else 2):
         c, s = cs[-i], xs[-i]
-        if c != 1 and c != s and known(c) and known(s):
+        if c != 1 and c != s and (plain or (known(c) and known(s))):
             bad = True
     if bad:
         raise ValueError(

@@ -38,6 +38,7 @@ from ._namespace import (
     library_name,
     library_of,
     namespace,
+    plain_floating,
     same_device,
     to_device,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "load_imported",
     "module_of",
     "namespace",
+    "plain_floating",
     "prepare",
     "rotate",
     "same_device",

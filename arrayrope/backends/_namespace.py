@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Hashable, Iterable
 
 import array_api_compat as compat
+import numpy as np
 
 from .._lib.types import Array, Device, DType, Namespace
 from ._libraries import TABLE
@@ -46,6 +47,9 @@ def library_of(x: object) -> str | None:
 
 def _type_key(t: type) -> str:
     return f"{t.__module__}:{t.__qualname__}"
+
+
+_NDARRAY_KEY = _type_key(np.ndarray)
 
 
 def is_array(x: object) -> bool:
@@ -86,6 +90,30 @@ def default_namespace() -> Namespace:
     import numpy as np
 
     return _namespace_of(np.empty(0))
+
+
+#: NumPy's real floating dtypes in native byte order (their dtype objects are singletons: identity tests)
+_NP_F16, _NP_F32, _NP_F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+
+
+def plain_floating(arrays: tuple[Array, ...]) -> Namespace | None:
+    """The namespace of ``arrays`` where all are NumPy arrays or all PyTorch tensors, of those exact types, of one
+    real floating dtype and on one device: what :func:`namespace`, :func:`is_real_floating` and
+    :func:`same_device` would find of them, in a few identity tests; else None (those checks decide, and name
+    what is wrong). Asked first by the calls that rotate (a decode step is microseconds)."""
+    a = arrays[0]
+    t = type(a)
+    if t is not np.ndarray:
+        if t.__module__ != "torch":
+            return None
+        from . import torch as backend
+
+        return backend.plain_floating(arrays)
+    dt = a.dtype
+    for b in arrays:
+        if type(b) is not t or b.dtype is not dt:
+            return None
+    return _namespace_of_type.get(_NDARRAY_KEY) if dt is _NP_F32 or dt is _NP_F64 or dt is _NP_F16 else None
 
 
 def namespace(*arrays: Array, xp: Namespace | None = None, names: tuple[str, ...] = ()) -> Namespace:

@@ -13,10 +13,11 @@ import types
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
+import array_api_compat.torch as _xp
 import numpy as np
 import torch
 
-__all__ = ["concrete", "constant", "host", "tracing"]
+__all__ = ["concrete", "constant", "host", "plain_floating", "tracing"]
 
 _jit_tracing: Callable[[], bool] = torch.jit.is_tracing  # type: ignore[attr-defined]
 
@@ -29,6 +30,23 @@ def tracing() -> bool:
 def concrete(x: torch.Tensor) -> bool:
     """A plain tensor outside any trace, with storage: not a fake, functional or meta tensor of a tracer."""
     return type(x) is torch.Tensor and x.device.type != "meta" and not tracing()
+
+
+def plain_floating(arrays: tuple[Any, ...]) -> Any:
+    """array_api_compat's namespace where ``arrays`` are tensors of exactly ``torch.Tensor``, of one real floating
+    dtype, on one device; else None."""
+    first = arrays[0]
+    if type(first) is not torch.Tensor:
+        return None
+    dtype, device = first.dtype, first.device
+    if not (dtype is torch.float32 or dtype is torch.bfloat16 or dtype is torch.float16 or dtype is torch.float64):
+        return None
+    for other in arrays:
+        if other is not first and (
+            type(other) is not torch.Tensor or other.dtype is not dtype or other.device != device
+        ):
+            return None
+    return _xp
 
 
 #: Host constants kept on their devices (digit rotations, turns), per maker, arguments and device; the oldest

@@ -52,7 +52,7 @@ from .._lib import dtypes
 from .._lib.rotation import rotate_reference
 from . import blocks, integrations
 from ._defaults import arange_tables
-from ._torch_graph import concrete, constant, host, tracing
+from ._torch_graph import concrete, constant, host, plain_floating, tracing
 from ._torch_memory import NOUN, OUT_REFUSED, memory_known, out_fault, same_view, shares
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ __all__ = [
     "host",
     "memory_known",
     "out_fault",
+    "plain_floating",
     "prepare",
     "probe",
     "rotate",
