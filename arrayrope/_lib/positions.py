@@ -189,6 +189,8 @@ def scalar_int(value: Any) -> Any:
     else come back unchanged, for the caller to compute with as arrays or to refuse.
     Reading the value waits for the array's device, as ``int()`` does.
     """
+    if type(value) is int:  # the common case, without the abstract class's check
+        return value
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return int(value)
     if (

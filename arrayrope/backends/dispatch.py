@@ -77,6 +77,8 @@ def load_imported() -> None:
 
 def concrete(x: object) -> bool:
     """Whether the values of ``x`` exist and may be read now (see :meth:`.Library.concrete`)."""
+    if type(x) is np.ndarray:  # NumPy's own arrays always hold their values
+        return True
     module = module_of(x)
     return module.concrete(x) if module is not None else not lazy_array(x)
 

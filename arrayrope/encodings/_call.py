@@ -19,16 +19,24 @@ from ._cache import MAX_CACHE, TableCache
 __all__ = ["Where", "check_inputs", "check_outs", "positions_of", "tables", "to_axes"]
 
 
-def check_inputs(xp: Namespace, q: Array, k: Array | None, head_dim: int, axes: Axes) -> tuple[Any, Any]:
-    """Check ``q`` and ``k`` (dtypes, shapes, device, shared batch and sequence); the dtypes of their tables."""
-    q_dtype = _check_input(xp, q, "q", head_dim, axes)
+def check_inputs(
+    xp: Namespace, q: Array, k: Array | None, head_dim: int, axes: Axes, *, plain: bool = False
+) -> tuple[Any, Any]:
+    """Check ``q`` and ``k`` (dtypes, shapes, device, shared batch and sequence); the dtypes of their tables.
+    ``plain``: :func:`arrayrope.backends.plain_floating` found them of one real floating dtype and device."""
+    if plain:
+        _check_shape(q, "q", head_dim, axes)
+        q_dtype = table_dtype_for(xp, q.dtype)
+    else:
+        q_dtype = _check_input(xp, q, "q", head_dim, axes)
     k_dtype = q_dtype
     if k is not None:
         if k.dtype == q.dtype:  # the dtype is checked already
             _check_shape(k, "k", head_dim, axes)
         else:
             k_dtype = _check_input(xp, k, "k", head_dim, axes)
-        backends.same_device(q, k, "q", "k")
+        if not plain:
+            backends.same_device(q, k, "q", "k")
         s_ax, other = (2, 1) if axes == "bhsd" else (1, 2)
         if q.shape[0] != k.shape[0] or q.shape[s_ax] != k.shape[s_ax]:
             flip = "bshd" if axes == "bhsd" else "bhsd"
@@ -75,10 +83,18 @@ def _check_shape(x: Array, name: str, head_dim: int, axes: Axes) -> None:
 
 
 def positions_of(
-    xp: Namespace, q: Array, positions: Any, offset: Any, seq_len: Any, axes: Axes, follows: str | None
+    xp: Namespace,
+    q: Array,
+    positions: Any,
+    offset: Any,
+    seq_len: Any,
+    axes: Axes,
+    follows: str | None,
+    tracing: bool,
 ) -> Where:
     """Check the positions of a call (nothing is computed or changed yet); ``follows``: the rope type when
-    its frequencies follow the sequence length (the call's length is then found), else None."""
+    its frequencies follow the sequence length (the call's length is then found), else None; ``tracing``:
+    ``backends.tracing(xp)``, as the caller found it."""
     batch = q.shape[0]
     seq = q.shape[2] if axes == "bhsd" else q.shape[1]
     device = backends.device_of(q)
@@ -100,7 +116,7 @@ def positions_of(
         # (dynamo turns one into a bound on the dimension, which torch.export refuses for a dynamic one)
         traced = not backends.concrete(q)
         if (
-            not backends.tracing(xp)
+            not tracing
             and isinstance(seq, int)
             and offset + seq > 2**31
             and offset + seq - 1 > (limit := int(xp.iinfo(index_dtype(xp, device)).max))

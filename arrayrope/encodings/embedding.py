@@ -369,13 +369,17 @@ axes='bhsd', rotary_features='trailing')
         >>> bool(np.array_equal(cache_k[:, :, :8], rope(np.ones((1, 2, 8, 64), np.float32))))
         True
         """
-        xp = backends.namespace(q, names=("q",)) if k is None else backends.namespace(q, k, names=("q", "k"))
-        q_dtype, k_dtype = check_inputs(xp, q, k, self.freqs.head_dim, self.axes)
+        xp = backends.plain_floating((q,) if k is None else (q, k))  # one float dtype and device: checked
+        plain = xp is not None
+        if xp is None:
+            xp = backends.namespace(q, names=("q",)) if k is None else backends.namespace(q, k, names=("q", "k"))
+        q_dtype, k_dtype = check_inputs(xp, q, k, self.freqs.head_dim, self.axes, plain=plain)
         if return_freqs is not False and return_freqs is not True:
             checks.boolean(return_freqs, "return_freqs")
         if q_out is not None or k_out is not None:
             check_outs(q, k, q_out, k_out)
-        graph = backends.graph_rotary(q)  # registered for graphs of q's library (ONNX export), while one is traced
+        tracing = backends.tracing(xp)  # asked once per call
+        graph = backends.graph_rotary(q) if tracing else None  # registered for graphs of q's library (ONNX export)
         if graph is not None:
             fused = graph(
                 q,
@@ -395,7 +399,7 @@ axes='bhsd', rotary_features='trailing')
                     )
                 return fused
         follows = self.freqs.rope_type if self._resize is not None else None
-        where = positions_of(xp, q, positions, offset, seq_len, self.axes, follows)
+        where = positions_of(xp, q, positions, offset, seq_len, self.axes, follows, tracing)
         freqs = self._select(xp, where.length) if self._resize is not None else self._start_freqs
         # The tables are built here to broadcast against q and k: no need to check them again.
         cache = self._cache if freqs is self._start_freqs else None  # it holds the starting frequencies' tables
