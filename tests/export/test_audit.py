@@ -245,6 +245,35 @@ def test_own_exports(target, tables):
     assert audit_rotary(model, scaled).findings[0].difference.startswith("linear scaling missing")
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("target", ["portable", "onnx23", "ort"])
+def test_own_half_precision_exports(target, dtype):
+    """Tables stored in half precision (with the NaN row past them): verified, and a wrong base still named."""
+    config = {"head_dim": 16, "num_hidden_layers": 1, "rope_theta": 10000.0, "max_position_embeddings": 64}
+    model = rotary_model(16, target=target, max_positions=64, dtype=dtype)
+    assert audit_rotary(model, config).status == "verified"
+    model = rotary_model(16, target=target, max_positions=64, dtype=dtype, base=500000.0)
+    assert audit_rotary(model, config).findings[0].difference == "rope_theta 500000 found, 10000 expected"
+
+
+@pytest.mark.parametrize("dtype", [onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16])
+def test_genai_caches_in_half_precision(dtype, tmp_path):
+    """GroupQueryAttention's caches as a float16 or bfloat16 export stores them: verified within their rounding;
+    truncated, still named."""
+    model, config = load("genai", "llama3")
+    for t in model.graph.initializer:
+        if t.name in ("cos_cache", "sin_cache"):
+            a = numpy_helper.to_array(t)
+            t.CopyFrom(helper.make_tensor(t.name, dtype, a.shape, a.ravel().tolist()))
+    assert audit_fault(model, config, tmp_path).status == "verified"
+    for t in model.graph.initializer:
+        if t.name in ("cos_cache", "sin_cache"):
+            a = numpy_helper.to_array(t).astype(np.float32)[:512]
+            t.CopyFrom(helper.make_tensor(t.name, dtype, a.shape, a.ravel().tolist()))
+    report = audit_fault(model, config, tmp_path)
+    assert all(f.difference.startswith("tables hold 512 rows") for f in report.findings), str(report)
+
+
 def test_no_rotation_found_is_not_verified():
     """A model without any rotation for a config with RoPE: never verified."""
     x = helper.make_tensor_value_info("x", 1, ["B", 4])

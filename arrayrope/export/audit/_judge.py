@@ -22,6 +22,7 @@ from arrayrope._identify.probe import pairs_of
 from arrayrope._lib.verdicts import Status
 from arrayrope.frequencies import RopeFrequencies, rope_frequencies
 
+from ..build._spec import np_dtype
 from ._expect import BLOCK, Expected, Layer, rotation_matrices
 from ._measure import Matrices, Rotation
 
@@ -314,11 +315,12 @@ class _Judge:
         d = freqs.head_dim
         limit = min(x for x in (self.rotation.rows, s.max_position_embeddings, 1 << 20) if x is not None) - 1
 
-        def fn(x: npt.NDArray[Any], positions: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-            y: npt.NDArray[np.float64] = np.einsum(
-                "sij,...sj->...si", self.matrices(np.asarray(positions, np.int64)), np.asarray(x)
-            )
-            return y
+        # the result in the precision of the model's tables: the probe's uncertainties follow the output dtype
+        out = np_dtype("bfloat16" if self.eps >= 2.0**-8 else "float16" if self.eps >= 2.0**-11 else "float64")
+
+        def fn(x: npt.NDArray[Any], positions: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+            y = np.einsum("sij,...sj->...si", self.matrices(np.asarray(positions, np.int64)), np.asarray(x))
+            return y.astype(out)
 
         try:
             found = identify_rope(fn, head_dim=d, dtype="float32", max_position=max(limit, 32), max_offset=0)

@@ -232,9 +232,9 @@ def _finite_rows(graph: Graph, table: str, rows: int) -> int:
     """The rows of a stored table before its trailing rows of NaN (the row arrayrope's graphs send ids past the
     table to)."""
     value = graph.constant(table)
-    if value is None or value.dtype.kind != "f" or value.ndim == 0:
+    if value is None or value.ndim == 0 or not (value.dtype.kind == "f" or value.dtype.name == "bfloat16"):
         return rows
-    finite = np.all(np.isfinite(value.reshape(value.shape[0], -1)), axis=1)
+    finite = np.all(np.isfinite(value.astype(np.float32).reshape(value.shape[0], -1)), axis=1)
     last = np.flatnonzero(finite)
     return int(last[-1]) + 1 if last.size else rows
 
