@@ -319,8 +319,10 @@ class _Judge:
         out = np_dtype("bfloat16" if self.eps >= 2.0**-8 else "float16" if self.eps >= 2.0**-11 else "float64")
 
         def fn(x: npt.NDArray[Any], positions: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
-            y = np.einsum("sij,...sj->...si", self.matrices(np.asarray(positions, np.int64)), np.asarray(x))
-            return y.astype(out)
+            y: npt.NDArray[Any] = np.einsum(
+                "sij,...sj->...si", self.matrices(np.asarray(positions, np.int64)), np.asarray(x)
+            ).astype(out)
+            return y
 
         try:
             found = identify_rope(fn, head_dim=d, dtype="float32", max_position=max(limit, 32), max_offset=0)
