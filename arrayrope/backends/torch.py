@@ -175,7 +175,10 @@ def rotate_prepared(
 ) -> torch.Tensor | None:
     """Small tensors with prepared tables: three calls (half-split) or one multiplication; else None."""
     t = prepared[0]
-    if x.numel() > GRAIN or _recorded(x, t, t) or (out is not None and out.requires_grad):
+    # prepared tables come from outside any trace (prepare() gives none within one): only autograd is asked
+    if x.numel() > GRAIN or ((x.requires_grad or t.requires_grad) and torch.is_grad_enabled()):
+        return None
+    if out is not None and out.requires_grad:
         return None
     if layout == "half":
         cf, sf = prepared
