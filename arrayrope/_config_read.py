@@ -142,6 +142,16 @@ def read(
 def no_rope(head_dim: int) -> RopeFrequencies:
     """The frequencies of a layer without RoPE: every pair turns by 0 (cos 1, sin 0), ``rope_type "none"``.
 
+    Parameters
+    ----------
+    head_dim : int
+        The layer's head dim (even).
+
+    Returns
+    -------
+    RopeFrequencies
+        ``head_dim // 2`` zero frequencies.
+
     Examples
     --------
     >>> from arrayrope.config import no_rope

@@ -135,6 +135,22 @@ def rope_config(
     read). Every problem with a file, from its bytes to a value of the wrong type or
     out of range, is one ``ValueError`` that names the file and the key.
 
+    Parameters
+    ----------
+    config : dict or path
+        A config as transformers writes it (``config.json``'s contents), or the path of that file or of
+        the folder holding it.
+    layer_type : str, optional
+        The layer type whose parameters to read, for families with parameters per layer type
+        (``"full_attention"``, ``"sliding_attention"``).
+    layer_idx : int, optional
+        The layer whose parameters to read (its layer type, its own overrides, whether it has RoPE).
+
+    Returns
+    -------
+    dict
+        The keyword arguments, for ``rope_frequencies(**rope_config(config))``.
+
     Examples
     --------
     >>> from arrayrope.config import rope_config
@@ -167,6 +183,22 @@ def settings(
     given once. A problem is raised with the config (or the file) named, and from a file always as one
     ``ValueError``.
 
+    Parameters
+    ----------
+    config : dict or path
+        A config as transformers writes it (``config.json``'s contents), or the path of that file or of
+        the folder holding it.
+    layer_type : str, optional
+        The layer type whose parameters to read, for families with parameters per layer type
+        (``"full_attention"``, ``"sliding_attention"``).
+    layer_idx : int, optional
+        The layer whose parameters to read (its layer type, its own overrides, whether it has RoPE).
+
+    Returns
+    -------
+    Settings
+        The resolved settings, frequencies included, that :class:`~arrayrope.RotaryEmbedding` is built from.
+
     Examples
     --------
     >>> from arrayrope.config import settings
@@ -192,6 +224,17 @@ def settings(
 
 def load_config(config: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[str, Any]:
     """A config as a mapping: a dict as it is, or a ``config.json`` (or its folder) read with the checks above.
+
+    Parameters
+    ----------
+    config : dict or path
+        A config as transformers writes it (``config.json``'s contents), or the path of that file or of
+        the folder holding it.
+
+    Returns
+    -------
+    mapping
+        The config's keys and values.
 
     Examples
     --------

@@ -1,6 +1,7 @@
-"""The API reference covers the public API: every name in the ``__all__`` of ``arrayrope``,
-``arrayrope.export`` and ``arrayrope.testing`` has a page in ``docs/reference`` (and nothing else is
-listed there), read from the reference pages' sources without building the site."""
+"""The API reference covers the public API: every name in the ``__all__`` of a public module
+(``arrayrope``, ``arrayrope.export``, ``arrayrope.testing``, ``arrayrope.config``, ``arrayrope.scaling``)
+has a page or an entry in ``docs/reference`` (and nothing else is listed there), read from the reference
+pages' sources without building the site."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ import re
 import pytest
 
 REFERENCE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "reference"
-MODULES = ("arrayrope", "arrayrope.export", "arrayrope.testing")
+MODULES = ("arrayrope", "arrayrope.export", "arrayrope.testing", "arrayrope.config", "arrayrope.scaling")
 
 
 def listed(module: str) -> list[str]:
-    """The names a reference page lists: its autosummary entries and its autoclass/autofunction directives."""
+    """The names a reference page lists: its autosummary entries, its autodata directives and the
+    autoclass/autofunction directives of its pages."""
     text = (REFERENCE / f"{module.rsplit('.', 1)[-1]}.rst").read_text()
-    names = []
+    names = re.findall(r"^\.\. autodata:: (\w+)", text, flags=re.M)
     for block in re.findall(r"^\.\. autosummary::\n((?:   .*\n|\n)+)", text, flags=re.M):
         names += [line.strip() for line in block.splitlines() if line.strip() and not line.strip().startswith(":")]
     for page in re.findall(r"^   (\w+)$", text, flags=re.M):  # pages of their own in a toctree
@@ -38,6 +40,7 @@ def test_the_reference_pages_are_read_as_listed():
     """The reader above finds what a page lists: a mutation of a page changes what it returns."""
     assert "rope_tables" in listed("arrayrope") and "fuse_rotary" in listed("arrayrope.export")
     assert "Report" in listed("arrayrope.testing") and "Report" not in listed("arrayrope.export")
+    assert "ROPE_TYPES" in listed("arrayrope.scaling") and "CONFIG_KEYS" in listed("arrayrope.config")
 
 
 def slug(heading: str) -> str:

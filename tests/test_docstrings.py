@@ -1,4 +1,4 @@
-"""numpydoc validation of every public name of arrayrope, arrayrope.export and arrayrope.testing.
+"""numpydoc validation of every public name of the public modules (the API reference's).
 
 numpydoc's own rules (the ones scientific Python libraries hold their docstrings to): a one-line
 summary, every parameter documented with its type, a Returns section, Examples. Extended
@@ -17,7 +17,7 @@ numpydoc_validate = pytest.importorskip("numpydoc.validate", reason="numpydoc is
 
 #: numpydoc checks not required of every public docstring.
 OPTIONAL = {"ES01", "SA01"}
-MODULES = ("arrayrope", "arrayrope.export", "arrayrope.testing")
+MODULES = ("arrayrope", "arrayrope.export", "arrayrope.testing", "arrayrope.config", "arrayrope.scaling")
 
 
 def _public() -> Iterator[str]:

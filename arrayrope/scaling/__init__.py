@@ -100,6 +100,16 @@ __all__ = [
 def rope_type(scaling: Mapping[str, Any]) -> RopeType:
     """The registry entry a scaling dict names (``rope_type``, else ``type``, else ``"default"``).
 
+    Parameters
+    ----------
+    scaling : dict
+        A ``rope_scaling`` or ``rope_parameters`` dict.
+
+    Returns
+    -------
+    RopeType
+        Its entry (an alias such as ``"su"`` gives the type it names).
+
     Examples
     --------
     >>> from arrayrope.scaling import rope_type
@@ -133,7 +143,41 @@ def scale(
     max_position_embeddings: int | None,
     seq_len: int | None,
 ) -> tuple[str, np.ndarray, float]:
-    """Apply the scaling dict ``scaling``; returns ``(rope_type, inv_freq, attention_factor)``."""
+    """Apply a scaling dict to inverse frequencies, with its keys checked as its rope type declares them.
+
+    Parameters
+    ----------
+    scaling : dict
+        A ``rope_scaling`` or ``rope_parameters`` dict.
+    inv_freq : numpy.ndarray
+        The unscaled inverse frequencies (float64).
+    base : float
+        Their base.
+    head_dim, rotary_dim : int
+        The head dim and the number of rotated features.
+    max_position_embeddings : int or None
+        The model's ``max_position_embeddings``.
+    seq_len : int or None
+        The sequence length, for the types whose frequencies depend on it.
+
+    Returns
+    -------
+    rope_type : str
+        The rope type applied.
+    inv_freq : numpy.ndarray
+        The scaled inverse frequencies.
+    attention_factor : float
+        The factor of cos and sin.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from arrayrope.scaling import scale
+    >>> kind, inv, factor = scale({"rope_type": "linear", "factor": 4.0}, inv_freq=np.array([1.0, 0.01]),
+    ...                           base=1e4, head_dim=4, rotary_dim=4, max_position_embeddings=None, seq_len=None)
+    >>> kind, inv.tolist(), factor
+    ('linear', [0.25, 0.0025], 1.0)
+    """
     entry = rope_type(scaling)
     if max_position_embeddings is not None:
         max_position_embeddings = positive_length(max_position_embeddings, "max_position_embeddings")

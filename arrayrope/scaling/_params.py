@@ -82,12 +82,24 @@ def factor_or_ratio(params: Mapping[str, Any], original: int, max_position_embed
 
 
 def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
-    """YaRN's magnitude correction ``0.1 * mscale * ln(factor) + 1`` (1 when ``factor <= 1``).
+    """Compute YaRN's magnitude correction ``0.1 * mscale * ln(factor) + 1`` (1 when ``factor <= 1``).
 
     Hugging Face multiplies cos and sin by ``yarn_mscale(s, mscale) / yarn_mscale(s, mscale_all_dim)``
     (or ``yarn_mscale(s)``), which scales ``q . k`` by its square. DeepSeek-V2/V3 set
     ``mscale == mscale_all_dim`` so that factor is 1, and instead multiply the softmax
     scale by ``yarn_mscale(s, mscale_all_dim) ** 2``.
+
+    Parameters
+    ----------
+    factor : float
+        The scaling factor (positive).
+    mscale : float
+        The config's ``mscale`` (or ``mscale_all_dim``).
+
+    Returns
+    -------
+    float
+        The correction.
 
     Examples
     --------

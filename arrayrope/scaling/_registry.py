@@ -10,7 +10,7 @@ import numpy as np
 
 ScalingFn = Callable[..., "tuple[np.ndarray, float]"]
 #: ``(base, rotary_dim, scaling)``: parameters a fit proposes (``scaling`` None for plain RoPE).
-Candidate = tuple[float, int, "dict[str, Any] | None"]
+Candidate = tuple[float, int, dict[str, Any] | None]
 #: ``fit(omega, sigma, *, head_dim, gain, gain_sigma) -> candidates``: parameters of the rope type that
 #: could have produced the measured pair frequencies ``omega`` (uncertainty ``sigma``) and the measured
 #: factor ``gain`` on cos and sin, roundest first (see :mod:`arrayrope.scaling._fit`).
@@ -27,9 +27,9 @@ COMMON_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_fact
 
 @dataclasses.dataclass(frozen=True)
 class RopeType:
-    """What arrayrope knows about one rope type.
+    """What arrayrope knows about one rope type: an entry of :data:`ROPE_TYPES`.
 
-    Attributes
+    Parameters
     ----------
     name : str
         The ``rope_type`` of configs.
@@ -48,6 +48,12 @@ class RopeType:
         What a probe of the frequencies can tell about the type's parameters (see
         :data:`FitFn`); :func:`arrayrope.testing.identify_rope` names the types that
         have one. None where measured frequencies cannot name the type.
+
+    Examples
+    --------
+    >>> from arrayrope.scaling import ROPE_TYPES
+    >>> sorted(ROPE_TYPES["llama3"].required)[:2], ROPE_TYPES["dynamic"].length is None
+    (['factor', 'high_freq_factor'], False)
     """
 
     name: str
@@ -94,7 +100,37 @@ def register(
     length: LengthRule | None = None,
     fit: FitFn | None = None,
 ) -> Callable[[ScalingFn], ScalingFn]:
-    """Register ``fn`` as rope type ``name``: its dict keys and, if any, its sequence-length rule and fit."""
+    """Register a function of the frequencies as rope type ``name``, with its dict keys, length rule and fit.
+
+    Parameters
+    ----------
+    name : str
+        The ``rope_type`` configs give.
+    required, optional : tuple of str
+        The scaling dict's keys the function needs and the ones it may read.
+    length : callable, optional
+        How a :class:`~arrayrope.RotaryEmbedding` picks the sequence length of the frequencies at each
+        call, for types whose frequencies depend on it (see :data:`LengthRule`).
+    fit : callable, optional
+        What a probe of the frequencies can tell about the type's parameters (see :data:`FitFn`).
+
+    Returns
+    -------
+    callable
+        A decorator that registers the function ``frequencies(inv_freq, params, *, base, head_dim,
+        rotary_dim, max_position_embeddings, seq_len) -> (inv_freq, attention_factor)`` and returns it.
+
+    Examples
+    --------
+    >>> from arrayrope.scaling import ROPE_TYPES, register
+    >>> @register("halved", required=("factor",))
+    ... def halved(inv_freq, params, **_):
+    ...     return inv_freq / (2 * params["factor"]), 1.0
+    >>> import arrayrope
+    >>> arrayrope.rope_frequencies(4, scaling={"rope_type": "halved", "factor": 1.0}).inv_freq.tolist()
+    [0.5, 0.005]
+    >>> del ROPE_TYPES["halved"]
+    """
 
     def deco(fn: ScalingFn) -> ScalingFn:
         ROPE_TYPES[name] = RopeType(name, fn, frozenset(required), frozenset(optional), length, fit)
