@@ -124,8 +124,9 @@ def mrope_positions(
         Shape ``(3, batch, seq)``: the temporal, height and width position of every token.
     deltas : array
         Shape ``(batch, 1)``: ``mrope_position_deltas``, the largest position of each row plus 1 minus
-        its number of tokens. While decoding, the next token's position on every axis is the cache
-        length plus the delta (0 for a row that is only text).
+        its number of tokens (padding not counted; 0 for a row that is only text). While decoding, the
+        next token's position on every axis is the row's number of tokens so far (padding not counted)
+        plus its delta.
 
     Raises
     ------
@@ -273,9 +274,9 @@ def _check_counts(
         if found == len(grids):
             continue
         if rules.frames and kind == 2:
-            need = f"frames t of its rows sum to {len(grids)}; each frame is a run of tokens of its own"
+            need = f"has {len(grids)} frames (t summed over its rows), and each frame is a run of tokens of its own"
         else:
-            need = f"it has {len(grids)} rows"
+            need = f"has {len(grids)} rows"
         raise ValueError(
             f"input_ids holds {found} runs of {token} (where attention_mask is 1) but {name} {need}; "
             f"pass one (t, h, w) row per {'image' if kind == 1 else 'video'}, in the order of the batch"

@@ -340,23 +340,27 @@ def test_tensors_in_tensors_out(name):
 
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_decoding_continues_from_the_delta(name):
-    """The model's own next positions while decoding (``compute_3d_position_ids`` with a cache) are
-    the cache length plus the delta, on every axis."""
+    """The model's own position for the next token while decoding (``compute_3d_position_ids`` with a
+    cache and the mask grown by one) is the row's token count (padding not counted) plus its delta: one
+    past the row's largest position."""
     inputs = batch(name, CASES["left-padded batch"])
-    _, deltas = arrayrope.mrope_positions(**inputs, config=model(name).config)
+    pos, deltas = arrayrope.mrope_positions(**inputs, config=model(name).config)
     net = model(name)
-    net.rope_deltas = torch.from_numpy(transformers_ids(name, inputs)[1])
+    net.rope_deltas = torch.from_numpy(deltas)
+    mask = torch.from_numpy(np.pad(inputs["attention_mask"], ((0, 0), (0, 1)), constant_values=1))
     cache = types.SimpleNamespace(get_seq_length=lambda: inputs["input_ids"].shape[1])
-    step = torch.zeros((2, 1, 32))
-    with torch.no_grad():
-        nxt = net.compute_3d_position_ids(
-            input_ids=None,
-            inputs_embeds=step,
-            image_grid_thw=None,
-            video_grid_thw=None,
-            attention_mask=None,
-            cache=cache,
-        )
-    net.rope_deltas = None
-    expected = inputs["input_ids"].shape[1] + deltas
-    np.testing.assert_array_equal(nxt.numpy(), np.broadcast_to(expected[None], (3, 2, 1)))
+    try:
+        with torch.no_grad():
+            grown = net.compute_3d_position_ids(
+                input_ids=None,
+                inputs_embeds=torch.zeros((2, mask.shape[1], 32)),
+                image_grid_thw=None,
+                video_grid_thw=None,
+                attention_mask=mask,
+                cache=cache,
+            )
+    finally:
+        net.rope_deltas = None
+    tokens = inputs["attention_mask"].sum(-1, keepdims=True)
+    np.testing.assert_array_equal(grown[:, :, -1].numpy(), np.broadcast_to((tokens + deltas)[:, 0], (3, 2)))
+    np.testing.assert_array_equal((tokens + deltas)[:, 0], pos.max(axis=(0, 2)) + 1)
