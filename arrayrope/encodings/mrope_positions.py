@@ -92,7 +92,7 @@ def mrope_positions(
 
     The work depends on the values, so it runs on the host with NumPy; the results come back in the
     namespace and on the device of ``input_ids``, int64 (int32 where the library has no int64). It
-    cannot run inside a traced graph (``torch.compile``, ``jax.jit``).
+    cannot run inside a traced graph (``torch.compile``, ``jax.jit``); Dask arrays are computed.
 
     Parameters
     ----------
@@ -341,7 +341,7 @@ def _host(
 ) -> np.ndarray:
     """``value`` as a NumPy array on the host, checked: its rank, shape and an integer (or real) dtype."""
     if backends.is_array(value):
-        if not backends.concrete(value):
+        if not backends.concrete(value) and backends.library_of(value) != "dask":  # Dask computes here
             raise TypeError(
                 f"{name} must hold values that can be read (the positions depend on them); "
                 "call mrope_positions outside torch.compile / jax.jit and pass the positions in"

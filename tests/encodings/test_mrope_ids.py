@@ -89,6 +89,18 @@ def test_namespaces_and_plain_lists():
     assert type(pos3) is type(pos2)
 
 
+def test_dask_is_computed_and_comes_back_as_dask():
+    da = pytest.importorskip("dask.array")
+    ids = np.array([[1, IMG, IMG, 2]])
+    pos, deltas = arrayrope.mrope_positions(
+        da.from_array(ids), config=CONFIGS["qwen2_vl"], image_grid_thw=da.from_array(np.array([[1, 2, 4]]))
+    )
+    expected = arrayrope.mrope_positions(ids, config=CONFIGS["qwen2_vl"], image_grid_thw=[[1, 2, 4]])
+    assert isinstance(pos, da.Array)
+    np.testing.assert_array_equal(pos.compute(), expected[0])
+    np.testing.assert_array_equal(deltas.compute(), expected[1])
+
+
 def test_the_ids_feed_mrope_tables():
     pos, _ = arrayrope.mrope_positions([[1, IMG, IMG, 2]], config=CONFIGS["qwen3_vl"], image_grid_thw=[[1, 2, 4]])
     cos, sin = arrayrope.mrope_tables(
