@@ -126,7 +126,7 @@ def mrope_positions(
         Shape ``(batch, 1)``: ``mrope_position_deltas``, the largest position of each row plus 1 minus
         its number of tokens (padding not counted; 0 for a row that is only text). While decoding, the
         next token's position on every axis is the row's number of tokens so far (padding not counted)
-        plus its delta.
+        plus its delta. A row the mask leaves empty gets positions 0 and delta 0 (where transformers fails).
 
     Raises
     ------
@@ -183,10 +183,10 @@ def mrope_positions(
     images = _grids(image_grid_thw, "image_grid_thw")
     videos = _grids(video_grid_thw, "video_grid_thw")
     steps = _video_steps(videos, second_per_grid_ts, rules, tps)
-    if rules.frames:  # one grid per frame: (t, h, w) -> t times (1, h, w)
-        steps = [np.zeros(1, dtype=np.int64) for g in videos for _ in range(g[0])]
+    if rules.frames:  # one grid per frame: (t, h, w) -> t times (1, h, w), each at time step 0
         videos = np.repeat(videos, videos[:, 0], axis=0)
         videos[:, 0] = 1
+        steps = [np.zeros(1, dtype=np.int64)] * len(videos)
     _check_counts(runs, images, videos, rules)
     positions = np.zeros((3, batch, seq), dtype=np.int64)
     deltas = np.zeros((batch, 1), dtype=np.int64)

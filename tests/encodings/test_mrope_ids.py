@@ -38,6 +38,15 @@ def test_text_only_is_arange_on_every_axis(name):
     np.testing.assert_array_equal(deltas, np.zeros((2, 1)))
 
 
+def test_a_row_left_empty_by_the_mask():
+    ids = np.array([[1, IMG, IMG, 2], [3, 4, 5, 6]])
+    mask = np.array([[1, 1, 1, 1], [0, 0, 0, 0]])
+    pos, deltas = arrayrope.mrope_positions(
+        ids, config=CONFIGS["qwen2_vl"], attention_mask=mask, image_grid_thw=[[1, 2, 4]]
+    )
+    assert not pos[:, 1].any() and deltas[1, 0] == 0 and deltas[0, 0] == 4 - 4
+
+
 def test_an_image_takes_its_grid_and_the_text_resumes_after_its_larger_side():
     """Qwen2-VL's paper: an image's tokens take (start, start + row, start + column) of its merged grid."""
     ids = np.array([[1, 2, *[IMG] * 6, 3]])
