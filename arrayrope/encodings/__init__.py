@@ -4,7 +4,7 @@
 * :mod:`.rerotate`, :mod:`.xpos`: moving rotated keys to new frequencies; xPos scales.
 * :mod:`.sinusoidal`: the Transformer paper's absolute encoding.
 * :mod:`.axial`, :mod:`.mrope`, :mod:`.mixed`: images, video and multimodal positions
-  (their token grids in :mod:`._grid`).
+  (their token grids in :mod:`._grid`); :mod:`.mrope_positions`: the position ids of M-RoPE models.
 * :mod:`.biases`: ALiBi and T5 relative position buckets.
 """
 
@@ -13,6 +13,7 @@ from .biases import alibi_bias, alibi_slopes, t5_relative_bias, t5_relative_buck
 from .embedding import RotaryEmbedding
 from .mixed import mixed_rope_frequencies, mixed_rope_tables
 from .mrope import mrope_tables
+from .mrope_positions import mrope_positions
 from .rerotate import rerotate
 from .sinusoidal import sinusoidal_embedding
 from .xpos import xpos_scales, xpos_tables
@@ -24,6 +25,7 @@ __all__ = [
     "axial_rope_tables",
     "mixed_rope_frequencies",
     "mixed_rope_tables",
+    "mrope_positions",
     "mrope_tables",
     "pixel_frequencies",
     "rerotate",

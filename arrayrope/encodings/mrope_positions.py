@@ -1,0 +1,424 @@
+"""The position ids of multimodal RoPE, from token ids and vision grids, as transformers' ``get_rope_index``.
+
+Qwen2-VL, Qwen2.5-VL, Qwen3-VL and GLM-4V rotate every token by three positions (temporal, height,
+width). Text tokens take consecutive positions, equal on the three axes; the tokens of an image or a
+video frame take the cells of its grid, merged by ``spatial_merge_size``, offset by the position
+where the image starts; the text after it resumes at that offset plus the larger of the merged
+height and width. What differs between the families is data, in :data:`_FAMILIES`: which tokens are
+video tokens, whether a video is one grid or a grid per frame, and how its time steps are spaced.
+The algorithm, :func:`_row`, is written once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .. import backends
+from .._lib.dtypes import index_dtype
+from .._lib.types import Array, Namespace
+from ..families import TRANSFORMERS_VERSION
+
+__all__ = ["mrope_positions"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rules:
+    """How one family's ``get_rope_index`` and its processor's ``mm_token_type_ids`` differ from Qwen2-VL's.
+
+    Attributes
+    ----------
+    video_span : bool
+        Video tokens are ``image_token_id`` tokens between ``video_start_token_id`` and
+        ``video_end_token_id`` (GLM-4V); otherwise they are ``video_token_id`` tokens.
+    frames : bool
+        Each video frame is a run of tokens of its own, grid ``(1, h, w)``, the frames separated by
+        timestamps in the text (Qwen3-VL, GLM-4V); otherwise a video is one run of grid ``(t, h, w)``.
+    seconds : bool
+        Temporal positions of a video step by ``vision_config.tokens_per_second * second_per_grid_ts``
+        (Qwen2.5-VL); otherwise by 1.
+    """
+
+    video_span: bool = False
+    frames: bool = False
+    seconds: bool = False
+
+
+_QWEN3 = _Rules(frames=True)
+_GLM4V = _Rules(video_span=True, frames=True)
+
+#: The model types whose ``get_rope_index`` (transformers :data:`~arrayrope.families.TRANSFORMERS_VERSION`)
+#: this module computes, and what sets them apart.
+_FAMILIES: dict[str, _Rules] = {
+    "qwen2_vl": _Rules(),
+    "qwen2_5_vl": _Rules(seconds=True),
+    "qwen3_vl": _QWEN3,
+    "qwen3_vl_moe": _QWEN3,
+    "glm4v": _GLM4V,
+    "glm4v_moe": _GLM4V,
+}
+
+
+def mrope_positions(
+    input_ids: Array,
+    *,
+    config: Any,
+    image_grid_thw: Array | None = None,
+    video_grid_thw: Array | None = None,
+    attention_mask: Array | None = None,
+    second_per_grid_ts: Array | None = None,
+    mm_token_type_ids: Array | None = None,
+    xp: Namespace | None = None,
+) -> tuple[Array, Array]:
+    """Position ids ``(3, batch, seq)`` of multimodal RoPE and their deltas, as the model's ``get_rope_index``.
+
+    Equal to ``get_rope_index`` of transformers' Qwen2-VL, Qwen2.5-VL, Qwen3-VL (and its MoE) and
+    GLM-4V (and its MoE) models, so that the tables of :func:`~arrayrope.mrope_tables` can be built
+    without transformers (a NumPy script, ONNX Runtime). Text tokens take consecutive positions,
+    equal on the three axes (temporal, height, width); an image's tokens take the cells of its grid
+    ``(t, h // m, w // m)`` (``m`` the ``spatial_merge_size``), offset by the position where it
+    starts, and the text after it resumes at that offset plus ``max(h, w) // m``. Videos: Qwen2-VL
+    steps time by 1 per temporal patch, Qwen2.5-VL by ``tokens_per_second * second_per_grid_ts``
+    (truncated, computed in the floating dtype of ``second_per_grid_ts``, float32 for a list as
+    PyTorch does); Qwen3-VL and GLM-4V give each frame a grid of its own, the frames separated by
+    timestamp text. GLM-4V marks video frames with ``image_token_id`` between
+    ``video_start_token_id`` and ``video_end_token_id``. Tokens where ``attention_mask`` is 0 are
+    left out and get position 0. The rules are those of transformers |version|.
+
+    The work depends on the values, so it runs on the host with NumPy; the results come back in the
+    namespace and on the device of ``input_ids``, int64 (int32 where the library has no int64). It
+    cannot run inside a traced graph (``torch.compile``, ``jax.jit``); Dask arrays are computed.
+
+    Parameters
+    ----------
+    input_ids : array
+        Integer token ids of shape ``(batch, seq)``, as the processor returns them.
+    config : mapping, transformers config or path
+        The model's config: a dict (``config.json``), a transformers config object, or the path of a
+        ``config.json``. Read: ``model_type``, ``image_token_id``, ``video_token_id`` (GLM-4V:
+        ``video_start_token_id`` and ``video_end_token_id`` instead), ``vision_config.spatial_merge_size``
+        and, for Qwen2.5-VL, ``vision_config.tokens_per_second``.
+    image_grid_thw : array, optional
+        ``(num_images, 3)`` integer grids ``(t, h, w)`` in patches, one per image in the order of the
+        images in the batch, as the processor returns them.
+    video_grid_thw : array, optional
+        ``(num_videos, 3)`` integer grids of the videos, likewise.
+    attention_mask : array, optional
+        ``(batch, seq)``; tokens where it is 0 (padding) are left out and get position 0.
+    second_per_grid_ts : array or sequence, optional
+        Qwen2.5-VL only: seconds per temporal patch of each video (default 1).
+    mm_token_type_ids : array, optional
+        ``(batch, seq)`` modality of each token (0 text, 1 image, 2 video) as the processor returns
+        it; by default derived from ``input_ids`` as the family's processor does.
+    xp : namespace, optional
+        Namespace of the results when ``input_ids`` is not an array (default NumPy).
+
+    Returns
+    -------
+    position_ids : array
+        Shape ``(3, batch, seq)``: the temporal, height and width position of every token.
+    deltas : array
+        Shape ``(batch, 1)``: ``mrope_position_deltas``, the largest position of each row plus 1 minus
+        its number of tokens (padding not counted; 0 for a row that is only text). While decoding, the
+        next token's position on every axis is the row's number of tokens so far (padding not counted)
+        plus its delta. A row the mask leaves empty gets positions 0 and delta 0 (where transformers fails).
+
+    Raises
+    ------
+    ValueError
+        A family other than those above, a config without a key it needs, grids that do not match
+        the image or video tokens (one grid per run of tokens, in order, with ``t * h * w / m**2``
+        tokens), arrays of the wrong shape.
+    TypeError
+        Arguments that are not integer arrays, a config of another type.
+
+    Examples
+    --------
+    A Qwen2-VL prompt: two text tokens, an image of 1 x 4 x 6 patches (merged 2 x 2: 6 tokens), two
+    text tokens.
+
+    >>> import numpy as np, arrayrope
+    >>> config = {"model_type": "qwen2_vl", "image_token_id": 9, "video_token_id": 8,
+    ...           "vision_config": {"spatial_merge_size": 2}}
+    >>> ids = np.array([[1, 2, 9, 9, 9, 9, 9, 9, 3, 4]])
+    >>> pos, deltas = arrayrope.mrope_positions(ids, config=config, image_grid_thw=np.array([[1, 4, 6]]))
+    >>> pos[:, 0]
+    array([[0, 1, 2, 2, 2, 2, 2, 2, 5, 6],
+           [0, 1, 2, 2, 2, 3, 3, 3, 5, 6],
+           [0, 1, 2, 3, 4, 2, 3, 4, 5, 6]])
+    >>> deltas
+    array([[-3]])
+    >>> int(ids.shape[1] + deltas[0, 0])  # the position of the next token
+    7
+    """
+    rules, tokens, merge, tps = _read_config(config)
+    if isinstance(input_ids, (bool, numbers.Number, str, bytes)) or input_ids is None:
+        raise TypeError(f"input_ids must be an integer array of shape (batch, seq), got {input_ids!r}")
+    if backends.is_array(input_ids):
+        ns = backends.namespace(input_ids, xp=xp, names=("input_ids",))
+        device = backends.device_of(input_ids)
+    else:
+        ns, device = backends.namespace(xp=xp), None
+    ids = _host(input_ids, "input_ids", ndim=2)
+    batch, seq = ids.shape
+    mask = np.ones((batch, seq), dtype=bool)
+    if attention_mask is not None:
+        mask = _host(attention_mask, "attention_mask", ndim=2, shape=ids.shape).astype(bool)
+    if mm_token_type_ids is not None:
+        types = _host(mm_token_type_ids, "mm_token_type_ids", ndim=2, shape=ids.shape)
+        bad = types[mask & ((types < 0) | (types > 2))]
+        if bad.size:
+            raise ValueError(
+                f"mm_token_type_ids must be 0 (text), 1 (image) or 2 (video) where attention_mask is 1, "
+                f"got {int(bad[0])}: audio and other modalities have no M-RoPE grid here"
+            )
+    else:
+        types = _token_types(ids, rules, tokens)
+    runs = [_runs(types[b][mask[b]]) for b in range(batch)]
+    images = _grids(image_grid_thw, "image_grid_thw")
+    videos = _grids(video_grid_thw, "video_grid_thw")
+    steps = _video_steps(videos, second_per_grid_ts, rules, tps)
+    if rules.frames:  # one grid per frame: (t, h, w) -> t times (1, h, w), each at time step 0
+        videos = np.repeat(videos, videos[:, 0], axis=0)
+        videos[:, 0] = 1
+        steps = [np.zeros(1, dtype=np.int64)] * len(videos)
+    _check_counts(runs, images, videos, rules)
+    positions = np.zeros((3, batch, seq), dtype=np.int64)
+    deltas = np.zeros((batch, 1), dtype=np.int64)
+    image_steps = [np.arange(int(g[0])) for g in images]  # images' time steps are 1
+    queues = {1: iter(zip(images, image_steps, strict=True)), 2: iter(zip(videos, steps, strict=True))}
+    counts = {1: 0, 2: 0}
+    for b in range(batch):
+        row = _row(runs[b], queues, counts, merge, rules)
+        positions[:, b, mask[b]] = row
+        if row.shape[1]:
+            deltas[b, 0] = row.max() + 1 - row.shape[1]
+    dtype = index_dtype(ns, device)
+    return ns.asarray(positions, dtype=dtype, device=device), ns.asarray(deltas, dtype=dtype, device=device)
+
+
+def _row(
+    runs: list[tuple[int, int, int]],
+    queues: dict[int, Any],
+    counts: dict[int, int],
+    merge: int,
+    rules: _Rules,
+) -> np.ndarray:
+    """The ``(3, n)`` positions of one row's kept tokens, given its runs ``(type, start, end)``."""
+    pos = 0
+    parts = []
+    for kind, start, end in runs:
+        if kind == 0:
+            parts.append(np.broadcast_to(np.arange(pos, pos + end - start), (3, end - start)))
+            pos += end - start
+            continue
+        grid, steps = next(queues[kind])
+        t, h, w = int(grid[0]), int(grid[1]) // merge, int(grid[2]) // merge
+        if t * h * w != end - start:
+            name = "image_grid_thw" if kind == 1 else "video_grid_thw"
+            what = "image" if kind == 1 else ("video frame" if rules.frames else "video")
+            raise ValueError(
+                f"{what} {counts[kind]} has {end - start} tokens in input_ids but its grid {name} "
+                f"({t}, {int(grid[1])}, {int(grid[2])}) with spatial_merge_size {merge} gives t * (h / m) * (w / m) "
+                f"= {t * h * w}; pass the grids the processor returned for these input_ids"
+            )
+        counts[kind] += 1
+        cells = np.meshgrid(steps + pos, np.arange(h) + pos, np.arange(w) + pos, indexing="ij")
+        parts.append(np.stack(cells).reshape(3, -1))
+        pos += max(int(grid[1]), int(grid[2])) // merge
+    if not parts:
+        return np.zeros((3, 0), dtype=np.int64)
+    return np.concatenate(parts, axis=1).astype(np.int64, copy=False)
+
+
+def _runs(types: np.ndarray) -> list[tuple[int, int, int]]:
+    """Maximal runs of one token type: ``(type, start, end)``."""
+    if types.size == 0:
+        return []
+    cuts = np.flatnonzero(np.diff(types)) + 1
+    starts = np.concatenate([[0], cuts])
+    ends = np.concatenate([cuts, [types.size]])
+    return [(int(types[s]), int(s), int(e)) for s, e in zip(starts, ends, strict=True)]
+
+
+def _token_types(ids: np.ndarray, rules: _Rules, tokens: dict[str, int]) -> np.ndarray:
+    """0 text, 1 image, 2 video for every token, as the family's processor makes ``mm_token_type_ids``."""
+    types = np.zeros(ids.shape, dtype=np.int64)
+    image = ids == tokens["image_token_id"]
+    if rules.video_span:
+        inside = np.cumsum(ids == tokens["video_start_token_id"], axis=-1) > np.cumsum(
+            ids == tokens["video_end_token_id"], axis=-1
+        )
+        types[image] = 1
+        types[image & inside] = 2
+    else:
+        types[image] = 1
+        types[ids == tokens["video_token_id"]] = 2
+    return types
+
+
+def _check_counts(
+    runs: list[list[tuple[int, int, int]]], images: np.ndarray, videos: np.ndarray, rules: _Rules
+) -> None:
+    """One grid per run of image (video) tokens, as ``get_rope_index`` takes them in order."""
+    for kind, grids, name, token in (
+        (1, images, "image_grid_thw", "image tokens"),
+        (2, videos, "video_grid_thw", "video tokens"),
+    ):
+        found = sum(1 for row in runs for r in row if r[0] == kind)
+        if found == len(grids):
+            continue
+        if rules.frames and kind == 2:
+            need = f"has {len(grids)} frames (t summed over its rows), and each frame is a run of tokens of its own"
+        else:
+            need = f"has {len(grids)} rows"
+        raise ValueError(
+            f"input_ids holds {found} runs of {token} (where attention_mask is 1) but {name} {need}; "
+            f"pass one (t, h, w) row per {'image' if kind == 1 else 'video'}, in the order of the batch"
+        )
+
+
+def _video_steps(videos: np.ndarray, seconds: Any, rules: _Rules, tps: Any) -> list[np.ndarray]:
+    """The temporal positions (before the offset) of each video's patches."""
+    if not rules.seconds:
+        if seconds is not None:
+            raise ValueError(
+                "second_per_grid_ts is read by Qwen2.5-VL only (model_type 'qwen2_5_vl'); pass None for this model"
+            )
+        return [np.arange(int(g[0])) for g in videos]
+    if seconds is None:
+        values: list[Any] = [1] * len(videos)
+    elif backends.is_array(seconds) or isinstance(seconds, np.ndarray):
+        host = _host(seconds, "second_per_grid_ts", ndim=1, integer=False)
+        values = [host[i] for i in range(host.shape[0])]
+    else:
+        values = list(seconds)
+    if len(values) != len(videos):
+        raise ValueError(
+            f"second_per_grid_ts has {len(values)} values but video_grid_thw has {len(videos)} videos; "
+            "pass one value per video"
+        )
+    return [_time_steps(int(g[0]), tps, s) for g, s in zip(videos, values, strict=True)]
+
+
+def _time_steps(t: int, tps: Any, s: Any) -> np.ndarray:
+    """``(arange(t) * (tokens_per_second * s)).long()`` with PyTorch's dtypes: a tensor's dtype, float32
+    for a Python float, integers for integers."""
+    if isinstance(s, (bool, np.bool_)) or not isinstance(s, (numbers.Real, np.generic)):
+        raise TypeError(f"second_per_grid_ts must hold real numbers, got {s!r}")
+    if isinstance(tps, numbers.Integral) and isinstance(s, (numbers.Integral, np.integer)):
+        return np.arange(t) * (int(tps) * int(s))
+    if isinstance(s, np.floating):
+        dt = s.dtype
+        interval = dt.type(tps) * s
+    else:
+        dt, interval = np.dtype(np.float32), np.float32(tps * float(s))
+    steps = np.arange(t).astype(dt) * interval
+    if not np.all(np.isfinite(steps)):
+        raise ValueError(f"second_per_grid_ts must be finite, got {s!r}")
+    return np.trunc(steps).astype(np.int64)
+
+
+def _grids(value: Any, name: str) -> np.ndarray:
+    """Grids ``(n, 3)`` of positive ints on the host (``(0, 3)`` for None)."""
+    if value is None:
+        return np.zeros((0, 3), dtype=np.int64)
+    grids: np.ndarray = _host(value, name, ndim=2).astype(np.int64)
+    if grids.shape[1] != 3:
+        raise ValueError(f"{name} must have shape (n, 3), one (t, h, w) per row, got shape {grids.shape}")
+    if grids.size and grids.min() < 1:
+        raise ValueError(f"{name} must hold positive sizes (t, h, w), got {grids.tolist()}")
+    return grids
+
+
+def _host(
+    value: Any, name: str, *, ndim: int, shape: tuple[int, ...] | None = None, integer: bool = True
+) -> np.ndarray:
+    """``value`` as a NumPy array on the host, checked: its rank, shape and an integer (or real) dtype."""
+    if backends.is_array(value):
+        if not backends.concrete(value) and backends.library_of(value) != "dask":  # Dask computes here
+            raise TypeError(
+                f"{name} must hold values that can be read (the positions depend on them); "
+                "call mrope_positions outside torch.compile / jax.jit and pass the positions in"
+            )
+        host: np.ndarray = np.asarray(backends.to_numpy(value))
+    else:
+        try:
+            host = np.asarray(value)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} must be an array, got {type(value).__name__}: {exc}") from None
+    kind = host.dtype.kind
+    ok = kind in "iu" if integer else kind in "iuf"
+    if not ok and not (name == "attention_mask" and kind in "bf"):
+        expected = "an integer" if integer else "a real"
+        raise TypeError(f"{name} must be {expected} array, got dtype {host.dtype}")
+    if host.ndim != ndim or (shape is not None and host.shape != shape):
+        want = shape if shape is not None else ("(batch, seq)" if ndim == 2 else "(n,)")
+        raise ValueError(f"{name} must have shape {want}, got shape {host.shape}")
+    return host
+
+
+def _read_config(config: Any) -> tuple[_Rules, dict[str, int], int, Any]:
+    """The family's rules, its token ids, ``spatial_merge_size`` and ``tokens_per_second`` from a config."""
+    if isinstance(config, (str, os.PathLike)):
+        from ..config import load_config
+
+        config = load_config(config)
+    elif not isinstance(config, Mapping):
+        if not callable(getattr(config, "to_dict", None)):
+            raise TypeError(
+                "config must be a dict, a transformers config or the path of a config.json, "
+                f"got {type(config).__name__}"
+            )
+        config = config.to_dict()
+    model_type = config.get("model_type")
+    rules = _FAMILIES.get(model_type) if isinstance(model_type, str) else None
+    if rules is None:
+        raise ValueError(
+            f"config has model_type {model_type!r}; mrope_positions knows the multimodal RoPE positions of "
+            f"{sorted(_FAMILIES)} (transformers {TRANSFORMERS_VERSION}): pass the model's whole config, not its "
+            "text_config or vision_config"
+        )
+    names = ["image_token_id"] + (
+        ["video_start_token_id", "video_end_token_id"] if rules.video_span else ["video_token_id"]
+    )
+    tokens = {n: _config_int(config, (n,), minimum=0) for n in names}
+    merge = _config_int(config, ("vision_config", "spatial_merge_size"), minimum=1)
+    tps = None
+    if rules.seconds:
+        tps = _config_value(config, ("vision_config", "tokens_per_second"))
+        if isinstance(tps, bool) or not isinstance(tps, numbers.Real):
+            raise TypeError(f"config['vision_config']['tokens_per_second'] must be a number, got {tps!r}")
+    return rules, tokens, merge, tps
+
+
+def _config_value(config: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    where = "config" + "".join(f"[{k!r}]" for k in path)
+    node: Any = config
+    for key in path:
+        if not isinstance(node, Mapping) or key not in node or node[key] is None:
+            raise ValueError(
+                f"{where} is missing; mrope_positions reads it for model_type {config.get('model_type')!r}: "
+                "pass the model's config as transformers or config.json gives it"
+            )
+        node = node[key]
+    return node
+
+
+def _config_int(config: Mapping[str, Any], path: tuple[str, ...], *, minimum: int) -> int:
+    value = _config_value(config, path)
+    where = "config" + "".join(f"[{k!r}]" for k in path)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{where} must be an int, got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{where} must be an int >= {minimum}, got {value}")
+    return int(value)
+
+
+if mrope_positions.__doc__:  # the transformers release the rules follow
+    mrope_positions.__doc__ = mrope_positions.__doc__.replace("|version|", TRANSFORMERS_VERSION)
