@@ -14,13 +14,18 @@ the position ids (:func:`~._tables.computed_cos_sin`): the standard op takes the
 ``(batch, seq, rotary_dim / 2)`` caches without position ids; the contrib op, which
 needs position ids and 2-D caches, reads the ``batch * seq`` rows of the flattened
 caches by the ids ``0..batch*seq-1`` laid out as the positions.
+
+M-RoPE takes the same per-token form, with stored tables too: the rows of each axis's
+ids (guarded) or computed cos/sin at every axis, then each pair's from its axis
+(:func:`~._tables.mrope_select`); the fused op rotates by these caches as it would by
+a plain token's.
 """
 
 from __future__ import annotations
 
 from ._builder import Builder
 from ._spec import MS_DOMAIN, Spec, np_dtype
-from ._tables import computed_cos_sin, guard, host_tables
+from ._tables import computed_cos_sin, guard, host_tables, mrope_select
 
 
 class FusedEmitter:
@@ -58,7 +63,14 @@ class FusedEmitter:
         if key not in self._per_token:
             s, b = self.spec, self.b
             ids = pos or b.positions(x, 2 if s.options.rank == 4 else 1, batch=True)
-            cos, sin = computed_cos_sin(s, b, ids)
+            if s.options.tables == "computed":
+                cos, sin = computed_cos_sin(s, b, ids)
+            else:  # M-RoPE with stored tables: the rows of every axis's ids
+                guarded = guard(b, s, ids)
+                cos, sin = (b.op("Gather", [cache, guarded], axis=0) for cache in self.caches())
+            if s.mrope_axes is not None:  # (A, B, S, r/2) -> (B, S, r/2); the ids' shape is axis 0's
+                cos, sin = mrope_select(s, b, (cos, sin), portable=False)
+                ids = b.op("Gather", [ids, b.scalar(0, "axis0")], axis=0)
             if s.target == "onnx23":
                 self._per_token[key] = (cos, sin)
             else:
@@ -78,7 +90,7 @@ class FusedEmitter:
         o = s.options
         with_heads = heads is not None and (o.rank == 3 or s.target == "ort")
         standard = s.target == "onnx23"
-        if o.tables == "computed":
+        if o.tables == "computed" or s.mrope_axes is not None:
             return b.op(
                 "RotaryEmbedding",
                 [x, *self.per_token(x, pos)],
