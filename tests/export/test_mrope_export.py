@@ -237,7 +237,8 @@ def test_other_dtypes(target, tables, dtype):
         typed = {v.name: v.type.tensor_type.elem_type for v in [*inferred.value_info, *inferred.output]}
         narrow = {n.op_type for n in model.graph.node if any(typed.get(o) == onnx_dtype(dtype) for o in n.output)}
         if dtype != "float64":
-            assert narrow <= {"Cast", "Reshape", "Gather", "Where", "RotaryEmbedding"}, narrow
+            moves = {"Cast", "Reshape", "Gather", "GatherElements", "Concat", "Squeeze", "RotaryEmbedding"}
+            assert narrow <= moves, narrow
     if dtype == "bfloat16":
         from arrayrope.export._validate import _run_bound
 
@@ -277,12 +278,21 @@ def test_an_id_outside_the_table_on_one_axis_is_nan_in_that_axis_pairs(target, t
         np.testing.assert_array_equal(y[..., 16:], x[..., 16:])  # pass-through features untouched
 
 
+@pytest.mark.parametrize("interleaved", [False, True])
 @pytest.mark.parametrize("target", TARGETS)
-def test_batch_and_sequence_are_dynamic_and_qk_share_the_selection(target):
-    """One model at several (batch, seq), queries and grouped keys selecting cos/sin once."""
-    sections = (4, 6, 6)
+def test_batch_and_sequence_are_dynamic_and_qk_share_the_selection(target, interleaved):
+    """One model at several (batch, seq), queries and grouped keys selecting cos/sin once: consecutive sections
+    by concatenating per-axis rows, interleaved ones by one GatherElements each."""
+    sections = (6, 5, 5) if interleaved else (4, 6, 6)
     model = rotary_model(
-        HEAD_DIM, target=target, qk=True, num_heads=4, num_kv_heads=2, max_positions=P, mrope_sections=sections
+        HEAD_DIM,
+        target=target,
+        qk=True,
+        num_heads=4,
+        num_kv_heads=2,
+        max_positions=P,
+        mrope_sections=sections,
+        mrope_interleaved=interleaved,
     )
     pos_input = model.graph.input[2]
     dims = [d.dim_value or d.dim_param for d in pos_input.type.tensor_type.shape.dim]
@@ -291,7 +301,8 @@ def test_batch_and_sequence_are_dynamic_and_qk_share_the_selection(target):
         TensorProto.INT64,
         [3, "batch", "seq"],
     )
-    assert sum(n.op_type == "Where" for n in model.graph.node) == 2 * (len(sections) - 1)  # cos and sin, once
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("GatherElements" if interleaved else "Concat") == 2  # cos and sin, once for q and k
     freqs = arrayrope.rope_frequencies(HEAD_DIM)
     rng = np.random.default_rng(5)
     sess = session(model)
@@ -299,8 +310,8 @@ def test_batch_and_sequence_are_dynamic_and_qk_share_the_selection(target):
         ids = rng.integers(0, P, (3, batch, seq))
         q, k = inputs(rng, 4, batch, seq, heads=4), inputs(rng, 4, batch, seq, heads=2)
         q_rot, k_rot = sess.run(None, {"q": q, "k": k, "position_ids": ids})
-        check(q_rot, oracle(freqs, q, ids, sections, False, "half", 4, 4, P), "float32")
-        check(k_rot, oracle(freqs, k, ids, sections, False, "half", 4, 2, P), "float32")
+        check(q_rot, oracle(freqs, q, ids, sections, interleaved, "half", 4, 4, P), "float32")
+        check(k_rot, oracle(freqs, k, ids, sections, interleaved, "half", 4, 2, P), "float32")
 
 
 def test_spliced_and_as_a_function():

@@ -15,17 +15,17 @@ the position ids (:func:`~._tables.computed_cos_sin`): the standard op takes the
 needs position ids and 2-D caches, reads the ``batch * seq`` rows of the flattened
 caches by the ids ``0..batch*seq-1`` laid out as the positions.
 
-M-RoPE takes the same per-token form, with stored tables too: the rows of each axis's
-ids (guarded) or computed cos/sin at every axis, then each pair's from its axis
-(:func:`~._tables.mrope_select`); the fused op rotates by these caches as it would by
-a plain token's.
+M-RoPE takes the same per-token form, with stored tables too: each pair's cos/sin at
+the position of its axis (:mod:`._mrope`), which the fused op applies as it would a
+plain token's.
 """
 
 from __future__ import annotations
 
 from ._builder import Builder
+from ._mrope import per_token as mrope_per_token
 from ._spec import MS_DOMAIN, Spec, np_dtype
-from ._tables import computed_cos_sin, guard, host_tables, mrope_select
+from ._tables import computed_cos_sin, guard, host_tables
 
 
 class FusedEmitter:
@@ -63,13 +63,10 @@ class FusedEmitter:
         if key not in self._per_token:
             s, b = self.spec, self.b
             ids = pos or b.positions(x, 2 if s.options.rank == 4 else 1, batch=True)
-            if s.options.tables == "computed":
+            if s.mrope_axes is None:
                 cos, sin = computed_cos_sin(s, b, ids)
-            else:  # M-RoPE with stored tables: the rows of every axis's ids
-                guarded = guard(b, s, ids)
-                cos, sin = (b.op("Gather", [cache, guarded], axis=0) for cache in self.caches())
-            if s.mrope_axes is not None:  # (A, B, S, r/2) -> (B, S, r/2); the ids' shape is axis 0's
-                cos, sin = mrope_select(s, b, (cos, sin), portable=False)
+            else:  # (A, B, S) ids; the flat ids below take the shape of one axis's
+                cos, sin = mrope_per_token(s, b, ids)
                 ids = b.op("Gather", [ids, b.scalar(0, "axis0")], axis=0)
             if s.target == "onnx23":
                 self._per_token[key] = (cos, sin)

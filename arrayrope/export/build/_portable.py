@@ -10,8 +10,8 @@ viewed as blocks of 16 (or 8, 4, 2) features and multiplied by a constant
 pair-swapping permutation matrix; a Slice reversing a size-2 axis is about three
 times slower on ONNX Runtime CPU because its innermost copies are two elements
 long. The tables are gathered by position ids (unsqueezed for 4-D input) and
-broadcast directly; M-RoPE ids ``(axes, batch, seq)`` gather rows per axis, from which
-:func:`~._tables.mrope_select` takes each pair's. Measured on ONNX Runtime CPU (bench/bench_onnx.py) these
+broadcast directly; M-RoPE ids ``(axes, batch, seq)`` select each pair's rows from its
+axis first (:mod:`._mrope`). Measured on ONNX Runtime CPU (bench/bench_onnx.py) these
 forms run about twice as fast as a Split/Concat swap (one node smaller) and four
 times as fast as a Gather on the feature axis. 3-D half-split input uses a
 ``(batch, seq, heads, 2, r/2)`` view throughout, which saves the two Reshapes
@@ -25,8 +25,9 @@ from collections.abc import Callable
 import numpy as np
 
 from ._builder import Builder
+from ._mrope import portable_rows
 from ._spec import Spec, onnx_dtype
-from ._tables import computed_rows, constant_rows, five_d, mrope_select
+from ._tables import computed_rows, constant_rows, five_d
 
 INT64_MIN = int(np.iinfo(np.int64).min)
 
@@ -61,9 +62,7 @@ class PortableEmitter:
         """C and S at the positions, from stored or computed tables, made once."""
         if self._rows is None:
             make = computed_rows if self.spec.options.tables == "computed" else constant_rows
-            self._rows = make(self.spec, self.b, index)
-            if self.spec.mrope_axes is not None:  # rows per axis -> each pair's from its axis
-                self._rows = mrope_select(self.spec, self.b, self._rows, portable=True)
+            self._rows = (portable_rows if self.spec.mrope_axes is not None else make)(self.spec, self.b, index)
         return self._rows
 
     def _reverse_pairs(self, view: str) -> str:

@@ -18,12 +18,7 @@ rotated features of such a position are NaN on every runtime. Computed tables
 rotate every id in ``(-2**30, 2**30)`` exactly (negative ids backwards) and send
 the others to a NaN row of the top digit's table.
 
-M-RoPE. Position ids ``(axes, batch, seq)`` give rows per axis, with a leading axis
-of ``axes``; :func:`mrope_select` keeps, for each rotary pair, the rows of the axis
-that turns it: ``axes`` Gathers along that axis and ``axes - 1`` Wheres with constant
-masks, a selection with no arithmetic on the values (exact, as the core's
-:func:`arrayrope.mrope_tables` selects them). An id outside the table on one axis
-gives NaN in the pairs that axis turns.
+M-RoPE (position ids ``(axes, batch, seq)``) selects from these rows in :mod:`._mrope`.
 """
 
 from __future__ import annotations
@@ -208,26 +203,3 @@ def computed_cos_sin(spec: Spec, b: Builder, index: str) -> tuple[str, str]:
     if dtype != "float32":
         cos, sin = (b.op("Cast", [t], to=onnx_dtype(dtype)) for t in (cos, sin))
     return cos, sin
-
-
-def mrope_select(spec: Spec, b: Builder, rows: tuple[str, str], *, portable: bool) -> tuple[str, str]:
-    """Rows ``(axes, ..., features)`` -> ``(..., features)``: each pair's from the axis that turns it.
-
-    ``portable``: the features are the portable form (:func:`_in_layout`, shaped by :func:`_rows_shape`);
-    otherwise the ``rotary_dim / 2`` pairs of the fused ops' caches.
-    """
-    axis_of = spec.mrope_axis_of()
-    axes = len(spec.options.mrope_sections or ())
-    masks = []
-    for a in range(axes):
-        mask = axis_of == a
-        masks.append(_rows_shape(spec, _in_layout(spec, mask, mask)[None])[0] if portable else mask)
-    selected = []
-    for table in rows:
-        picked = b.op("Gather", [table, b.scalar(0, "axis0")], axis=0)
-        for a in range(1, axes):
-            if masks[a].any():
-                part = b.op("Gather", [table, b.scalar(a, f"axis{a}")], axis=0)
-                picked = b.op("Where", [b.const(masks[a], f"mrope_axis{a}"), part, picked])
-        selected.append(picked)
-    return selected[0], selected[1]
