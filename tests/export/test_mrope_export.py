@@ -37,15 +37,18 @@ ASSIGNMENTS = {
 }
 
 
-def session(model):
+def session(model, optimize=True):
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    if not optimize:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
 def runs(model, target):
-    """ONNX Runtime, and the reference evaluator where it knows the ops (not the contrib op)."""
-    out = [session(model).run]
+    """ONNX Runtime with its graph optimisations on and off, and the reference evaluator where it knows the ops
+    (not the contrib op)."""
+    out = [session(model).run, session(model, optimize=False).run]
     if target != "ort":
         out.append(ReferenceEvaluator(model).run)
     return out
@@ -360,3 +363,13 @@ def test_spliced_and_as_a_function():
 def test_sections_are_checked_against_the_frequencies(options, message):
     with pytest.raises(ValueError, match=message):
         rotary_model(HEAD_DIM, **options)
+
+
+def test_the_metadata_keeps_the_sections():
+    """What validate and arrayrope check read back from a model file: the sections and their assignment."""
+    from arrayrope.export.build._spec import META_KEY, Spec
+
+    model = rotary_model(HEAD_DIM, max_positions=P, mrope_sections=[6, 5, 5], mrope_interleaved=True)
+    spec = Spec.from_json({p.key: p.value for p in model.metadata_props}[META_KEY])
+    assert (spec.options.mrope_sections, spec.options.mrope_interleaved) == ((6, 5, 5), True)
+    assert "mrope_sections=[6, 5, 5] (interleaved=True)" in model.graph.doc_string
