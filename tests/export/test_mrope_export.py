@@ -146,6 +146,7 @@ def test_matrix_against_the_core(target, assignment, layout, rot, rank, tables):
     ids[:, 1, -4:] = rng.integers(0, P, (len(sections), 4))  # unrelated ids on every axis
     if tables == "computed":
         ids[:, 0, -1] = [1_000_003 * (a + 1) for a in range(len(sections))]  # far beyond any table
+        ids[:, 1, 0] = [-3 - 1000 * a for a in range(len(sections))]  # negative ids turn backwards
     x = inputs(rng, rank, 2, ids.shape[-1])
     expected = oracle(freqs, x, ids, sections, interleaved, layout, rank, HEADS, P if bounded else -(1 << 30))
     for run in runs(model, target):

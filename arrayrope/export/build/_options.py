@@ -128,10 +128,10 @@ class ExportOptions:
         Multimodal RoPE (Qwen2-VL's ``mrope_section``): one position per axis and token,
         ``position_ids`` of shape ``(len(mrope_sections), batch, seq)``, rotary pair ``k``
         turned by the position of the axis :func:`arrayrope.mrope_tables` assigns it
-        (the sections sum to ``rotary_dim // 2``). The graph reads each pair's cos/sin
-        at its axis's position, exactly (``Concat`` of per-axis rows for consecutive
-        sections with stored tables, else ``GatherElements``); the fused targets take
-        them as per-token caches. Needs ``position_ids=True``.
+        (the sections sum to ``rotary_dim // 2``). Each axis's tables hold its own pairs,
+        read at its ids and concatenated (interleaved pairs put back in order by one
+        ``GatherElements``): no arithmetic on the values. The fused targets take the
+        result as per-token caches. Needs ``position_ids=True``.
     mrope_interleaved : bool
         Qwen3-VL's interleaved assignment of pairs to axes instead of consecutive sections.
     tables : {"stored", "computed"}, optional
