@@ -220,8 +220,9 @@ def test_text_ids_are_the_plain_export(target, tables, dtype):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
 def test_other_dtypes(target, tables, dtype):
-    """float16 and bfloat16 within 4 ulps of the float64 core (bfloat16: the portable graph, which ONNX Runtime's
-    CPU provider runs; it has no bfloat16 kernel for either rotary node), float64 on the portable target; no float64
+    """float16 and bfloat16 within 4 ulps of the float64 core (bfloat16: ONNX Runtime's CPU provider runs the
+    portable graph, and has no bfloat16 kernel for either rotary node; the reference evaluator runs the standard
+    ones), float64 on the portable target; no float64
     in a narrower graph, and no arithmetic op in the narrow dtype but the fused rotary node."""
     if dtype == "float64" and target != "portable":
         with pytest.raises(ValueError, match="dtype='float64' cannot be carried by target"):
@@ -246,12 +247,15 @@ def test_other_dtypes(target, tables, dtype):
     if dtype == "bfloat16":
         from arrayrope.export._validate import _run_bound
 
-        if target != "portable":  # no CPU kernel: the session is refused, never a wrong result
+        feed = {"x": x, "position_ids": ids}
+        if target == "portable":
+            check(_run_bound(session(model), feed)[0], expected, dtype)
+        else:  # no CPU kernel: the session is refused, never a wrong result
             with pytest.raises(Exception, match=r"NOT_IMPLEMENTED|Could not find an implementation"):
                 session(model)
-            return
-        (y,) = _run_bound(session(model), {"x": x, "position_ids": ids})
-        check(y, expected, dtype)
+        if target != "ort":  # the reference evaluator runs bfloat16 (not the contrib op)
+            (y,) = ReferenceEvaluator(model).run(None, feed)
+            check(y, expected, dtype)
         return
     for run in runs(model, target):
         (y,) = run(None, {"x": x, "position_ids": ids})
@@ -374,3 +378,14 @@ def test_the_metadata_keeps_the_sections():
     spec = Spec.from_json({p.key: p.value for p in model.metadata_props}[META_KEY])
     assert (spec.options.mrope_sections, spec.options.mrope_interleaved) == ((6, 5, 5), True)
     assert "mrope_sections=[6, 5, 5] (interleaved=True)" in model.graph.doc_string
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_one_axis_is_plain_rope(target):
+    """A single section of every pair: ids (1, batch, seq) rotate as the plain model's (batch, seq)."""
+    common = dict(target=target, num_heads=HEADS, max_positions=P)
+    rng = np.random.default_rng(9)
+    pos, x = rng.integers(0, P, (2, 5)), inputs(rng, 4, 2, 5)
+    (y,) = session(rotary_model(HEAD_DIM, mrope_sections=[16], **common)).run(None, {"x": x, "position_ids": pos[None]})
+    (want,) = session(rotary_model(HEAD_DIM, **common)).run(None, {"x": x, "position_ids": pos})
+    np.testing.assert_array_equal(y, want)
