@@ -9,8 +9,8 @@ keyword arguments. The package depends on the core and never the other way:
   defaults, checks), ``_spec`` (options resolved against the frequencies and ONNX),
   ``_builder`` (the graph builder), ``_emit`` choosing between ``_fused`` (targets
   ``onnx23`` and ``ort``) and ``_portable``, ``_tables`` (stored or computed
-  cos/sin), ``_model`` (:func:`rotary_model`, :func:`rotary_function`) and
-  ``_splice`` (:func:`add_rotary`).
+  cos/sin), ``_mrope`` (M-RoPE: each pair's cos/sin from its axis), ``_model``
+  (:func:`rotary_model`, :func:`rotary_function`) and ``_splice`` (:func:`add_rotary`).
 * ``fuse/``: other exporters' graphs. ``_match`` finds rotations, ``_probe``
   measures them (with the core's :mod:`arrayrope._identify`), ``_replace`` builds one
   rotation's fused node and checks it, ``_edit`` writes the kept nodes into the model,

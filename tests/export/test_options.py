@@ -42,6 +42,8 @@ DOCUMENTED = {
     "num_kv_heads": None,
     "max_positions": None,
     "position_ids": True,
+    "mrope_sections": None,
+    "mrope_interleaved": False,
     "tables": None,
     "dtype": "float32",
     "opset": None,
@@ -138,6 +140,15 @@ def test_a_bounded_model_stores_its_tables():
         ({"runtime": "tensorrt"}, ValueError, "runtime must be one of ('onnxruntime', 'any'), got 'tensorrt'"),
         ({"num_kv_heads": 2}, ValueError, "num_kv_heads applies to k and needs qk=True"),
         ({"rank": 3}, ValueError, "rank=3 input (batch, seq, num_heads * head_dim) needs num_heads"),
+        ({"mrope_sections": (2, 0, 2)}, ValueError, "mrope_sections must contain positive ints, got [2, 0, 2]"),
+        ({"mrope_sections": 4}, TypeError, "mrope_sections must be a non-empty sequence of ints, got 4"),
+        ({"mrope_interleaved": 1}, TypeError, "mrope_interleaved must be a bool, got 1"),
+        ({"mrope_interleaved": True}, ValueError, "mrope_interleaved=True assigns the pairs of mrope_sections"),
+        (
+            {"mrope_sections": (1, 2, 1), "position_ids": False},
+            ValueError,
+            "mrope_sections=[1, 2, 1] rotates by position ids of shape (3, batch, seq): they need position_ids=True",
+        ),
     ],
 )
 def test_each_option_is_checked_by_name(options, error, message):
@@ -199,9 +210,10 @@ def _export_flags() -> dict[str, argparse.Action]:
 
 def test_command_line_flags_agree_with_the_options():
     """``arrayrope export`` spells its flags out (its parser is built without arrayrope.export): same choices
-    and defaults. Not flags: ``--no-position-ids`` inverts position_ids, ``--config`` gives the scaling."""
+    and defaults. Not flags: ``--no-position-ids`` inverts position_ids, ``--config`` gives the scaling; M-RoPE
+    models (``mrope_sections``, ``mrope_interleaved``) are built from Python only."""
     flags = _export_flags()
-    assert set(flags) == set(DOCUMENTED) - {"position_ids", "runtime", "scaling"}
+    assert set(flags) == set(DOCUMENTED) - {"position_ids", "runtime", "scaling", "mrope_sections", "mrope_interleaved"}
     for name, action in flags.items():
         assert action.default == ExportOptions.default(name), name
         assert tuple(action.choices or ()) == ExportOptions.choices(name), name

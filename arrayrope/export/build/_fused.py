@@ -14,11 +14,16 @@ the position ids (:func:`~._tables.computed_cos_sin`): the standard op takes the
 ``(batch, seq, rotary_dim / 2)`` caches without position ids; the contrib op, which
 needs position ids and 2-D caches, reads the ``batch * seq`` rows of the flattened
 caches by the ids ``0..batch*seq-1`` laid out as the positions.
+
+M-RoPE takes the same per-token form, with stored tables too: each pair's cos/sin at
+the position of its axis (:mod:`._mrope`), which the fused op applies as it would a
+plain token's.
 """
 
 from __future__ import annotations
 
 from ._builder import Builder
+from ._mrope import per_token as mrope_per_token
 from ._spec import MS_DOMAIN, Spec, np_dtype
 from ._tables import computed_cos_sin, guard, host_tables
 
@@ -58,7 +63,11 @@ class FusedEmitter:
         if key not in self._per_token:
             s, b = self.spec, self.b
             ids = pos or b.positions(x, 2 if s.options.rank == 4 else 1, batch=True)
-            cos, sin = computed_cos_sin(s, b, ids)
+            if s.mrope_axes is None:
+                cos, sin = computed_cos_sin(s, b, ids)
+            else:  # (A, B, S) ids; the flat ids below take the shape of one axis's
+                cos, sin = mrope_per_token(s, b, ids)
+                ids = b.op("Gather", [ids, b.scalar(0, "axis0")], axis=0)
             if s.target == "onnx23":
                 self._per_token[key] = (cos, sin)
             else:
@@ -78,7 +87,7 @@ class FusedEmitter:
         o = s.options
         with_heads = heads is not None and (o.rank == 3 or s.target == "ort")
         standard = s.target == "onnx23"
-        if o.tables == "computed":
+        if o.tables == "computed" or s.mrope_axes is not None:
             return b.op(
                 "RotaryEmbedding",
                 [x, *self.per_token(x, pos)],

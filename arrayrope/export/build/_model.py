@@ -50,7 +50,8 @@ def _signature(spec: Spec) -> tuple[list[ValueInfoProto], list[ValueInfoProto], 
     inputs = [helper.make_tensor_value_info(i, elem, shape(h, sym)) for i, _, h, sym in pairs]
     outputs = [helper.make_tensor_value_info(out, elem, shape(h, sym)) for _, out, h, sym in pairs]
     if o.position_ids:
-        inputs.append(helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "seq"]))
+        axes: list[str | int] = [] if spec.mrope_axes is None else [spec.mrope_axes]
+        inputs.append(helper.make_tensor_value_info("position_ids", TensorProto.INT64, [*axes, "batch", "seq"]))
     return inputs, outputs, [Rotated(i, out, h) for i, out, h, _ in pairs]
 
 
@@ -67,6 +68,11 @@ def _doc(spec: Spec) -> str:
         f"arrayrope rotary embedding: layout={o.layout}, target={spec.target}, head_dim={spec.head_dim}, "
         f"rotary_dim={spec.rotary_dim}, rope_type={spec.freqs.rope_type}, tables={o.tables}, "
         f"positions < {spec.position_limit}"
+        + (
+            ""
+            if o.mrope_sections is None
+            else f", mrope_sections={list(o.mrope_sections)} (interleaved={o.mrope_interleaved})"
+        )
     )
 
 
@@ -80,7 +86,8 @@ def rotary_model(freqs: Frequencies, **options: Unpack[ExportKeywords]) -> onnx.
 
     Inputs ``x`` and ``position_ids``, output ``y``; with ``qk=True`` inputs ``q``,
     ``k``, ``position_ids`` and outputs ``q_rot``, ``k_rot`` sharing one pair of
-    tables. Batch and sequence dimensions are dynamic.
+    tables. Batch and sequence dimensions are dynamic. With ``mrope_sections``
+    (multimodal RoPE, Qwen2-VL/Qwen3-VL) ``position_ids`` has shape ``(axes, batch, seq)``.
 
     Parameters
     ----------
@@ -119,6 +126,9 @@ def rotary_model(freqs: Frequencies, **options: Unpack[ExportKeywords]) -> onnx.
     >>> y, = sess.run(None, {"x": x, "position_ids": np.array([[0, 1, 2]])})
     >>> y.shape, bool(np.allclose(y[0, 0, 0], x[0, 0, 0]))
     ((1, 2, 3, 64), True)
+    >>> m = rotary_model(64, max_positions=128, mrope_sections=(8, 12, 12))  # Qwen2-VL's sections, halved
+    >>> [d.dim_value or d.dim_param for d in m.graph.input[1].type.tensor_type.shape.dim]
+    [3, 'batch', 'seq']
     """
     return build_model(_spec(freqs, options, "rotary_model"))
 

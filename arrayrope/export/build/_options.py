@@ -72,6 +72,11 @@ def _flag(meaning: str) -> Check:
     return flag
 
 
+def _sections(value: object, name: str) -> tuple[int, ...]:
+    """M-RoPE sections as a tuple of positive ints (their sum is checked against the frequencies when built)."""
+    return checks.int_sequence(value, name, positive=True)
+
+
 def _dtype_name(value: object, name: str) -> object:
     """NumPy dtypes (``np.float16``, ``ml_dtypes.bfloat16``) by their names; names as they are."""
     if isinstance(value, str):
@@ -117,7 +122,18 @@ class ExportOptions:
         Default: no bound; cos/sin are computed in the graph from the position ids
         (``tables="computed"``), right at every position in ``(-2**30, 2**30)``.
     position_ids : bool
-        True: an int64 input ``position_ids`` of shape ``(batch, seq)``. False: positions ``0..seq-1``.
+        True: an int64 input ``position_ids`` of shape ``(batch, seq)`` (``(axes, batch, seq)`` with
+        ``mrope_sections``). False: positions ``0..seq-1``.
+    mrope_sections : sequence of int, optional
+        Multimodal RoPE (Qwen2-VL's ``mrope_section``): one position per axis and token,
+        ``position_ids`` of shape ``(len(mrope_sections), batch, seq)``, rotary pair ``k``
+        turned by the position of the axis :func:`arrayrope.mrope_tables` assigns it
+        (the sections sum to ``rotary_dim // 2``). Each axis's tables hold its own pairs,
+        read at its ids and concatenated (interleaved pairs put back in order by one
+        ``GatherElements``): no arithmetic on the values. The fused targets take the
+        result as per-token caches. Needs ``position_ids=True``.
+    mrope_interleaved : bool
+        Qwen3-VL's interleaved assignment of pairs to axes instead of consecutive sections.
     tables : {"stored", "computed"}, optional
         Where cos/sin come from, in the one vocabulary of every export function:
         ``"stored"``: tables of ``max_positions`` rows stored in the graph (which it needs).
@@ -164,6 +180,8 @@ class ExportOptions:
     num_kv_heads: Annotated[int | None, _optional(checks.positive_int)] = None
     max_positions: Annotated[int | None, _optional(checks.positive_int)] = None
     position_ids: Annotated[bool, _flag("True (an input) or False (positions 0..seq-1)")] = True
+    mrope_sections: Annotated[tuple[int, ...] | None, _optional(_sections)] = None
+    mrope_interleaved: Annotated[bool, _flag("a bool")] = False
     tables: Tables | None = None
     dtype: Annotated[DTypeName, _dtype_name] = "float32"
     opset: Annotated[int | None, _optional(checks.positive_int)] = None  # and against the target when built
@@ -185,6 +203,13 @@ class ExportOptions:
             raise ValueError("num_kv_heads applies to k and needs qk=True")
         if self.rank == 3 and self.num_heads is None:
             raise ValueError("rank=3 input (batch, seq, num_heads * head_dim) needs num_heads")
+        if self.mrope_interleaved and self.mrope_sections is None:
+            raise ValueError("mrope_interleaved=True assigns the pairs of mrope_sections to axes: pass mrope_sections")
+        if self.mrope_sections is not None and not self.position_ids:
+            raise ValueError(
+                f"mrope_sections={list(self.mrope_sections)} rotates by position ids of shape "
+                f"({len(self.mrope_sections)}, batch, seq): they need position_ids=True (an input)"
+            )
         if self.tables is None:
             object.__setattr__(self, "tables", "computed" if self.max_positions is None else "stored")
         elif self.tables == "stored" and self.max_positions is None:
@@ -253,6 +278,8 @@ class SpliceKeywords(TypedDict, total=False):
     num_heads: int | None
     num_kv_heads: int | None
     max_positions: int | None
+    mrope_sections: tuple[int, ...] | None
+    mrope_interleaved: bool
     tables: Tables | None
     runtime: Runtime
     base: float

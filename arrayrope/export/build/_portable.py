@@ -10,7 +10,8 @@ viewed as blocks of 16 (or 8, 4, 2) features and multiplied by a constant
 pair-swapping permutation matrix; a Slice reversing a size-2 axis is about three
 times slower on ONNX Runtime CPU because its innermost copies are two elements
 long. The tables are gathered by position ids (unsqueezed for 4-D input) and
-broadcast directly. Measured on ONNX Runtime CPU (bench/bench_onnx.py) these
+broadcast directly; M-RoPE ids ``(axes, batch, seq)`` select each pair's rows from its
+axis first (:mod:`._mrope`). Measured on ONNX Runtime CPU (bench/bench_onnx.py) these
 forms run about twice as fast as a Split/Concat swap (one node smaller) and four
 times as fast as a Gather on the feature axis. 3-D half-split input uses a
 ``(batch, seq, heads, 2, r/2)`` view throughout, which saves the two Reshapes
@@ -24,6 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ._builder import Builder
+from ._mrope import portable_rows
 from ._spec import Spec, onnx_dtype
 from ._tables import computed_rows, constant_rows, five_d
 
@@ -49,8 +51,9 @@ class PortableEmitter:
             rank = self.spec.options.rank
             if pos is None:  # (S,) broadcasts as is
                 self._index = self.b.positions(x, 2 if rank == 4 else 1, batch=False)
-            elif rank == 4:  # (B, S) -> (B, 1, S) against (B, N, S, ...)
-                self._index = self.b.op("Unsqueeze", [pos, self.b.ints([1], "axis1")])
+            elif rank == 4:  # (B, S) -> (B, 1, S) against (B, N, S, ...); M-RoPE: (A, B, S) -> (A, B, 1, S)
+                heads_axis = 1 if self.spec.mrope_axes is None else 2
+                self._index = self.b.op("Unsqueeze", [pos, self.b.ints([heads_axis], "heads_axis")])
             else:
                 self._index = pos
         return self._index
@@ -59,7 +62,7 @@ class PortableEmitter:
         """C and S at the positions, from stored or computed tables, made once."""
         if self._rows is None:
             make = computed_rows if self.spec.options.tables == "computed" else constant_rows
-            self._rows = make(self.spec, self.b, index)
+            self._rows = (portable_rows if self.spec.mrope_axes is not None else make)(self.spec, self.b, index)
         return self._rows
 
     def _reverse_pairs(self, view: str) -> str:

@@ -13,12 +13,14 @@ import numbers
 from typing import Any, Literal, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import onnx.defs
 from onnx import TensorProto
 
 import arrayrope
 from arrayrope._lib import checks
 from arrayrope._lib.digits import DIGIT_BITS
+from arrayrope.encodings.mrope import _mrope_assignment
 from arrayrope.frequencies import RopeFrequencies
 
 from ._options import DTYPES, DTypeName, ExportOptions
@@ -102,6 +104,19 @@ class Spec:
     @property
     def rotary_dim(self) -> int:
         return self.freqs.rotary_dim
+
+    @property
+    def mrope_axes(self) -> int | None:
+        """Position axes of M-RoPE (``len(mrope_sections)``); None for plain RoPE."""
+        sections = self.options.mrope_sections
+        return None if sections is None else len(sections)
+
+    def mrope_axis_of(self) -> npt.NDArray[np.int64]:
+        """The axis whose position turns each rotary pair, as :func:`arrayrope.mrope_tables` assigns them."""
+        sections = self.options.mrope_sections
+        if sections is None:
+            raise AssertionError("plain RoPE has no axes")
+        return np.asarray(_mrope_assignment(sections, self.options.mrope_interleaved), dtype=np.int64)
 
     @property
     def position_limit(self) -> int:
@@ -215,6 +230,12 @@ def make_spec(freqs: object, options: ExportOptions, *, opset_argument: str = "o
         raise ValueError(
             "target='ort' with partial rotary (rotary_dim < head_dim) needs num_heads: ONNX Runtime's "
             "contrib op requires it; pass num_heads or use target='onnx23' or 'portable'"
+        )
+    sections = options.mrope_sections
+    if sections is not None and sum(sections) != rope.rotary_dim // 2:
+        raise ValueError(
+            f"mrope_sections={list(sections)} sum to {sum(sections)}, but the frequencies have rotary_dim // 2 = "
+            f"{rope.rotary_dim // 2} rotary pairs: the sections must sum to it"
         )
     opset = check_opset(options.opset, target, argument=opset_argument)
     kv_heads = options.num_heads if options.qk and options.num_kv_heads is None else options.num_kv_heads

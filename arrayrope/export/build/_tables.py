@@ -17,6 +17,8 @@ row more, of NaN, at index ``max_positions``, and position ids go through
 rotated features of such a position are NaN on every runtime. Computed tables
 rotate every id in ``(-2**30, 2**30)`` exactly (negative ids backwards) and send
 the others to a NaN row of the top digit's table.
+
+M-RoPE (position ids ``(axes, batch, seq)``) selects from these rows in :mod:`._mrope`.
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ def _digit(b: Builder, index: str, level: int) -> str:
     return digit
 
 
-def _composed(spec: Spec, b: Builder, clipped: str, table: Any) -> tuple[str, str]:
+def composed(spec: Spec, b: Builder, clipped: str, table: Any) -> tuple[str, str]:
     """cos and sin of ``|p|`` from base-1024 digits of the (clipped) positions, composed with the angle-addition
     formula; ``table(values, hint)`` stores one digit table (rows: digit values) in the graph's form."""
     factor = spec.freqs.attention_factor
@@ -165,7 +167,7 @@ def _composed(spec: Spec, b: Builder, clipped: str, table: Any) -> tuple[str, st
     return rows
 
 
-def _clipped(b: Builder, index: str) -> str:
+def clip_positions(b: Builder, index: str) -> str:
     """Position ids clipped to ``[-2**30, 2**30]``: the ends are the NaN rows of the top digit."""
     return b.op("Clip", [index, b.scalar(-COMPUTED_LIMIT, "lowest"), b.scalar(COMPUTED_LIMIT, "highest")])
 
@@ -179,8 +181,8 @@ def computed_rows(spec: Spec, b: Builder, index: str) -> tuple[str, str]:
     those of ``|p|`` and a negative position turns the other way (sin negated). The
     attention factor scales the lowest digit's rotation, so it enters the product once.
     """
-    clipped = _clipped(b, index)
-    rows = _composed(spec, b, clipped, lambda values, hint: _table(spec, b, values, values, hint))
+    clipped = clip_positions(b, index)
+    rows = composed(spec, b, clipped, lambda values, hint: _table(spec, b, values, values, hint))
     # the layout's sign of sin, and the direction of the position: rows for sign(p) + 1 = 0, 1, 2
     ones = np.ones((1, spec.rotary_dim // 2))
     sign = _rows_shape(spec, _in_layout(spec, -ones, ones))[0]
@@ -193,8 +195,8 @@ def computed_cos_sin(spec: Spec, b: Builder, index: str) -> tuple[str, str]:
     """cos and sin ``(..., rotary_dim / 2)`` at the position ids ``index``, computed as :func:`computed_rows`
     computes them (negative ids backwards, ``|id| >= 2**30`` NaN), in float32 and then in the dtype of ``x``:
     the per-token caches of the fused ops."""
-    clipped = _clipped(b, index)
-    cos, sin = _composed(spec, b, clipped, lambda values, hint: b.const(values.astype(np.float32), hint))
+    clipped = clip_positions(b, index)
+    cos, sin = composed(spec, b, clipped, lambda values, hint: b.const(values.astype(np.float32), hint))
     sign = b.op("Cast", [b.op("Sign", [clipped])], to=onnx_dtype("float32"))  # sin(0) = 0 whatever its sign
     sin = b.op("Mul", [sin, b.op("Unsqueeze", [sign, b.ints([-1], "last_axis")])])
     dtype = spec.options.dtype
