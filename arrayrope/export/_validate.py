@@ -107,6 +107,8 @@ def _cases(spec: Spec, rng: np.random.Generator) -> list[Case]:
             else:
                 pos = limit - 1 - rng.integers(0, min(limit, 4), (batch, seq))
             pos = pos.astype(np.int64)
+            if spec.mrope_axes is not None:  # M-RoPE: one row of ids per axis, each its own
+                pos = np.stack([np.roll(pos, a, axis=-1) if a else pos for a in range(spec.mrope_axes)])
         else:
             seq = min(seq, spec.position_limit)
             pos = np.broadcast_to(np.arange(seq, dtype=np.int64), (batch, seq))
@@ -127,14 +129,26 @@ def reference(
     table_dtype: npt.DTypeLike | None = None,
 ) -> npt.NDArray[np.float64]:
     """The core's result in float64 NumPy for one input of the model (tables rounded to ``table_dtype`` if given);
-    NaN in the rotated features of positions the graph has no table row for."""
-    cos, sin = (np.asarray(t) for t in arrayrope.rope_tables(spec.freqs, positions, dtype=np.float64))
+    NaN in the rotated features of positions the graph has no table row for (M-RoPE: in the pairs of
+    the axis whose id it is)."""
+    o = spec.options
+    if o.mrope_sections is None:
+        cos, sin = (np.asarray(t) for t in arrayrope.rope_tables(spec.freqs, positions, dtype=np.float64))
+    else:
+        cos, sin = (
+            np.asarray(t)
+            for t in arrayrope.mrope_tables(
+                spec.freqs, positions, sections=o.mrope_sections, interleaved=o.mrope_interleaved, dtype=np.float64
+            )
+        )
     if table_dtype is not None:
         cos, sin = (t.astype(table_dtype).astype(np.float64) for t in (cos, sin))
-    if spec.options.tables == "computed":
+    if o.tables == "computed":
         outside = np.abs(positions) >= spec.position_limit
     else:
-        outside = (positions < 0) | (positions >= spec.options.rows)
+        outside = (positions < 0) | (positions >= o.rows)
+    if o.mrope_sections is not None:  # (axes, B, S) -> (B, S, pairs): each pair outside where its axis is
+        outside = np.moveaxis(outside[spec.mrope_axis_of()], 0, -1)
     cos[outside], sin[outside] = np.nan, np.nan
     x64 = np.asarray(x, dtype=np.float64)
     layout = spec.options.layout

@@ -389,3 +389,39 @@ def test_one_axis_is_plain_rope(target):
     (y,) = session(rotary_model(HEAD_DIM, mrope_sections=[16], **common)).run(None, {"x": x, "position_ids": pos[None]})
     (want,) = session(rotary_model(HEAD_DIM, **common)).run(None, {"x": x, "position_ids": pos})
     np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("tables", ["stored", "computed"])
+def test_validate_verifies_mrope_models(target, tables):
+    """validate's own reference (the core's mrope_tables) agrees with every target's graph."""
+    from arrayrope.export import validate
+
+    kw = {"max_positions": P} if tables == "stored" else {}
+    model = rotary_model(HEAD_DIM, target=target, mrope_sections=[6, 5, 5], mrope_interleaved=True, **kw)
+    assert validate(model, providers="cpu").status == "verified"
+
+
+def test_validate_fails_a_model_whose_sections_are_not_the_ones_it_states():
+    """A graph of consecutive sections stated as interleaved: validate's reference differs, and it says so."""
+    from arrayrope.export import ValidationError, validate
+    from arrayrope.export.build._spec import META_KEY
+
+    model = rotary_model(HEAD_DIM, target="portable", max_positions=P, mrope_sections=[6, 5, 5])
+    for prop in model.metadata_props:
+        if prop.key == META_KEY:
+            prop.value = prop.value.replace('"mrope_interleaved": false', '"mrope_interleaved": true')
+    assert '"mrope_interleaved": true' in {p.key: p.value for p in model.metadata_props}[META_KEY]
+    with pytest.raises(ValidationError, match="FAIL"):
+        validate(model, providers="cpu")
+
+
+def test_arrayrope_check_verifies_an_mrope_model_file(tmp_path, capsys):
+    import onnx
+
+    from arrayrope import cli
+
+    path = tmp_path / "mrope.onnx"
+    onnx.save(rotary_model(HEAD_DIM, max_positions=P, mrope_sections=[6, 5, 5]), path)
+    assert cli.main(["check", str(path), "--provider", "cpu"]) == 0
+    assert "verdict: verified" in capsys.readouterr().out
