@@ -128,7 +128,11 @@ def test_jax_traced_ids_are_refused():
 BAD: list[tuple[dict, type, str]] = [
     (dict(image_grid_thw=[[1, 2, 4], [1, 2, 2]]), ValueError, r"1 runs of image tokens .* image_grid_thw has 2 rows"),
     (dict(image_grid_thw=None), ValueError, r"1 runs of image tokens .* image_grid_thw has 0 rows"),
-    (dict(image_grid_thw=[[1, 4, 4]]), ValueError, r"image 0 has 2 tokens .* gives t \* \(h / m\) \* \(w / m\) = 4"),
+    (
+        dict(image_grid_thw=[[1, 4, 4]]),
+        ValueError,
+        r"image 0 has 2 tokens .* \(1, 4, 4\) gives 4 tokens \(1 x 2 x 2 merged patches",
+    ),
     (dict(image_grid_thw=[[1, 2]]), ValueError, r"image_grid_thw must have shape \(n, 3\)"),
     (dict(image_grid_thw=[[0, 2, 4]]), ValueError, "image_grid_thw must hold positive sizes"),
     (dict(image_grid_thw=[[1.0, 2, 4]]), TypeError, "image_grid_thw must be an integer array"),
