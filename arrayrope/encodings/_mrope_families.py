@@ -39,8 +39,13 @@ class Rules:
         frame ``k`` is shifted by ``k * max(h, w + 1)`` on every axis, and the text after the grid resumes
         one past its largest position (HY-V4-VL).
     videos : bool
-        The processor marks ``video_token_id`` tokens as video; False where it has no video (PaddleOCR-VL),
-        and ``video_token_id`` is not read.
+        The processor marks ``video_token_id`` tokens as video; False where it has no video (PaddleOCR-VL,
+        HunYuan-VL), and ``video_token_id`` is not read.
+    text_axes : bool
+        Every token keeps its index in the row on every axis, one axis per entry of
+        ``text_config.rope_parameters.mrope_section``; an image's tokens, ``h * (w + 1)`` (a row-end token
+        on each row) and one more at each end if the run holds them, take its column, row and index in the
+        batch on the last three axes (HunYuan-VL). Videos are text.
     """
 
     video_span: bool = False
@@ -49,6 +54,19 @@ class Rules:
     temporal_merge: bool = False
     row_ends: bool = False
     videos: bool = True
+    text_axes: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """What :func:`~arrayrope.mrope_positions` reads from a model's config."""
+
+    rules: Rules
+    tokens: dict[str, int]  # the token ids the processor marks by
+    merge: int  # vision_config.spatial_merge_size
+    tokens_per_second: Any = None  # vision_config.tokens_per_second (Qwen2.5-VL)
+    temporal: int = 1  # vision_config.temporal_merge_size (ERNIE 4.5 VL)
+    axes: int = 3  # the number of position axes
 
 
 _QWEN3 = Rules(frames=True)
@@ -76,16 +94,13 @@ FAMILIES: dict[str, Rules] = {
     "paddleocr_vl": Rules(videos=False),
     "ernie4_5_vl_moe": Rules(temporal_merge=True),
     "hy_v4_vl": Rules(row_ends=True),
+    "hunyuan_vl": Rules(videos=False, text_axes=True),
 }
 
 #: Model types whose position ids are another computation, and what it is.
 UNSUPPORTED: dict[str, str] = {
     "qwen2_5_omni": "audio tokens, and videos interleaved with their audio in chunks (use_audio_in_video)",
     "qwen3_omni_moe": "audio tokens, and videos interleaved with their audio (use_audio_in_video)",
-    "hunyuan_vl": (
-        "positions on one axis per mrope_section entry, every token counted as text, and an image's columns, "
-        "rows and index on three of them"
-    ),
     "minicpmv4_7": "thumbnails and slices of an image placed on a shared canvas (target_sizes)",
     "glm_image": "grids of the images being generated, split by images_per_sample",
 }
@@ -93,8 +108,8 @@ UNSUPPORTED["qwen2_5_omni_thinker"] = UNSUPPORTED["qwen2_5_omni"]  # the thinker
 UNSUPPORTED["qwen3_omni_moe_thinker"] = UNSUPPORTED["qwen3_omni_moe"]
 
 
-def read_config(config: Any) -> tuple[Rules, dict[str, int], int, Any, int]:
-    """The family's rules, its token ids, ``spatial_merge_size``, ``tokens_per_second`` and the temporal merge."""
+def read_config(config: Any) -> Config:
+    """The family's rules and the facts of its config that the positions depend on."""
     if isinstance(config, (str, os.PathLike)):
         from ..config import load_config
 
@@ -134,7 +149,23 @@ def read_config(config: Any) -> tuple[Rules, dict[str, int], int, Any, int]:
     temporal = 1
     if rules.temporal_merge:
         temporal = _config_int(config, ("vision_config", "temporal_merge_size"), minimum=1)
-    return rules, tokens, merge, tps, temporal
+    axes = 3
+    if rules.text_axes:
+        axes = _axes(config)
+    return Config(rules, tokens, merge, tps, temporal, axes)
+
+
+def _axes(config: Mapping[str, Any]) -> int:
+    """HunYuan-VL: the number of entries of ``text_config.rope_parameters.mrope_section`` (or of the
+    ``xdrope_section`` of older checkpoints), at least 3."""
+    rope = _config_value(config, ("text_config", "rope_parameters"))
+    section = rope.get("mrope_section", rope.get("xdrope_section")) if isinstance(rope, Mapping) else None
+    if not isinstance(section, (list, tuple)) or len(section) < 3:
+        raise ValueError(
+            f"config['text_config']['rope_parameters']['mrope_section'] must list at least 3 sections for "
+            f"model_type {config.get('model_type')!r} (one per position axis), got {section!r}"
+        )
+    return len(section)
 
 
 def _config_value(config: Mapping[str, Any], path: tuple[str, ...]) -> Any:

@@ -39,28 +39,38 @@ def mrope_positions(
 ) -> tuple[Array, Array]:
     """Position ids ``(3, batch, seq)`` of multimodal RoPE and their deltas, as the model's ``get_rope_index``.
 
-    Equal to ``get_rope_index`` of transformers' Qwen2-VL, Qwen2.5-VL, Qwen3-VL (and its MoE),
-    Qwen3.5 (and its MoE), Qwen4-Exp, Cosmos3-Edge, Cosmos3-Omni, Cohere Compass, GLM-4V (and its
-    MoE), GLM-4.6V, GLM-OCR, PaddleOCR-VL, ERNIE 4.5 VL (MoE) and HY-V4-VL models, so that the
+    Equal to ``get_rope_index`` of transformers |version| for the model types below, so that the
     tables of :func:`~arrayrope.mrope_tables` can be built without transformers (a NumPy script,
-    ONNX Runtime). Text tokens take consecutive positions,
-    equal on the three axes (temporal, height, width); an image's tokens take the cells of its grid
-    ``(t, h // m, w // m)`` (``m`` the ``spatial_merge_size``), offset by the position where it
-    starts, and the text after it resumes at that offset plus ``max(h, w) // m``. Videos: Qwen2-VL
-    steps time by 1 per temporal patch, Qwen2.5-VL by ``tokens_per_second * second_per_grid_ts``
-    (truncated, computed in the floating dtype of ``second_per_grid_ts``, float32 for a list as
-    PyTorch does); Qwen3-VL and GLM-4V give each frame a grid of its own, the frames separated by
-    timestamp text (so do Qwen3.5, Qwen4-Exp, Cosmos3 and Cohere Compass; GLM-4.6V and GLM-OCR as
-    GLM-4V); ERNIE 4.5 VL divides a video's ``t`` by ``vision_config.temporal_merge_size``. GLM-4V
-    marks video frames with ``image_token_id`` between ``video_start_token_id`` and
-    ``video_end_token_id``; PaddleOCR-VL's processor marks no video tokens. HY-V4-VL ends every row
-    of a merged grid with one more token (``h * (w + 1)`` tokens a frame), moves frame ``k`` by
-    ``k * max(h, w + 1)`` on every axis, and resumes the text one past the grid's largest position.
-    Not covered (``ValueError``): the Omni thinkers of Qwen2.5-Omni and Qwen3-Omni (audio tokens,
-    ``use_audio_in_video``), HunYuan-VL (an axis per ``mrope_section`` entry, image tokens counted
-    as text, an image's index on one axis), MiniCPM-V 4.7 (slices on a canvas) and GLM-Image
-    (generated images' grids). Tokens where ``attention_mask`` is 0 are left out and get position 0.
-    The rules are those of transformers |version|.
+    ONNX Runtime). Text tokens take consecutive positions, equal on the three axes (temporal,
+    height, width); an image's tokens take the cells of its grid ``(t, h // m, w // m)`` (``m`` the
+    ``spatial_merge_size``), offset by the position where it starts, and the text after it resumes
+    at that offset plus ``max(h, w) // m``. Tokens where ``attention_mask`` is 0 are left out and
+    get position 0. The families differ in their videos and grids:
+
+    - ``qwen2_vl`` (Qwen2-VL), ``paddleocr_vl`` (PaddleOCR-VL, whose processor marks no video
+      tokens): a video is one grid, its time stepping by 1 per temporal patch.
+    - ``qwen2_5_vl`` (Qwen2.5-VL): time steps by ``tokens_per_second * second_per_grid_ts``,
+      truncated, computed in the floating dtype of ``second_per_grid_ts`` (float32 for a list, as
+      PyTorch does).
+    - ``qwen3_vl``, ``qwen3_vl_moe`` (Qwen3-VL), ``qwen3_5``, ``qwen3_5_moe`` (Qwen3.5),
+      ``qwen4_exp``, ``cosmos3_edge``, ``cosmos3_omni`` (Cosmos3), ``cohere_compass``: each video
+      frame is a grid of its own, the frames separated by timestamp text.
+    - ``glm4v``, ``glm4v_moe`` (GLM-4.1V, GLM-4.5V), ``glm46v`` (GLM-4.6V), ``glm_ocr`` (GLM-OCR):
+      likewise, a frame's tokens being ``image_token_id`` between ``video_start_token_id`` and
+      ``video_end_token_id``.
+    - ``ernie4_5_vl_moe`` (ERNIE 4.5 VL): a video's ``t`` is divided by
+      ``vision_config.temporal_merge_size``.
+    - ``hy_v4_vl`` (HY-V4-VL): every row of a merged grid ends with one more token (``h * (w + 1)``
+      tokens a frame), frame ``k`` moves by ``k * max(h, w + 1)`` on every axis, and the text
+      resumes one past the grid's largest position.
+    - ``hunyuan_vl`` (HunYuan-VL): one axis per entry of ``text_config.rope_parameters.mrope_section``;
+      every token keeps its index in the row on every axis, and an image's ``h * (w + 1)`` tokens
+      (inside the two extra ones its processor adds) take their column, row and the image's index
+      in the batch on the last three axes. No videos.
+
+    Not covered (a ``ValueError`` says what they need): ``qwen2_5_omni`` and ``qwen3_omni_moe`` (the
+    Omni thinkers: audio tokens, videos interleaved with their audio), ``minicpmv4_7`` (slices of an
+    image on a canvas) and ``glm_image`` (the grids of images being generated).
 
     The work depends on the values, so it runs on the host with NumPy; the results come back in the
     namespace and on the device of ``input_ids``, int64 (int32 where the library has no int64). It
@@ -75,7 +85,8 @@ def mrope_positions(
         ``config.json``. Read: ``model_type``, ``image_token_id``, ``video_token_id`` (GLM-4V, GLM-4.6V,
         GLM-OCR: ``video_start_token_id`` and ``video_end_token_id`` instead; PaddleOCR-VL: none),
         ``vision_config.spatial_merge_size``, for Qwen2.5-VL ``vision_config.tokens_per_second`` and
-        for ERNIE 4.5 VL ``vision_config.temporal_merge_size``.
+        for ERNIE 4.5 VL ``vision_config.temporal_merge_size``, for HunYuan-VL
+        ``text_config.rope_parameters.mrope_section``.
     image_grid_thw : array, optional
         ``(num_images, 3)`` integer grids ``(t, h, w)`` in patches, one per image in the order of the
         images in the batch, as the processor returns them.
@@ -94,7 +105,8 @@ def mrope_positions(
     Returns
     -------
     position_ids : array
-        Shape ``(3, batch, seq)``: the temporal, height and width position of every token.
+        Shape ``(3, batch, seq)``: the temporal, height and width position of every token (HunYuan-VL:
+        ``(len(mrope_section), batch, seq)``).
     deltas : array
         Shape ``(batch, 1)``: ``mrope_position_deltas``, the largest position of each row plus 1 minus
         its number of tokens (padding not counted; 0 for a row that is only text). While decoding, the
@@ -129,7 +141,8 @@ def mrope_positions(
     >>> int(ids.shape[1] + deltas[0, 0])  # the position of the next token
     7
     """
-    rules, tokens, merge, tps, temporal = read_config(config)
+    family = read_config(config)
+    rules, merge = family.rules, family.merge
     if isinstance(input_ids, (bool, numbers.Number, str, bytes)) or input_ids is None:
         raise TypeError(f"input_ids must be an integer array of shape (batch, seq), got {input_ids!r}")
     if backends.is_array(input_ids):
@@ -151,23 +164,26 @@ def mrope_positions(
                 f"got {int(bad[0])}: audio and other modalities have no M-RoPE grid here"
             )
     else:
-        types = _token_types(ids, rules, tokens)
+        types = _token_types(ids, rules, family.tokens)
     runs = [_runs(types[b][mask[b]]) for b in range(batch)]
     images = _grids(image_grid_thw, "image_grid_thw")
     videos = _grids(video_grid_thw, "video_grid_thw")
-    steps = _video_steps(videos, second_per_grid_ts, rules, tps, temporal)
+    steps = _video_steps(videos, second_per_grid_ts, rules, family.tokens_per_second, family.temporal)
     if rules.frames:  # one grid per frame: (t, h, w) -> t times (1, h, w), each at time step 0
         videos = np.repeat(videos, videos[:, 0], axis=0)
         videos[:, 0] = 1
         steps = [np.zeros(1, dtype=np.int64)] * len(videos)
     _check_counts(runs, images, videos, rules)
-    positions = np.zeros((3, batch, seq), dtype=np.int64)
+    positions = np.zeros((family.axes, batch, seq), dtype=np.int64)
     deltas = np.zeros((batch, 1), dtype=np.int64)
     image_steps = [np.arange(int(g[0])) for g in images]  # images' time steps are 1
     queues = {1: iter(zip(images, image_steps, strict=True)), 2: iter(zip(videos, steps, strict=True))}
     counts = {1: 0, 2: 0}
     for b in range(batch):
-        row = _row(runs[b], queues, counts, merge, rules)
+        if rules.text_axes:
+            row = _text_axes_row(runs[b], queues[1], counts, merge, family.axes)
+        else:
+            row = _row(runs[b], queues, counts, merge, rules)
         positions[:, b, mask[b]] = row
         if row.shape[1]:
             deltas[b, 0] = row.max() + 1 - row.shape[1]
@@ -216,6 +232,32 @@ def _row(
     return np.concatenate(parts, axis=1).astype(np.int64, copy=False)
 
 
+def _text_axes_row(
+    runs: list[tuple[int, int, int]], images: Any, counts: dict[int, int], merge: int, axes: int
+) -> np.ndarray:
+    """HunYuan-VL's ``(axes, n)`` positions of one row: its token indices, and in each image's grid (past
+    the run's first token when the run holds two more) its column, row and index on the last three axes."""
+    n = runs[-1][2] if runs else 0
+    row = np.broadcast_to(np.arange(n, dtype=np.int64), (axes, n)).copy()
+    for kind, start, end in runs:
+        if kind != 1:  # videos are text
+            continue
+        grid, _ = next(images)
+        h, w = int(grid[1]) // merge, int(grid[2]) // merge + 1
+        if end - start not in (h * w, h * w + 2):
+            raise ValueError(
+                f"image {counts[1]} has {end - start} tokens in input_ids but its grid image_grid_thw "
+                f"{tuple(int(g) for g in grid)} gives {h} x {w} merged patches with a row-end token on each row, "
+                f"{h * w} tokens or {h * w + 2} with the tokens at its ends (spatial_merge_size {merge}); "
+                "pass the grids the processor returned for these input_ids"
+            )
+        first = start + (end - start - h * w) // 2
+        rows, cols = np.divmod(np.arange(h * w), w)
+        row[axes - 3 :, first : first + h * w] = np.stack([cols, rows, np.full(h * w, counts[1])])
+        counts[1] += 1
+    return row
+
+
 def _runs(types: np.ndarray) -> list[tuple[int, int, int]]:
     """Maximal runs of one token type: ``(type, start, end)``."""
     if types.size == 0:
@@ -249,6 +291,8 @@ def _check_counts(runs: list[list[tuple[int, int, int]]], images: np.ndarray, vi
         (1, images, "image_grid_thw", "image tokens"),
         (2, videos, "video_grid_thw", "video tokens"),
     ):
+        if kind == 2 and rules.text_axes:  # videos are text
+            continue
         found = sum(1 for row in runs for r in row if r[0] == kind)
         if found == len(grids):
             continue

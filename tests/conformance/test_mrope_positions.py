@@ -53,6 +53,8 @@ class Family:
     videos: bool = True  # the processor marks video tokens
     temporal: int = 1  # a video's t is divided by this (vision_config.temporal_merge_size)
     row_ends: bool = False  # each row of a merged grid ends with one more token
+    image_ends: bool = False  # an image's run holds one more image token at each end
+    text: dict[str, Any] = dataclasses.field(default_factory=dict)  # text_config, where it matters
 
 
 def qwen3(model: str, processor: str = "Qwen3VLProcessor") -> Family:
@@ -91,14 +93,27 @@ FAMILIES = {
     "hy_v4_vl": Family(
         "HYV4VLModel", "HYV4VLProcessor", tokens=dict(image_token_id=IMAGE, video_token_id=VIDEO), row_ends=True
     ),
+    "hunyuan_vl": Family(
+        "HunYuanVLModel",
+        "HunYuanVLProcessor",
+        tokens=dict(image_token_id=IMAGE),
+        videos=False,
+        row_ends=True,
+        image_ends=True,
+        text=dict(rope_parameters=dict(rope_type="default", rope_theta=1e4, mrope_section=[16, 16, 16, 16])),
+    ),
 }
+#: Families whose model computes the next positions from the deltas in ``compute_3d_position_ids`` (HunYuan-VL's
+#: leaves that to ``generate``, which adds the deltas to its text positions likewise)
+DECODE_FROM_DELTAS = [name for name in FAMILIES if name != "hunyuan_vl"]
 
 
 @functools.cache
 def model(name: str) -> Any:
     """The family's model class, made without its ``__init__``: only its config, which ``get_rope_index`` reads."""
     fam = FAMILIES[name]
-    cfg = transformers.CONFIG_MAPPING[name](vision_config=fam.vision, **fam.tokens)
+    text = {"text_config": fam.text} if fam.text else {}
+    cfg = transformers.CONFIG_MAPPING[name](vision_config=fam.vision, **text, **fam.tokens)
     cls = getattr(transformers, fam.model)
     net = cls.__new__(cls)
     torch.nn.Module.__init__(net)
@@ -113,7 +128,8 @@ def block(name: str, kind: str, grid: tuple[int, int, int], rng: np.random.Gener
     t, h, w = grid
     per_frame = (h // MERGE) * (w // MERGE + fam.row_ends)
     if kind == "image":
-        return [IMAGE_START if fam.glm else START, *[IMAGE] * (t * per_frame), IMAGE_END if fam.glm else END]
+        tokens = t * per_frame + 2 * fam.image_ends
+        return [IMAGE_START if fam.glm else START, *[IMAGE] * tokens, IMAGE_END if fam.glm else END]
     if fam.glm:
         frames = [tok for _ in range(t) for tok in [IMAGE_START, *[IMAGE] * per_frame, IMAGE_END, *text(rng, 1)]]
         return [VIDEO_START, *frames, VIDEO_END]
@@ -330,7 +346,7 @@ def test_tensors_in_tensors_out(name):
     np.testing.assert_array_equal(deltas.numpy(), expected_deltas)
 
 
-@pytest.mark.parametrize("name", list(FAMILIES))
+@pytest.mark.parametrize("name", DECODE_FROM_DELTAS)
 def test_decoding_continues_from_the_delta(name):
     """The model's own position for the next token while decoding (``compute_3d_position_ids`` with a
     cache and the mask grown by one) is the row's token count (padding not counted) plus its delta: one
@@ -378,3 +394,38 @@ def test_every_model_with_get_rope_index_is_covered_or_refused():
         config = transformers.CONFIG_MAPPING[name]()
         with pytest.raises(ValueError, match=rf"model_type '{name}'.*not supported"):
             arrayrope.mrope_positions(np.ones((1, 4), dtype=np.int64), config=config)
+
+
+@pytest.mark.parametrize("section", [[22, 21, 21], [16, 16, 16, 16]])
+def test_hunyuan_vl_axes_and_images_without_their_end_tokens(section):
+    """HunYuan-VL has one axis per ``mrope_section`` entry; an image's run holds its ``h * (w + 1)`` tokens and
+    two more (the processor's ``cat_extra_token``), or only its grid's."""
+    cfg = transformers.CONFIG_MAPPING["hunyuan_vl"](
+        text_config=dict(rope_parameters=dict(rope_type="default", rope_theta=1e4, mrope_section=section)),
+        vision_config=VISION,
+        image_token_id=IMAGE,
+    )
+    net = model("hunyuan_vl")
+    rows = [[("text", 2), ("image", (1, 4, 6)), ("text", 3), ("image", (1, 2, 2))], [("image", (1, 6, 2)), ("text", 4)]]
+    inputs = batch("hunyuan_vl", rows)
+    bare = inputs["input_ids"].copy()
+    for b in range(len(bare)):  # the first and the last token of each image's run become text
+        kinds = np.array(token_types("hunyuan_vl", bare[b : b + 1])[0])
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], kinds, [0]])) != 0)
+        for start, end in zip(edges[::2], edges[1::2], strict=True):
+            bare[b, start], bare[b, end - 1] = 7, 8
+    for ids in (inputs["input_ids"], bare):
+        case = dict(inputs, input_ids=ids)
+        tensors = {k: None if v is None else torch.from_numpy(v) for k, v in case.items()}
+        kinds = torch.tensor(token_types("hunyuan_vl", ids))
+        original = net.config
+        net.config = cfg
+        try:
+            with torch.no_grad():
+                expected = net.get_rope_index(mm_token_type_ids=kinds, **tensors)
+        finally:
+            net.config = original
+        pos, deltas = arrayrope.mrope_positions(**case, config=cfg)
+        assert pos.shape == (len(section), *ids.shape)
+        np.testing.assert_array_equal(pos, expected[0].numpy())
+        np.testing.assert_array_equal(deltas, expected[1].numpy())

@@ -115,6 +115,31 @@ def test_hy_v4_rows_end_with_a_token_and_frames_move_along_every_axis():
     assert deltas.tolist() == [[11 + 1 - 15]]
 
 
+def test_hunyuan_vl_counts_every_token_and_puts_the_image_on_the_last_three_axes():
+    """HunYuan-VL: every token's index on every axis; an image's h * (w + 1) tokens (inside the two extra ones)
+    take column, row and the image's index in the batch on the last three of ``len(mrope_section)`` axes."""
+    config = {"model_type": "hunyuan_vl", "image_token_id": IMG, "vision_config": {"spatial_merge_size": 2},
+              "text_config": {"rope_parameters": {"mrope_section": [16, 16, 16, 16]}}}  # fmt: skip
+    # row 0: an image of 1 x (2 + 1) tokens and the two extra ones; row 1: 1 x (1 + 1) tokens, without them
+    ids = np.array([[1, IMG, IMG, IMG, IMG, IMG, 2, 3], [4, 5, 6, IMG, IMG, 7, 8, 9]])
+    pos, deltas = arrayrope.mrope_positions(ids, config=config, image_grid_thw=[[1, 2, 4], [1, 2, 2]])
+    assert pos.shape == (4, 2, 8)
+    np.testing.assert_array_equal(pos[0], np.broadcast_to(np.arange(8), (2, 8)))
+    np.testing.assert_array_equal(
+        pos[1:, 0], [[0, 1, 0, 1, 2, 5, 6, 7], [0, 1, 0, 0, 0, 5, 6, 7], [0, 1, 0, 0, 0, 5, 6, 7]]
+    )
+    np.testing.assert_array_equal(
+        pos[1:, 1], [[0, 1, 2, 0, 1, 5, 6, 7], [0, 1, 2, 0, 0, 5, 6, 7], [0, 1, 2, 1, 1, 5, 6, 7]]
+    )
+    assert deltas.tolist() == [[0], [0]]
+    with pytest.raises(ValueError, match=r"image 0 has 4 tokens .* gives 1 x 3 merged patches .* 3 tokens or 5"):
+        arrayrope.mrope_positions([[1, IMG, IMG, IMG, IMG]], config=config, image_grid_thw=[[1, 2, 4]])
+    with pytest.raises(ValueError, match=r"mrope_section'\] must list at least 3 sections"):
+        arrayrope.mrope_positions(
+            ids, config=dict(config, text_config={"rope_parameters": {"mrope_section": [32, 32]}})
+        )
+
+
 def test_paddleocr_has_no_video_tokens():
     """PaddleOCR-VL's processor marks only image tokens: ``video_token_id`` is text, and not read."""
     ids = np.array([[1, V, V, 2]])
@@ -125,7 +150,8 @@ def test_paddleocr_has_no_video_tokens():
 
 
 @pytest.mark.parametrize(
-    "name", ["qwen2_5_omni", "qwen2_5_omni_thinker", "qwen3_omni_moe", "hunyuan_vl", "minicpmv4_7", "glm_image"]
+    "name",
+    ["qwen2_5_omni", "qwen2_5_omni_thinker", "qwen3_omni_moe", "qwen3_omni_moe_thinker", "minicpmv4_7", "glm_image"],
 )
 def test_families_of_another_algorithm_are_refused_by_name(name):
     with pytest.raises(ValueError, match=rf"model_type '{name}', whose get_rope_index .* are not supported"):
