@@ -156,10 +156,15 @@ def read_config(config: Any) -> Config:
 
 
 def _axes(config: Mapping[str, Any]) -> int:
-    """HunYuan-VL: the number of entries of ``text_config.rope_parameters.mrope_section`` (or of the
-    ``xdrope_section`` of older checkpoints), at least 3."""
-    rope = _config_value(config, ("text_config", "rope_parameters"))
-    section = rope.get("mrope_section", rope.get("xdrope_section")) if isinstance(rope, Mapping) else None
+    """HunYuan-VL: the number of entries of ``mrope_section`` (``xdrope_section`` in older checkpoints), at least 3,
+    in ``text_config``'s ``rope_parameters`` or ``rope_scaling``, or at the top of a flat (older) config."""
+    text = config.get("text_config")
+    section = None
+    for node in (text, config) if isinstance(text, Mapping) else (config,):
+        for key in ("rope_parameters", "rope_scaling"):
+            rope = node.get(key)
+            if isinstance(rope, Mapping) and section is None:
+                section = rope.get("mrope_section", rope.get("xdrope_section"))
     if not isinstance(section, (list, tuple)) or len(section) < 3:
         raise ValueError(
             f"config['text_config']['rope_parameters']['mrope_section'] must list at least 3 sections for "

@@ -429,3 +429,26 @@ def test_hunyuan_vl_axes_and_images_without_their_end_tokens(section):
         assert pos.shape == (len(section), *ids.shape)
         np.testing.assert_array_equal(pos, expected[0].numpy())
         np.testing.assert_array_equal(deltas, expected[1].numpy())
+
+
+def test_hunyuan_vl_flat_config_of_older_checkpoints():
+    """Older HunYuan-VL checkpoints keep the text keys at the top, the axes as ``rope_scaling.xdrope_section``:
+    transformers reads them so, and so does ``mrope_positions`` from the plain dict."""
+    flat = dict(
+        model_type="hunyuan_vl",
+        image_token_id=IMAGE,
+        vision_config=VISION,
+        rope_scaling=dict(type="xdrope", rope_theta=1e4, factor=1.0, xdrope_section=[16, 16, 16, 16]),
+    )
+    cfg = transformers.HunYuanVLConfig(**{k: v for k, v in flat.items() if k != "model_type"})
+    assert len(cfg.text_config.rope_parameters["mrope_section"]) == 4
+    inputs = batch("hunyuan_vl", CASES["left-padded batch"])
+    net = model("hunyuan_vl")
+    original, net.config = net.config, cfg
+    try:
+        expected = transformers_ids("hunyuan_vl", inputs)
+    finally:
+        net.config = original
+    pos, deltas = arrayrope.mrope_positions(**inputs, config=flat)
+    np.testing.assert_array_equal(pos, expected[0])
+    np.testing.assert_array_equal(deltas, expected[1])

@@ -134,6 +134,11 @@ def test_hunyuan_vl_counts_every_token_and_puts_the_image_on_the_last_three_axes
     assert deltas.tolist() == [[0], [0]]
     with pytest.raises(ValueError, match=r"image 0 has 4 tokens .* gives 1 x 3 merged patches .* 3 tokens or 5"):
         arrayrope.mrope_positions([[1, IMG, IMG, IMG, IMG]], config=config, image_grid_thw=[[1, 2, 4]])
+    flat = {k: v for k, v in config.items() if k != "text_config"}  # older checkpoints: text keys at the top
+    flat["rope_scaling"] = {"type": "xdrope", "xdrope_section": [16, 16, 16, 16]}
+    np.testing.assert_array_equal(
+        arrayrope.mrope_positions(ids, config=flat, image_grid_thw=[[1, 2, 4], [1, 2, 2]])[0], pos
+    )
     with pytest.raises(ValueError, match=r"mrope_section'\] must list at least 3 sections"):
         arrayrope.mrope_positions(
             ids, config=dict(config, text_config={"rope_parameters": {"mrope_section": [32, 32]}})
