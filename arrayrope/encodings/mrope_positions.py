@@ -7,7 +7,8 @@ offset by the position where the image starts; the text after it resumes at that
 larger of the merged height and width. What differs between the families is data, in
 :data:`._mrope_families.FAMILIES`: which tokens are video tokens, whether a video is one grid or a
 grid per frame, how its time steps are spaced, whether a grid's rows end with a token of their own.
-The algorithm, :func:`_row`, is written once.
+The algorithm, :func:`_row`, is written once; HunYuan-VL's, where every token keeps its index and an
+image adds its column, row and index on the last axes, is :func:`_text_axes_row`.
 """
 
 from __future__ import annotations
@@ -218,7 +219,7 @@ def _row(
                 "pass the grids the processor returned for these input_ids"
             )
         counts[kind] += 1
-        if rules.row_ends:  # frame k moves k * max(h, w) along every axis
+        if rules.row_ends:  # HY-V4-VL (w counts the row-end token): frame k moves k * max(h, w) on every axis
             shift = steps[:, None, None] * max(h, w)
             cells = np.broadcast_arrays(shift, np.arange(h)[:, None] + shift, np.arange(w) + shift)
             parts.append(np.stack(cells).reshape(3, -1) + pos)
