@@ -396,15 +396,23 @@ def test_every_model_with_get_rope_index_is_covered_or_refused():
             arrayrope.mrope_positions(np.ones((1, 4), dtype=np.int64), config=config)
 
 
-@pytest.mark.parametrize("section", [[22, 21, 21], [16, 16, 16, 16]])
-def test_hunyuan_vl_axes_and_images_without_their_end_tokens(section):
+HUNYUAN_CONFIGS = {  # as transformers nests them, and as older checkpoints keep them: flat, the axes as xdrope_section
+    "3 axes": dict(
+        text_config=dict(rope_parameters=dict(rope_type="default", rope_theta=1e4, mrope_section=[22, 21, 21]))
+    ),
+    "4 axes": dict(text_config=dict(rope_parameters=dict(rope_type="default", rope_theta=1e4, mrope_section=[16] * 4))),
+    "flat": dict(rope_scaling=dict(type="xdrope", rope_theta=1e4, factor=1.0, xdrope_section=[16] * 4)),
+}
+
+
+@pytest.mark.parametrize("layout", list(HUNYUAN_CONFIGS))
+def test_hunyuan_vl_axes_configs_and_images_without_their_end_tokens(layout):
     """HunYuan-VL has one axis per ``mrope_section`` entry; an image's run holds its ``h * (w + 1)`` tokens and
-    two more (the processor's ``cat_extra_token``), or only its grid's."""
-    cfg = transformers.CONFIG_MAPPING["hunyuan_vl"](
-        text_config=dict(rope_parameters=dict(rope_type="default", rope_theta=1e4, mrope_section=section)),
-        vision_config=VISION,
-        image_token_id=IMAGE,
-    )
+    two more (the processor's ``cat_extra_token``), or only its grid's. The plain dict of the config is read as
+    transformers reads it."""
+    plain = dict(HUNYUAN_CONFIGS[layout], model_type="hunyuan_vl", vision_config=VISION, image_token_id=IMAGE)
+    cfg = transformers.HunYuanVLConfig(**{k: v for k, v in plain.items() if k != "model_type"})
+    axes = len(cfg.text_config.rope_parameters["mrope_section"])
     net = model("hunyuan_vl")
     rows = [[("text", 2), ("image", (1, 4, 6)), ("text", 3), ("image", (1, 2, 2))], [("image", (1, 6, 2)), ("text", 4)]]
     inputs = batch("hunyuan_vl", rows)
@@ -416,39 +424,13 @@ def test_hunyuan_vl_axes_and_images_without_their_end_tokens(section):
             bare[b, start], bare[b, end - 1] = 7, 8
     for ids in (inputs["input_ids"], bare):
         case = dict(inputs, input_ids=ids)
-        tensors = {k: None if v is None else torch.from_numpy(v) for k, v in case.items()}
-        kinds = torch.tensor(token_types("hunyuan_vl", ids))
-        original = net.config
-        net.config = cfg
+        original, net.config = net.config, cfg
         try:
-            with torch.no_grad():
-                expected = net.get_rope_index(mm_token_type_ids=kinds, **tensors)
+            expected = transformers_ids("hunyuan_vl", case)
         finally:
             net.config = original
-        pos, deltas = arrayrope.mrope_positions(**case, config=cfg)
-        assert pos.shape == (len(section), *ids.shape)
-        np.testing.assert_array_equal(pos, expected[0].numpy())
-        np.testing.assert_array_equal(deltas, expected[1].numpy())
-
-
-def test_hunyuan_vl_flat_config_of_older_checkpoints():
-    """Older HunYuan-VL checkpoints keep the text keys at the top, the axes as ``rope_scaling.xdrope_section``:
-    transformers reads them so, and so does ``mrope_positions`` from the plain dict."""
-    flat = dict(
-        model_type="hunyuan_vl",
-        image_token_id=IMAGE,
-        vision_config=VISION,
-        rope_scaling=dict(type="xdrope", rope_theta=1e4, factor=1.0, xdrope_section=[16, 16, 16, 16]),
-    )
-    cfg = transformers.HunYuanVLConfig(**{k: v for k, v in flat.items() if k != "model_type"})
-    assert len(cfg.text_config.rope_parameters["mrope_section"]) == 4
-    inputs = batch("hunyuan_vl", CASES["left-padded batch"])
-    net = model("hunyuan_vl")
-    original, net.config = net.config, cfg
-    try:
-        expected = transformers_ids("hunyuan_vl", inputs)
-    finally:
-        net.config = original
-    pos, deltas = arrayrope.mrope_positions(**inputs, config=flat)
-    np.testing.assert_array_equal(pos, expected[0])
-    np.testing.assert_array_equal(deltas, expected[1])
+        for config in (cfg, plain):
+            pos, deltas = arrayrope.mrope_positions(**case, config=config)
+            assert pos.shape == (axes, *ids.shape)
+            np.testing.assert_array_equal(pos, expected[0])
+            np.testing.assert_array_equal(deltas, expected[1])
