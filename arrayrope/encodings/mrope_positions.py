@@ -1,20 +1,19 @@
 """The position ids of multimodal RoPE, from token ids and vision grids, as transformers' ``get_rope_index``.
 
-Qwen2-VL, Qwen2.5-VL, Qwen3-VL and GLM-4V rotate every token by three positions (temporal, height,
-width). Text tokens take consecutive positions, equal on the three axes; the tokens of an image or a
-video frame take the cells of its grid, merged by ``spatial_merge_size``, offset by the position
-where the image starts; the text after it resumes at that offset plus the larger of the merged
-height and width. What differs between the families is data, in :data:`_FAMILIES`: which tokens are
-video tokens, whether a video is one grid or a grid per frame, and how its time steps are spaced.
-The algorithm, :func:`_row`, is written once.
+Qwen2-VL and the families that took its multimodal RoPE rotate every token by three positions
+(temporal, height, width). Text tokens take consecutive positions, equal on the three axes; the
+tokens of an image or a video frame take the cells of its grid, merged by ``spatial_merge_size``,
+offset by the position where the image starts; the text after it resumes at that offset plus the
+larger of the merged height and width. What differs between the families is data, in
+:data:`._mrope_families.FAMILIES`: which tokens are video tokens, whether a video is one grid or a
+grid per frame, how its time steps are spaced, whether a grid's rows end with a token of their own.
+The algorithm, :func:`_row`, is written once; HunYuan-VL's, where every token keeps its index and an
+image adds its column, row and index on the last axes, is :func:`_text_axes_row`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import numbers
-import os
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -23,45 +22,9 @@ from .. import backends
 from .._lib.dtypes import index_dtype
 from .._lib.types import Array, Namespace
 from ..families import TRANSFORMERS_VERSION
+from ._mrope_families import Rules, read_config
 
 __all__ = ["mrope_positions"]
-
-
-@dataclasses.dataclass(frozen=True)
-class _Rules:
-    """How one family's ``get_rope_index`` and its processor's ``mm_token_type_ids`` differ from Qwen2-VL's.
-
-    Attributes
-    ----------
-    video_span : bool
-        Video tokens are ``image_token_id`` tokens between ``video_start_token_id`` and
-        ``video_end_token_id`` (GLM-4V); otherwise they are ``video_token_id`` tokens.
-    frames : bool
-        Each video frame is a run of tokens of its own, grid ``(1, h, w)``, the frames separated by
-        timestamps in the text (Qwen3-VL, GLM-4V); otherwise a video is one run of grid ``(t, h, w)``.
-    seconds : bool
-        Temporal positions of a video step by ``vision_config.tokens_per_second * second_per_grid_ts``
-        (Qwen2.5-VL); otherwise by 1.
-    """
-
-    video_span: bool = False
-    frames: bool = False
-    seconds: bool = False
-
-
-_QWEN3 = _Rules(frames=True)
-_GLM4V = _Rules(video_span=True, frames=True)
-
-#: The model types whose ``get_rope_index`` (transformers :data:`~arrayrope.families.TRANSFORMERS_VERSION`)
-#: this module computes, and what sets them apart.
-_FAMILIES: dict[str, _Rules] = {
-    "qwen2_vl": _Rules(),
-    "qwen2_5_vl": _Rules(seconds=True),
-    "qwen3_vl": _QWEN3,
-    "qwen3_vl_moe": _QWEN3,
-    "glm4v": _GLM4V,
-    "glm4v_moe": _GLM4V,
-}
 
 
 def mrope_positions(
@@ -77,18 +40,38 @@ def mrope_positions(
 ) -> tuple[Array, Array]:
     """Position ids ``(3, batch, seq)`` of multimodal RoPE and their deltas, as the model's ``get_rope_index``.
 
-    Equal to ``get_rope_index`` of transformers' Qwen2-VL, Qwen2.5-VL, Qwen3-VL (and its MoE) and
-    GLM-4V (and its MoE) models, so that the tables of :func:`~arrayrope.mrope_tables` can be built
-    without transformers (a NumPy script, ONNX Runtime). Text tokens take consecutive positions,
-    equal on the three axes (temporal, height, width); an image's tokens take the cells of its grid
-    ``(t, h // m, w // m)`` (``m`` the ``spatial_merge_size``), offset by the position where it
-    starts, and the text after it resumes at that offset plus ``max(h, w) // m``. Videos: Qwen2-VL
-    steps time by 1 per temporal patch, Qwen2.5-VL by ``tokens_per_second * second_per_grid_ts``
-    (truncated, computed in the floating dtype of ``second_per_grid_ts``, float32 for a list as
-    PyTorch does); Qwen3-VL and GLM-4V give each frame a grid of its own, the frames separated by
-    timestamp text. GLM-4V marks video frames with ``image_token_id`` between
-    ``video_start_token_id`` and ``video_end_token_id``. Tokens where ``attention_mask`` is 0 are
-    left out and get position 0. The rules are those of transformers |version|.
+    Equal to ``get_rope_index`` of transformers |version| for the model types below, so that the
+    tables of :func:`~arrayrope.mrope_tables` can be built without transformers (a NumPy script,
+    ONNX Runtime). Text tokens take consecutive positions, equal on the three axes (temporal,
+    height, width); an image's tokens take the cells of its grid ``(t, h // m, w // m)`` (``m`` the
+    ``spatial_merge_size``), offset by the position where it starts, and the text after it resumes
+    at that offset plus ``max(h, w) // m``. Tokens where ``attention_mask`` is 0 are left out and
+    get position 0. The families differ in their videos and grids:
+
+    - ``qwen2_vl`` (Qwen2-VL), ``paddleocr_vl`` (PaddleOCR-VL, whose processor marks no video
+      tokens): a video is one grid, its time stepping by 1 per temporal patch.
+    - ``qwen2_5_vl`` (Qwen2.5-VL): time steps by ``tokens_per_second * second_per_grid_ts``,
+      truncated, computed in the floating dtype of ``second_per_grid_ts`` (float32 for a list, as
+      PyTorch does).
+    - ``qwen3_vl``, ``qwen3_vl_moe`` (Qwen3-VL), ``qwen3_5``, ``qwen3_5_moe`` (Qwen3.5),
+      ``qwen4_exp``, ``cosmos3_edge``, ``cosmos3_omni`` (Cosmos3), ``cohere_compass``: each video
+      frame is a grid of its own, the frames separated by timestamp text.
+    - ``glm4v``, ``glm4v_moe`` (GLM-4.1V, GLM-4.5V), ``glm46v`` (GLM-4.6V), ``glm_ocr`` (GLM-OCR):
+      likewise, a frame's tokens being ``image_token_id`` between ``video_start_token_id`` and
+      ``video_end_token_id``.
+    - ``ernie4_5_vl_moe`` (ERNIE 4.5 VL): a video's ``t`` is divided by
+      ``vision_config.temporal_merge_size``.
+    - ``hy_v4_vl`` (HY-V4-VL): every row of a merged grid ends with one more token (``h * (w + 1)``
+      tokens a frame), frame ``k`` moves by ``k * max(h, w + 1)`` on every axis, and the text
+      resumes one past the grid's largest position.
+    - ``hunyuan_vl`` (HunYuan-VL): one axis per entry of ``text_config.rope_parameters.mrope_section``;
+      every token keeps its index in the row on every axis, and an image's ``h * (w + 1)`` tokens
+      (inside the two extra ones its processor adds) take their column, row and the image's index
+      in the batch on the last three axes. No videos.
+
+    Not covered (a ``ValueError`` says what they need): ``qwen2_5_omni`` and ``qwen3_omni_moe`` (the
+    Omni thinkers: audio tokens, videos interleaved with their audio), ``minicpmv4_7`` (slices of an
+    image on a canvas) and ``glm_image`` (the grids of images being generated).
 
     The work depends on the values, so it runs on the host with NumPy; the results come back in the
     namespace and on the device of ``input_ids``, int64 (int32 where the library has no int64). It
@@ -100,9 +83,11 @@ def mrope_positions(
         Integer token ids of shape ``(batch, seq)``, as the processor returns them.
     config : mapping, transformers config or path
         The model's config: a dict (``config.json``), a transformers config object, or the path of a
-        ``config.json``. Read: ``model_type``, ``image_token_id``, ``video_token_id`` (GLM-4V:
-        ``video_start_token_id`` and ``video_end_token_id`` instead), ``vision_config.spatial_merge_size``
-        and, for Qwen2.5-VL, ``vision_config.tokens_per_second``.
+        ``config.json``. Read: ``model_type``, ``image_token_id``, ``video_token_id`` (GLM-4V, GLM-4.6V,
+        GLM-OCR: ``video_start_token_id`` and ``video_end_token_id`` instead; PaddleOCR-VL: none),
+        ``vision_config.spatial_merge_size``, for Qwen2.5-VL ``vision_config.tokens_per_second`` and
+        for ERNIE 4.5 VL ``vision_config.temporal_merge_size``, for HunYuan-VL
+        ``text_config.rope_parameters.mrope_section``.
     image_grid_thw : array, optional
         ``(num_images, 3)`` integer grids ``(t, h, w)`` in patches, one per image in the order of the
         images in the batch, as the processor returns them.
@@ -121,7 +106,8 @@ def mrope_positions(
     Returns
     -------
     position_ids : array
-        Shape ``(3, batch, seq)``: the temporal, height and width position of every token.
+        Shape ``(3, batch, seq)``: the temporal, height and width position of every token (HunYuan-VL:
+        ``(len(mrope_section), batch, seq)``).
     deltas : array
         Shape ``(batch, 1)``: ``mrope_position_deltas``, the largest position of each row plus 1 minus
         its number of tokens (padding not counted; 0 for a row that is only text). While decoding, the
@@ -131,9 +117,9 @@ def mrope_positions(
     Raises
     ------
     ValueError
-        A family other than those above, a config without a key it needs, grids that do not match
-        the image or video tokens (one grid per run of tokens, in order, with ``t * h * w / m**2``
-        tokens), arrays of the wrong shape.
+        A family other than those above (the families not covered name what they need), a config
+        without a key it needs, grids that do not match the image or video tokens (one grid per run
+        of tokens, in order, with ``t * h * w / m**2`` tokens), arrays of the wrong shape.
     TypeError
         Arguments that are not integer arrays, a config of another type.
 
@@ -156,7 +142,8 @@ def mrope_positions(
     >>> int(ids.shape[1] + deltas[0, 0])  # the position of the next token
     7
     """
-    rules, tokens, merge, tps = _read_config(config)
+    family = read_config(config)
+    rules, merge = family.rules, family.merge
     if isinstance(input_ids, (bool, numbers.Number, str, bytes)) or input_ids is None:
         raise TypeError(f"input_ids must be an integer array of shape (batch, seq), got {input_ids!r}")
     if backends.is_array(input_ids):
@@ -178,23 +165,26 @@ def mrope_positions(
                 f"got {int(bad[0])}: audio and other modalities have no M-RoPE grid here"
             )
     else:
-        types = _token_types(ids, rules, tokens)
+        types = _token_types(ids, rules, family.tokens)
     runs = [_runs(types[b][mask[b]]) for b in range(batch)]
     images = _grids(image_grid_thw, "image_grid_thw")
     videos = _grids(video_grid_thw, "video_grid_thw")
-    steps = _video_steps(videos, second_per_grid_ts, rules, tps)
+    steps = _video_steps(videos, second_per_grid_ts, rules, family.tokens_per_second, family.temporal)
     if rules.frames:  # one grid per frame: (t, h, w) -> t times (1, h, w), each at time step 0
         videos = np.repeat(videos, videos[:, 0], axis=0)
         videos[:, 0] = 1
         steps = [np.zeros(1, dtype=np.int64)] * len(videos)
     _check_counts(runs, images, videos, rules)
-    positions = np.zeros((3, batch, seq), dtype=np.int64)
+    positions = np.zeros((family.axes, batch, seq), dtype=np.int64)
     deltas = np.zeros((batch, 1), dtype=np.int64)
     image_steps = [np.arange(int(g[0])) for g in images]  # images' time steps are 1
     queues = {1: iter(zip(images, image_steps, strict=True)), 2: iter(zip(videos, steps, strict=True))}
     counts = {1: 0, 2: 0}
     for b in range(batch):
-        row = _row(runs[b], queues, counts, merge, rules)
+        if rules.text_axes:
+            row = _text_axes_row(runs[b], queues[1], counts, merge, family.axes)
+        else:
+            row = _row(runs[b], queues, counts, merge, rules)
         positions[:, b, mask[b]] = row
         if row.shape[1]:
             deltas[b, 0] = row.max() + 1 - row.shape[1]
@@ -207,7 +197,7 @@ def _row(
     queues: dict[int, Any],
     counts: dict[int, int],
     merge: int,
-    rules: _Rules,
+    rules: Rules,
 ) -> np.ndarray:
     """The ``(3, n)`` positions of one row's kept tokens, given its runs ``(type, start, end)``."""
     pos = 0
@@ -218,22 +208,55 @@ def _row(
             pos += end - start
             continue
         grid, steps = next(queues[kind])
-        t, h, w = int(grid[0]), int(grid[1]) // merge, int(grid[2]) // merge
+        t, h, w = len(steps), int(grid[1]) // merge, int(grid[2]) // merge + rules.row_ends
         if t * h * w != end - start:
             name = "image_grid_thw" if kind == 1 else "video_grid_thw"
             what = "image" if kind == 1 else ("video frame" if rules.frames else "video")
             raise ValueError(
                 f"{what} {counts[kind]} has {end - start} tokens in input_ids but its grid {name} "
-                f"({t}, {int(grid[1])}, {int(grid[2])}) with spatial_merge_size {merge} gives t * (h / m) * (w / m) "
-                f"= {t * h * w}; pass the grids the processor returned for these input_ids"
+                f"{tuple(int(g) for g in grid)} gives {t * h * w} tokens ({t} x {h} x {w} merged patches"
+                f"{', a row-end token on each row' if rules.row_ends else ''}, spatial_merge_size {merge}); "
+                "pass the grids the processor returned for these input_ids"
             )
         counts[kind] += 1
+        if rules.row_ends:  # HY-V4-VL (w counts the row-end token): frame k moves k * max(h, w) on every axis
+            shift = steps[:, None, None] * max(h, w)
+            cells = np.broadcast_arrays(shift, np.arange(h)[:, None] + shift, np.arange(w) + shift)
+            parts.append(np.stack(cells).reshape(3, -1) + pos)
+            pos += t * max(h, w)
+            continue
         cells = np.meshgrid(steps + pos, np.arange(h) + pos, np.arange(w) + pos, indexing="ij")
         parts.append(np.stack(cells).reshape(3, -1))
         pos += max(int(grid[1]), int(grid[2])) // merge
     if not parts:
         return np.zeros((3, 0), dtype=np.int64)
     return np.concatenate(parts, axis=1).astype(np.int64, copy=False)
+
+
+def _text_axes_row(
+    runs: list[tuple[int, int, int]], images: Any, counts: dict[int, int], merge: int, axes: int
+) -> np.ndarray:
+    """HunYuan-VL's ``(axes, n)`` positions of one row: its token indices, and in each image's grid (past
+    the run's first token when the run holds two more) its column, row and index on the last three axes."""
+    n = runs[-1][2] if runs else 0
+    row = np.broadcast_to(np.arange(n, dtype=np.int64), (axes, n)).copy()
+    for kind, start, end in runs:
+        if kind != 1:  # videos are text
+            continue
+        grid, _ = next(images)
+        h, w = int(grid[1]) // merge, int(grid[2]) // merge + 1
+        if end - start not in (h * w, h * w + 2):
+            raise ValueError(
+                f"image {counts[1]} has {end - start} tokens in input_ids but its grid image_grid_thw "
+                f"{tuple(int(g) for g in grid)} gives {h} x {w} merged patches with a row-end token on each row, "
+                f"{h * w} tokens or {h * w + 2} with the tokens at its ends (spatial_merge_size {merge}); "
+                "pass the grids the processor returned for these input_ids"
+            )
+        first = start + (end - start - h * w) // 2
+        rows, cols = np.divmod(np.arange(h * w), w)
+        row[axes - 3 :, first : first + h * w] = np.stack([cols, rows, np.full(h * w, counts[1])])
+        counts[1] += 1
+    return row
 
 
 def _runs(types: np.ndarray) -> list[tuple[int, int, int]]:
@@ -246,11 +269,11 @@ def _runs(types: np.ndarray) -> list[tuple[int, int, int]]:
     return [(int(types[s]), int(s), int(e)) for s, e in zip(starts, ends, strict=True)]
 
 
-def _token_types(ids: np.ndarray, rules: _Rules, tokens: dict[str, int]) -> np.ndarray:
+def _token_types(ids: np.ndarray, rules: Rules, tokens: dict[str, int]) -> np.ndarray:
     """0 text, 1 image, 2 video for every token, as the family's processor makes ``mm_token_type_ids``."""
     types = np.zeros(ids.shape, dtype=np.int64)
     image = ids == tokens["image_token_id"]
-    if rules.video_span:
+    if rules.video_span:  # GLM-4V: image tokens inside <video_start> ... <video_end> are video
         inside = np.cumsum(ids == tokens["video_start_token_id"], axis=-1) > np.cumsum(
             ids == tokens["video_end_token_id"], axis=-1
         )
@@ -258,18 +281,19 @@ def _token_types(ids: np.ndarray, rules: _Rules, tokens: dict[str, int]) -> np.n
         types[image & inside] = 2
     else:
         types[image] = 1
-        types[ids == tokens["video_token_id"]] = 2
+        if rules.videos:
+            types[ids == tokens["video_token_id"]] = 2
     return types
 
 
-def _check_counts(
-    runs: list[list[tuple[int, int, int]]], images: np.ndarray, videos: np.ndarray, rules: _Rules
-) -> None:
+def _check_counts(runs: list[list[tuple[int, int, int]]], images: np.ndarray, videos: np.ndarray, rules: Rules) -> None:
     """One grid per run of image (video) tokens, as ``get_rope_index`` takes them in order."""
     for kind, grids, name, token in (
         (1, images, "image_grid_thw", "image tokens"),
         (2, videos, "video_grid_thw", "video tokens"),
     ):
+        if kind == 2 and rules.text_axes:  # videos are text
+            continue
         found = sum(1 for row in runs for r in row if r[0] == kind)
         if found == len(grids):
             continue
@@ -283,14 +307,14 @@ def _check_counts(
         )
 
 
-def _video_steps(videos: np.ndarray, seconds: Any, rules: _Rules, tps: Any) -> list[np.ndarray]:
-    """The temporal positions (before the offset) of each video's patches."""
+def _video_steps(videos: np.ndarray, seconds: Any, rules: Rules, tps: Any, temporal: int) -> list[np.ndarray]:
+    """The temporal positions (before the offset) of each video's merged patches."""
     if not rules.seconds:
         if seconds is not None:
             raise ValueError(
                 "second_per_grid_ts is read by Qwen2.5-VL only (model_type 'qwen2_5_vl'); pass None for this model"
             )
-        return [np.arange(int(g[0])) for g in videos]
+        return [np.arange(int(g[0]) // temporal) for g in videos]
     if seconds is None:
         values: list[Any] = [1] * len(videos)
     elif backends.is_array(seconds) or isinstance(seconds, np.ndarray):
@@ -361,63 +385,6 @@ def _host(
         want = shape if shape is not None else ("(batch, seq)" if ndim == 2 else "(n,)")
         raise ValueError(f"{name} must have shape {want}, got shape {host.shape}")
     return host
-
-
-def _read_config(config: Any) -> tuple[_Rules, dict[str, int], int, Any]:
-    """The family's rules, its token ids, ``spatial_merge_size`` and ``tokens_per_second`` from a config."""
-    if isinstance(config, (str, os.PathLike)):
-        from ..config import load_config
-
-        config = load_config(config)
-    elif not isinstance(config, Mapping):
-        if not callable(getattr(config, "to_dict", None)):
-            raise TypeError(
-                "config must be a dict, a transformers config or the path of a config.json, "
-                f"got {type(config).__name__}"
-            )
-        config = config.to_dict()
-    model_type = config.get("model_type")
-    rules = _FAMILIES.get(model_type) if isinstance(model_type, str) else None
-    if rules is None:
-        raise ValueError(
-            f"config has model_type {model_type!r}; mrope_positions knows the multimodal RoPE positions of "
-            f"{sorted(_FAMILIES)} (transformers {TRANSFORMERS_VERSION}): pass the model's whole config, not its "
-            "text_config or vision_config"
-        )
-    names = ["image_token_id"] + (
-        ["video_start_token_id", "video_end_token_id"] if rules.video_span else ["video_token_id"]
-    )
-    tokens = {n: _config_int(config, (n,), minimum=0) for n in names}
-    merge = _config_int(config, ("vision_config", "spatial_merge_size"), minimum=1)
-    tps = None
-    if rules.seconds:
-        tps = _config_value(config, ("vision_config", "tokens_per_second"))
-        if isinstance(tps, bool) or not isinstance(tps, numbers.Real):
-            raise TypeError(f"config['vision_config']['tokens_per_second'] must be a number, got {tps!r}")
-    return rules, tokens, merge, tps
-
-
-def _config_value(config: Mapping[str, Any], path: tuple[str, ...]) -> Any:
-    where = "config" + "".join(f"[{k!r}]" for k in path)
-    node: Any = config
-    for key in path:
-        if not isinstance(node, Mapping) or key not in node or node[key] is None:
-            raise ValueError(
-                f"{where} is missing; mrope_positions reads it for model_type {config.get('model_type')!r}: "
-                "pass the model's config as transformers or config.json gives it"
-            )
-        node = node[key]
-    return node
-
-
-def _config_int(config: Mapping[str, Any], path: tuple[str, ...], *, minimum: int) -> int:
-    value = _config_value(config, path)
-    where = "config" + "".join(f"[{k!r}]" for k in path)
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{where} must be an int, got {value!r} ({type(value).__name__})")
-    if value < minimum:
-        raise ValueError(f"{where} must be an int >= {minimum}, got {value}")
-    return int(value)
 
 
 if mrope_positions.__doc__:  # the transformers release the rules follow

@@ -1,9 +1,10 @@
 """Multimodal RoPE position ids: :func:`arrayrope.mrope_positions` against transformers' ``get_rope_index``.
 
-For Qwen2-VL, Qwen2.5-VL, Qwen3-VL (and its MoE), GLM-4V (and its MoE) a model of one small layer is built
-from its config (nothing downloaded, nothing run but ``get_rope_index``), and given token rows laid out as
-the family's processor lays out text, images and videos, with ``mm_token_type_ids`` made by the processor
-class's own ``create_mm_token_type_ids``. Position ids and deltas must be equal, element for element.
+For every family :func:`arrayrope.mrope_positions` covers, the model class's own ``get_rope_index`` runs on
+an instance of the class made from the family's config class without its ``__init__`` (no layers, no
+weights: ``get_rope_index`` reads only the config), given token rows laid out as the family's processor
+lays out text, images and videos, with ``mm_token_type_ids`` made by the processor class's own
+``create_mm_token_type_ids``. Position ids and deltas must be equal, element for element.
 """
 
 from __future__ import annotations
@@ -23,24 +24,12 @@ transformers = pytest.importorskip("transformers", reason="transformers is not i
 torch = pytest.importorskip("torch", reason="torch is not installed")
 transformers.logging.set_verbosity_error()
 
-#: Token ids of the small models (a vocabulary of 64): text is 1..39, 0 pads.
+#: Token ids of the tests (a vocabulary of 64): text is 1..39, 0 pads.
 PAD, IMAGE, VIDEO, START, END = 0, 60, 61, 62, 63
 IMAGE_START, IMAGE_END, VIDEO_START, VIDEO_END = 56, 57, 58, 59
 MERGE = 2
 TOKENS_PER_SECOND = 2
-TEXT = dict(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    head_dim=16,
-    vocab_size=64,
-    bos_token_id=None,
-    eos_token_id=None,
-)
-ROPE = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
-VISION = dict(depth=1, hidden_size=32, out_hidden_size=32, intermediate_size=64, num_heads=2, spatial_merge_size=MERGE)
+TEMPORAL_MERGE = 2
 QWEN_TOKENS = dict(image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=START, vision_end_token_id=END)
 GLM_TOKENS = dict(
     image_token_id=IMAGE,
@@ -50,84 +39,103 @@ GLM_TOKENS = dict(
     video_start_token_id=VIDEO_START,
     video_end_token_id=VIDEO_END,
 )
-MOE = dict(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=32, decoder_sparse_step=1)
-GLM_MOE = dict(n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=32, first_k_dense_replace=0, n_group=1,
-               topk_group=1)  # fmt: skip
+VISION = dict(spatial_merge_size=MERGE)
 
 
 @dataclasses.dataclass(frozen=True)
 class Family:
     model: str
     processor: str
-    text: dict[str, Any]
-    vision: dict[str, Any]
-    tokens: dict[str, int]
+    vision: dict[str, Any] = dataclasses.field(default_factory=lambda: VISION)
+    tokens: dict[str, int] = dataclasses.field(default_factory=lambda: QWEN_TOKENS)
     glm: bool = False  # frames as <image_start> images <image_end> timestamp inside <video_start> ... <video_end>
     frames: bool = False  # each video frame is a block of its own, after a timestamp
+    videos: bool = True  # the processor marks video tokens
+    temporal: int = 1  # a video's t is divided by this (vision_config.temporal_merge_size)
+    row_ends: bool = False  # each row of a merged grid ends with one more token
+    image_ends: bool = False  # an image's run holds one more image token at each end
+    text: dict[str, Any] = dataclasses.field(default_factory=dict)  # text_config, where it matters
+
+
+def qwen3(model: str, processor: str = "Qwen3VLProcessor") -> Family:
+    return Family(model, processor, frames=True)
+
+
+def glm(model: str, processor: str = "Glm4vProcessor") -> Family:
+    return Family(model, processor, tokens=GLM_TOKENS, glm=True, frames=True)
 
 
 FAMILIES = {
-    "qwen2_vl": Family(
-        "Qwen2VLModel",
-        "Qwen2VLProcessor",
-        {},
-        dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, spatial_merge_size=MERGE),
-        QWEN_TOKENS,
-    ),
+    "qwen2_vl": Family("Qwen2VLModel", "Qwen2VLProcessor"),
     "qwen2_5_vl": Family(
-        "Qwen2_5_VLModel",
-        "Qwen2_5_VLProcessor",
-        {},
-        dict(VISION, tokens_per_second=TOKENS_PER_SECOND, fullatt_block_indexes=[0]),
-        QWEN_TOKENS,
+        "Qwen2_5_VLModel", "Qwen2_5_VLProcessor", vision=dict(VISION, tokens_per_second=TOKENS_PER_SECOND)
     ),
-    "qwen3_vl": Family(
-        "Qwen3VLModel",
-        "Qwen3VLProcessor",
-        {},
-        dict(VISION, deepstack_visual_indexes=[0], num_position_embeddings=16),
-        QWEN_TOKENS,
-        frames=True,
+    "qwen3_vl": qwen3("Qwen3VLModel"),
+    "qwen3_vl_moe": qwen3("Qwen3VLMoeModel"),
+    "qwen3_5": qwen3("Qwen3_5Model"),
+    "qwen3_5_moe": qwen3("Qwen3_5MoeModel"),
+    "qwen4_exp": qwen3("Qwen4ExpModel"),
+    "cosmos3_edge": qwen3("Cosmos3EdgeModel", "Cosmos3EdgeProcessor"),
+    "cosmos3_omni": qwen3("Cosmos3OmniModel"),
+    "cohere_compass": qwen3("CohereCompassModel", "CohereCompassProcessor"),
+    "glm4v": glm("Glm4vModel"),
+    "glm4v_moe": glm("Glm4vMoeModel"),
+    "glm46v": glm("Glm46VModel", "Glm46VProcessor"),
+    "glm_ocr": glm("GlmOcrModel"),
+    "paddleocr_vl": Family("PaddleOCRVLModel", "PaddleOCRVLProcessor", videos=False),
+    "ernie4_5_vl_moe": Family(
+        "Ernie4_5_VLMoeModel",
+        "Ernie4_5_VLMoeProcessor",
+        vision=dict(VISION, temporal_merge_size=TEMPORAL_MERGE),
+        tokens=GLM_TOKENS,
+        temporal=TEMPORAL_MERGE,
     ),
-    "qwen3_vl_moe": Family(
-        "Qwen3VLMoeModel",
-        "Qwen3VLProcessor",
-        MOE,
-        dict(VISION, deepstack_visual_indexes=[0], num_position_embeddings=16),
-        QWEN_TOKENS,
-        frames=True,
+    "hy_v4_vl": Family(
+        "HYV4VLModel", "HYV4VLProcessor", tokens=dict(image_token_id=IMAGE, video_token_id=VIDEO), row_ends=True
     ),
-    "glm4v": Family("Glm4vModel", "Glm4vProcessor", {}, VISION, GLM_TOKENS, glm=True, frames=True),
-    "glm4v_moe": Family("Glm4vMoeModel", "Glm4vProcessor", GLM_MOE, VISION, GLM_TOKENS, glm=True, frames=True),
+    "hunyuan_vl": Family(
+        "HunYuanVLModel",
+        "HunYuanVLProcessor",
+        tokens=dict(image_token_id=IMAGE),
+        videos=False,
+        row_ends=True,
+        image_ends=True,
+        text=dict(rope_parameters=dict(rope_type="default", rope_theta=1e4, mrope_section=[16, 16, 16, 16])),
+    ),
 }
+#: Families whose model computes the next positions from the deltas in ``compute_3d_position_ids`` (HunYuan-VL's
+#: leaves that to ``generate``, which adds the deltas to its text positions likewise)
+DECODE_FROM_DELTAS = [name for name in FAMILIES if name != "hunyuan_vl"]
 
 
 @functools.cache
 def model(name: str) -> Any:
+    """The family's model class, made without its ``__init__``: only its config, which ``get_rope_index`` reads."""
     fam = FAMILIES[name]
-    rope = dict(ROPE, mrope_interleaved=True) if name.startswith("qwen3") else dict(ROPE)
-    if fam.glm:
-        rope["partial_rotary_factor"] = 0.5
-    cfg = transformers.CONFIG_MAPPING[name](
-        text_config=dict(TEXT, **fam.text, rope_parameters=rope), vision_config=fam.vision, **fam.tokens
-    )
-    torch.manual_seed(0)
-    return getattr(transformers, fam.model)(cfg).eval()
+    text = {"text_config": fam.text} if fam.text else {}
+    cfg = transformers.CONFIG_MAPPING[name](vision_config=fam.vision, **text, **fam.tokens)
+    cls = getattr(transformers, fam.model)
+    net = cls.__new__(cls)
+    torch.nn.Module.__init__(net)
+    net.config = cfg
+    net.rope_deltas = None
+    return net
 
 
 def block(name: str, kind: str, grid: tuple[int, int, int], rng: np.random.Generator) -> list[int]:
     """The tokens of one image or video as the family's processor lays them out (timestamps as text)."""
     fam = FAMILIES[name]
     t, h, w = grid
-    per_frame = h * w // MERGE**2
+    per_frame = (h // MERGE) * (w // MERGE + fam.row_ends)
     if kind == "image":
-        return [IMAGE_START if fam.glm else START, *[IMAGE] * (t * per_frame), IMAGE_END if fam.glm else END]
+        tokens = t * per_frame + 2 * fam.image_ends
+        return [IMAGE_START if fam.glm else START, *[IMAGE] * tokens, IMAGE_END if fam.glm else END]
     if fam.glm:
         frames = [tok for _ in range(t) for tok in [IMAGE_START, *[IMAGE] * per_frame, IMAGE_END, *text(rng, 1)]]
         return [VIDEO_START, *frames, VIDEO_END]
     if fam.frames:
         return [tok for _ in range(t) for tok in [*text(rng, 3), START, *[VIDEO] * per_frame, END]]
-    return [START, *[VIDEO] * (t * per_frame), END]
+    return [START, *[VIDEO] * (t // fam.temporal * per_frame), END]
 
 
 def text(rng: np.random.Generator, n: int) -> list[int]:
@@ -143,6 +151,8 @@ def layout(name: str, segments: list[tuple[str, Any]], rng: np.random.Generator)
         if kind == "text":
             row += text(rng, arg)
         else:
+            if kind == "video":  # t counts patches before the temporal merge
+                arg = (arg[0] * FAMILIES[name].temporal, *arg[1:])
             row += block(name, kind, arg, rng)
             (images if kind == "image" else videos).append(list(arg))
     return row, images, videos
@@ -160,7 +170,7 @@ def batch(name: str, rows: list[list[tuple[str, Any]]], seed: int = 0, side: str
         ids[b, where] = row
         mask[b, where] = 1
     images = [g for _, im, _ in built for g in im]
-    videos = [g for _, _, vi in built for g in vi]
+    videos = [g for _, _, vi in built for g in vi] if FAMILIES[name].videos else []  # else video tokens are text
     return {
         "input_ids": ids,
         "attention_mask": mask,
@@ -170,18 +180,16 @@ def batch(name: str, rows: list[list[tuple[str, Any]]], seed: int = 0, side: str
 
 
 def token_types(name: str, ids: np.ndarray) -> list[list[int]]:
-    """``mm_token_type_ids`` by the processor class's own method, on a stand-in for the processor."""
-    cls = getattr(transformers, FAMILIES[name].processor)
-    stand_in = types.SimpleNamespace(
-        image_token_id=IMAGE,
-        video_token_id=VIDEO,
-        image_token_ids=[IMAGE],
-        video_token_ids=[VIDEO],
-        audio_token_ids=[],
-        video_start_id=VIDEO_START,
-        video_end_id=VIDEO_END,
-    )
-    out: list[list[int]] = cls.create_mm_token_type_ids(stand_in, ids.tolist())
+    """``mm_token_type_ids`` by the processor class's own method, on an instance made without its ``__init__``
+    that holds the token ids its ``__init__`` would set."""
+    fam = FAMILIES[name]
+    cls = getattr(transformers, fam.processor)
+    processor = cls.__new__(cls)
+    processor.image_token_id = IMAGE
+    if fam.videos:
+        processor.video_token_id = VIDEO
+    processor.video_start_id, processor.video_end_id = VIDEO_START, VIDEO_END  # GLM's
+    out: list[list[int]] = cls.create_mm_token_type_ids(processor, ids.tolist())
     return out
 
 
@@ -338,7 +346,7 @@ def test_tensors_in_tensors_out(name):
     np.testing.assert_array_equal(deltas.numpy(), expected_deltas)
 
 
-@pytest.mark.parametrize("name", list(FAMILIES))
+@pytest.mark.parametrize("name", DECODE_FROM_DELTAS)
 def test_decoding_continues_from_the_delta(name):
     """The model's own position for the next token while decoding (``compute_3d_position_ids`` with a
     cache and the mask grown by one) is the row's token count (padding not counted) plus its delta: one
@@ -364,3 +372,65 @@ def test_decoding_continues_from_the_delta(name):
     tokens = inputs["attention_mask"].sum(-1, keepdims=True)
     np.testing.assert_array_equal(grown[:, :, -1].numpy(), np.broadcast_to((tokens + deltas)[:, 0], (3, 2)))
     np.testing.assert_array_equal((tokens + deltas)[:, 0], pos.max(axis=(0, 2)) + 1)
+
+
+def test_every_model_with_get_rope_index_is_covered_or_refused():
+    """Each model type of transformers whose modeling defines ``get_rope_index`` is a family here, or one
+    that ``mrope_positions`` refuses, naming what it does not support."""
+    from pathlib import Path
+
+    from arrayrope.encodings._mrope_families import FAMILIES as COVERED
+    from arrayrope.encodings._mrope_families import UNSUPPORTED
+
+    found = {
+        path.parent.name
+        for path in Path(transformers.models.__file__).parent.glob("*/modeling_*.py")
+        if "def get_rope_index(" in path.read_text(encoding="utf-8")
+    }
+    assert found, "no modeling module of transformers defines get_rope_index"
+    assert found <= set(COVERED) | set(UNSUPPORTED), sorted(found - set(COVERED) - set(UNSUPPORTED))
+    assert set(FAMILIES) == set(COVERED)  # and every family covered is tested here against its model
+    for name in sorted(found & set(UNSUPPORTED)):
+        config = transformers.CONFIG_MAPPING[name]()
+        with pytest.raises(ValueError, match=rf"model_type '{name}'.*not supported"):
+            arrayrope.mrope_positions(np.ones((1, 4), dtype=np.int64), config=config)
+
+
+HUNYUAN_CONFIGS = {  # as transformers nests them, and as older checkpoints keep them: flat, the axes as xdrope_section
+    "3 axes": dict(
+        text_config=dict(rope_parameters=dict(rope_type="default", rope_theta=1e4, mrope_section=[22, 21, 21]))
+    ),
+    "4 axes": dict(text_config=dict(rope_parameters=dict(rope_type="default", rope_theta=1e4, mrope_section=[16] * 4))),
+    "flat": dict(rope_scaling=dict(type="xdrope", rope_theta=1e4, factor=1.0, xdrope_section=[16] * 4)),
+}
+
+
+@pytest.mark.parametrize("layout", list(HUNYUAN_CONFIGS))
+def test_hunyuan_vl_axes_configs_and_images_without_their_end_tokens(layout):
+    """HunYuan-VL has one axis per ``mrope_section`` entry; an image's run holds its ``h * (w + 1)`` tokens and
+    two more (the processor's ``cat_extra_token``), or only its grid's. The plain dict of the config is read as
+    transformers reads it."""
+    plain = dict(HUNYUAN_CONFIGS[layout], model_type="hunyuan_vl", vision_config=VISION, image_token_id=IMAGE)
+    cfg = transformers.HunYuanVLConfig(**{k: v for k, v in plain.items() if k != "model_type"})
+    axes = len(cfg.text_config.rope_parameters["mrope_section"])
+    net = model("hunyuan_vl")
+    rows = [[("text", 2), ("image", (1, 4, 6)), ("text", 3), ("image", (1, 2, 2))], [("image", (1, 6, 2)), ("text", 4)]]
+    inputs = batch("hunyuan_vl", rows)
+    bare = inputs["input_ids"].copy()
+    for b in range(len(bare)):  # the first and the last token of each image's run become text
+        kinds = np.array(token_types("hunyuan_vl", bare[b : b + 1])[0])
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], kinds, [0]])) != 0)
+        for start, end in zip(edges[::2], edges[1::2], strict=True):
+            bare[b, start], bare[b, end - 1] = 7, 8
+    for ids in (inputs["input_ids"], bare):
+        case = dict(inputs, input_ids=ids)
+        original, net.config = net.config, cfg
+        try:
+            expected = transformers_ids("hunyuan_vl", case)
+        finally:
+            net.config = original
+        for config in (cfg, plain):
+            pos, deltas = arrayrope.mrope_positions(**case, config=config)
+            assert pos.shape == (axes, *ids.shape)
+            np.testing.assert_array_equal(pos, expected[0])
+            np.testing.assert_array_equal(deltas, expected[1])
