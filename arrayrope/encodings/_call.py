@@ -15,8 +15,9 @@ from .._lib.types import Array, Axes, Layout, Namespace
 from ..frequencies import RopeFrequencies
 from ..tables import rope_tables
 from ._cache import MAX_CACHE, TableCache
+from .mrope import mrope_tables
 
-__all__ = ["Where", "check_inputs", "check_outs", "positions_of", "tables", "to_axes"]
+__all__ = ["Where", "check_inputs", "check_mrope", "check_outs", "positions_of", "tables", "to_axes"]
 
 
 def check_inputs(
@@ -50,6 +51,20 @@ def check_inputs(
                 f"{s_ax}, got q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}{hint}"
             )
     return q_dtype, k_dtype
+
+
+def check_mrope(sections: Any, interleaved: Any, rotary_dim: int, name: str) -> tuple[tuple[int, ...], bool] | None:
+    """M-RoPE's sections (``name``: how the caller calls them; None: 1-D RoPE) and interleaving, checked."""
+    interleaved = checks.boolean(interleaved, "mrope_interleaved")
+    if sections is None:
+        return None
+    sections = checks.int_sequence(sections, name, positive=True)
+    if sum(sections) != rotary_dim // 2:
+        raise ValueError(
+            f"{name}={list(sections)} sum to {sum(sections)}, but rotary_dim // 2 = {rotary_dim // 2} pairs "
+            "rotate; they must sum to it"
+        )
+    return tuple(sections), interleaved
 
 
 def check_outs(q: Array, k: Array | None, q_out: Array | None, k_out: Array | None) -> None:
@@ -91,10 +106,12 @@ def positions_of(
     axes: Axes,
     follows: str | None,
     tracing: bool,
+    mrope: tuple[tuple[int, ...], bool] | None = None,
 ) -> Where:
     """Check the positions of a call (nothing is computed or changed yet); ``follows``: the rope type when
     its frequencies follow the sequence length (the call's length is then found), else None; ``tracing``:
-    ``backends.tracing(xp)``, as the caller found it."""
+    ``backends.tracing(xp)``, as the caller found it; ``mrope``: M-RoPE's sections and interleaving, whose
+    positions may also be ``(axes, B, S)``."""
     batch = q.shape[0]
     seq = q.shape[2] if axes == "bhsd" else q.shape[1]
     device = backends.device_of(q)
@@ -105,7 +122,13 @@ def positions_of(
         if not (type(offset) is int and offset == 0):
             raise ValueError("pass positions or offset, not both (positions already include any offset)")
         _, pos, _ = position_array(positions, "positions", like=q)
-        if pos.ndim not in (1, 2) or pos.shape[-1] != seq or (pos.ndim == 2 and pos.shape[0] not in (1, batch)):
+        if mrope is not None and pos.ndim == 3:
+            if pos.shape[0] != len(mrope[0]) or pos.shape[1] not in (1, batch) or pos.shape[2] != seq:
+                raise ValueError(
+                    f"positions of M-RoPE with {len(mrope[0])} axes must have shape (S,), (B, S) or (axes, B, S) = "
+                    f"({len(mrope[0])}, {batch}, {seq}) (axes={axes!r}), got {tuple(pos.shape)}"
+                )
+        elif pos.ndim not in (1, 2) or pos.shape[-1] != seq or (pos.ndim == 2 and pos.shape[0] not in (1, batch)):
             raise ValueError(_positions_mismatch(tuple(q.shape), tuple(pos.shape), axes))
         return Where(device, seq, array=pos, length=_length(pos, 0, seq_len, follows))
     if type(offset) is int:
@@ -167,11 +190,14 @@ def tables(
     cache: TableCache | None,
     layout: Layout,
     axes: Axes,
+    mrope: tuple[tuple[int, ...], bool] | None = None,
 ) -> tuple[Array, Array, Any]:
     """cos/sin for the positions ``where`` describes, shaped to broadcast against q and k, and their
     prepared form for arrays like ``x`` where the cache keeps one (else None). ``cache``: the instance's,
     where ``freqs`` are the ones it holds tables of (its starting frequencies), else None."""
-    if where.array is not None:
+    if where.array is not None and where.array.ndim == 3 and mrope is not None:  # M-RoPE: (axes, B, S)
+        cos, sin = mrope_tables(freqs, where.array, sections=mrope[0], interleaved=mrope[1], dtype=dtype)
+    elif where.array is not None:
         cos, sin = rope_tables(freqs, where.array, dtype=dtype)
     elif not where.traced and cache is not None and where.length <= MAX_CACHE:
         shape = functools.partial(to_axes, axes=axes)

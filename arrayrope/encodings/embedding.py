@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, overload
 
 from .. import backends
@@ -15,7 +15,7 @@ from ..config import settings
 from ..frequencies import RopeFrequencies, rope_frequencies
 from ..scaling import rope_type
 from ._cache import TableCache
-from ._call import check_inputs, check_outs, positions_of, tables
+from ._call import check_inputs, check_mrope, check_outs, positions_of, tables
 from ._resize import Resizer
 
 __all__ = ["RotaryEmbedding"]
@@ -47,6 +47,12 @@ class RotaryEmbedding:
     rotary_features : {"leading", "trailing"}
         Whether the first ``rotary_dim`` features of each head rotate or the last ones
         (DeepSeek-V2/V3, whose ``q_pe`` follows ``q_nope``).
+    mrope_sections : sequence of int, optional
+        Multimodal RoPE (Qwen2-VL's ``mrope_section``): the rotary pairs each position axis
+        drives, summing to ``rotary_dim // 2``; calls then also take positions of shape
+        ``(len(mrope_sections), B, S)`` (see :func:`mrope_tables`).
+    mrope_interleaved : bool
+        Qwen3-VL's M-RoPE, whose axes take turns pair by pair.
 
     Notes
     -----
@@ -116,11 +122,14 @@ class RotaryEmbedding:
         layout: Layout = "half",
         axes: Axes = "bhsd",
         rotary_features: RotaryFeatures = "leading",
+        mrope_sections: Sequence[int] | None = None,
+        mrope_interleaved: bool = False,
     ) -> None:
         freqs = rope_frequencies(
             head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling, max_position_embeddings=max_position_embeddings
         )
         self._start(freqs, scaling, max_position_embeddings, layout, axes, rotary_features)
+        self.mrope = check_mrope(mrope_sections, mrope_interleaved, freqs.rotary_dim, "mrope_sections")
 
     def _start(
         self,
@@ -147,6 +156,7 @@ class RotaryEmbedding:
         # a model is built before it is traced: what plugs into the tracers of the libraries already
         # imported (PyTorch's ONNX exporter) is in place before any export of it starts
         backends.load_imported()
+        self.mrope: tuple[tuple[int, ...], bool] | None = None  # M-RoPE: sections, axes in turns
 
     @classmethod
     def from_config(
@@ -169,7 +179,8 @@ class RotaryEmbedding:
         ``layout=``; a config that states ``rope_interleave`` gives it. An explicit ``layout=``
         wins over the family's (a checkpoint whose q/k rows were permuted to the other layout,
         :func:`arrayrope.permute_rotary_rows`). ``layer_idx`` picks one layer: a layer without
-        RoPE gets the identity.
+        RoPE gets the identity. Multimodal RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V...) takes
+        ``mrope_section`` from the config, or the family's default, and the family's interleaving.
 
         Raises
         ------
@@ -193,6 +204,9 @@ class RotaryEmbedding:
 axes='bhsd', rotary_features='trailing')
         >>> arrayrope.RotaryEmbedding.from_config({"head_dim": 64, "rope_theta": 1e4}, layout="half").layout
         'half'
+        >>> qwen3_vl = {"model_type": "qwen3_vl", "text_config": {"head_dim": 128, "rope_theta": 5e6}}
+        >>> arrayrope.RotaryEmbedding.from_config(qwen3_vl).mrope  # the family's sections, axes in turns
+        ((24, 20, 20), True)
         """
         if layout is not None:
             layout = checks.layout(layout)
@@ -209,6 +223,7 @@ axes='bhsd', rotary_features='trailing')
             rope._start(s.freqs, None, None, chosen, axes, features)
         else:  # the frequencies the config was read with: computed once, each warning given once
             rope._start(s.freqs, s.scaling, s.max_position_embeddings, chosen, axes, features)
+            rope.mrope = None if s.mrope is None else check_mrope(*s.mrope, s.freqs.rotary_dim, "mrope_section")
         return rope
 
     @property
@@ -320,8 +335,9 @@ axes='bhsd', rotary_features='trailing')
             heads (GQA) but the same batch and sequence length. Each is rotated in its
             own dtype (float64 tables for a float64 input, float32 for the others).
         positions : array, optional
-            Integer (or real) positions of shape ``(S,)`` or ``(B, S)``. Default:
-            ``offset .. offset + S - 1``.
+            Integer (or real) positions of shape ``(S,)`` or ``(B, S)``, or with M-RoPE
+            (``mrope``) ``(axes, B, S)`` as Qwen-VL's ``get_rope_index`` makes them (a text
+            position is the same on every axis). Default: ``offset .. offset + S - 1``.
         offset : int or array
             Start position, one int or one per batch row (an integer array of shape
             ``(B,)``), for decoding with a KV cache. Not combined with ``positions``.
@@ -380,6 +396,8 @@ axes='bhsd', rotary_features='trailing')
             check_outs(q, k, q_out, k_out)
         tracing = backends.tracing(xp)  # asked once per call
         graph = backends.graph_rotary(q) if tracing else None  # registered for graphs of q's library (ONNX export)
+        if graph is not None and self.mrope is not None and getattr(positions, "ndim", 0) == 3:
+            raise NotImplementedError("M-RoPE positions (axes, B, S) are not exported to ONNX yet")
         if graph is not None:
             fused = graph(
                 q,
@@ -399,17 +417,21 @@ axes='bhsd', rotary_features='trailing')
                     )
                 return fused
         follows = self.freqs.rope_type if self._resize is not None else None
-        where = positions_of(xp, q, positions, offset, seq_len, self.axes, follows, tracing)
+        where = positions_of(xp, q, positions, offset, seq_len, self.axes, follows, tracing, self.mrope)
         freqs = self._select(xp, where.length) if self._resize is not None else self._start_freqs
         # The tables are built here to broadcast against q and k: no need to check them again.
         cache = self._cache if freqs is self._start_freqs else None  # it holds the starting frequencies' tables
-        cos, sin, prepared = tables(xp, q, freqs, where, q_dtype, cache=cache, layout=self.layout, axes=self.axes)
+        cos, sin, prepared = tables(
+            xp, q, freqs, where, q_dtype, cache=cache, layout=self.layout, axes=self.axes, mrope=self.mrope
+        )
         module = backends.module_of(q)  # k's library too (one namespace)
         q_rot = rotate_features(module, xp, q, cos, sin, self.layout, self.rotary_features, prepared, q_out)
         if k is None:
             return (q_rot, freqs) if return_freqs else q_rot
         if k_dtype != q_dtype:  # each input is rotated by tables of its own dtype
-            cos, sin, prepared = tables(xp, k, freqs, where, k_dtype, cache=cache, layout=self.layout, axes=self.axes)
+            cos, sin, prepared = tables(
+                xp, k, freqs, where, k_dtype, cache=cache, layout=self.layout, axes=self.axes, mrope=self.mrope
+            )
         k_rot = rotate_features(module, xp, k, cos, sin, self.layout, self.rotary_features, prepared, k_out)
         return (q_rot, k_rot, freqs) if return_freqs else (q_rot, k_rot)
 
