@@ -100,7 +100,8 @@ def exported(
 ) -> Any:
     """The call of ``rope`` as ``graph``, the rotation registered for the graph of q's library being traced (ONNX
     export), builds it; None where ``graph`` leaves the call to the eager path. The graph keeps the frequencies of
-    ``seq_len`` (length-dependent types) or the starting ones."""
+    ``seq_len`` (length-dependent types) or the starting ones. M-RoPE positions are refused where ``graph`` would
+    write its rotation (:func:`._mrope_call.refuse_export`), else left to the eager path."""
 
     def fixed_freqs() -> RopeFrequencies:
         if rope._resize is None:
@@ -115,17 +116,22 @@ def exported(
             rope.freqs = rope._resize(length)
             return rope.freqs
 
-    refuse_export(positions, rope._mrope)
+    # M-RoPE positions (axes, B, S): the graph function asks for the frequencies only where it writes its own
+    # rotation, of position ids (B, S) (ONNX export), which refuses them; elsewhere (torch.compile, torch.export)
+    # it leaves the call to the eager path, which computes M-RoPE in the graph
+    per_axis = rope._mrope is not None and getattr(positions, "ndim", 0) == 3
     fused = graph(
         q,
         k,
-        freqs=fixed_freqs,
-        positions=positions,
+        freqs=refuse_export if per_axis else fixed_freqs,
+        positions=positions[0] if per_axis else positions,
         offset=offset,
         layout=rope.layout,
         axes=rope.axes,
         max_positions=rope.max_position_embeddings,
     )
+    if per_axis:
+        return None
     if fused is not None and (outs[0] is not None or outs[1] is not None):
         raise ValueError(
             "q_out= and k_out= are not exported (an ONNX graph's outputs are fresh tensors): pass "

@@ -2,13 +2,15 @@
 and positions of shape ``(axes, B, S)`` (one position per axis and token), checked before anything changes.
 
 The tables themselves are :func:`~arrayrope.mrope_tables`'; positions of shape ``(S,)`` or ``(B, S)`` are
-text positions, the same on every axis, which is 1-D RoPE and takes the instance's usual paths.
+text positions, the same on every axis, which is 1-D RoPE and takes the instance's usual paths. Where an exporter
+writes arrayrope's own rotation node (``torch.onnx.export``), whose position ids are ``(B, S)``, M-RoPE positions
+are refused with what to do instead.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NoReturn
 
 from .._lib import checks
 from .._lib.types import Array, Axes
@@ -72,11 +74,12 @@ def check_positions(pos: Array, mrope: MRope | None, batch: int, seq: int, axes:
     return True
 
 
-def refuse_export(positions: Any, mrope: MRope | None) -> None:
-    """M-RoPE positions are not exported to ONNX by this call: refused, with what to do instead."""
-    if mrope is not None and getattr(positions, "ndim", 0) == 3:
-        raise NotImplementedError(
-            "RotaryEmbedding does not export M-RoPE positions (axes, B, S) to ONNX: the exported rotation is 1-D. "
-            "Export with text positions of shape (S,) or (B, S) (the same on every axis), or compute cos/sin "
-            "outside the exported graph (arrayrope.mrope_tables) and pass them to the model as inputs"
-        )
+def refuse_export() -> NoReturn:
+    """What a graph function (:func:`arrayrope.backends.integrations.register_graph_rotary`) gets as ``freqs`` for
+    M-RoPE positions: it asks for them only where it writes its own rotation (``torch.onnx.export``), whose graph
+    is 1-D; elsewhere (``torch.compile``, ``torch.export``) the call computes M-RoPE as it does eagerly."""
+    raise NotImplementedError(
+        "RotaryEmbedding does not export M-RoPE positions (axes, B, S) to ONNX (its exported rotation takes "
+        "position ids (B, S)): export with text positions of shape (S,) or (B, S), the same on every axis, or "
+        "run the model with M-RoPE positions eagerly, under torch.compile or torch.export"
+    )
