@@ -144,8 +144,7 @@ class RotaryEmbedding:
         rotary_features: RotaryFeatures,
         mrope: MRope | None = None,
     ) -> None:
-        """Set up an instance from its starting frequencies, computed by the caller (``scaling``: their dict),
-        and its M-RoPE sections, checked by the caller."""
+        """Set up an instance from its starting frequencies and M-RoPE sections, checked by the caller."""
         self.freqs: RopeFrequencies = freqs
         self.layout: Layout = checks.layout(layout)
         self.axes: Axes = checks.choice(axes, "axes", AXES)
@@ -403,6 +402,11 @@ axes='bhsd', rotary_features='trailing')
         ...     q, k = np.ones((1, 8, 1, 64), np.float32), np.ones((1, 2, 1, 64), np.float32)
         ...     _ = rope(q, k, offset=t, q_out=q, k_out=cache_k[:, :, t : t + 1])  # q in place
         >>> bool(np.array_equal(cache_k[:, :, :8], rope(np.ones((1, 2, 8, 64), np.float32))))
+        True
+
+        >>> vl = arrayrope.RotaryEmbedding(64, mrope_sections=(8, 12, 12))  # M-RoPE: ids (axes, B, S)
+        >>> x, ids = np.ones((1, 8, 3, 64), np.float32), np.array([[[0, 1, 2]]] * 3)  # text: equal on all axes
+        >>> bool(np.array_equal(vl(x, positions=ids), rope(x)))  # is 1-D RoPE
         True
         """
         xp = backends.plain_floating((q,) if k is None else (q, k))  # one float dtype and device: checked
