@@ -19,7 +19,16 @@ from ._lib import checks
 from .families import Family
 from .frequencies import RopeFrequencies
 
-__all__ = ["CONFIG_KEYS", "HEAD_DIM_RULES", "ROTARY_DIM_RULES", "Settings", "View", "refuse_unknown", "switched"]
+__all__ = [
+    "CONFIG_KEYS",
+    "HEAD_DIM_RULES",
+    "ROTARY_DIM_RULES",
+    "Settings",
+    "View",
+    "mrope",
+    "refuse_unknown",
+    "switched",
+]
 
 #: Every key transformers reads for rope, and what arrayrope does with it.
 CONFIG_KEYS: dict[str, str] = {
@@ -99,6 +108,7 @@ class Settings:
     nope: bool = False
     model_type: str | None = None
     why_no_layout: str = ""
+    mrope: tuple[tuple[int, ...], bool] | None = None  # M-RoPE: the sections, and whether the axes take turns
     freqs: RopeFrequencies = dataclasses.field(kw_only=True, repr=False, compare=False)
 
 
@@ -244,3 +254,23 @@ def switched(cfg: Mapping[str, Any], fam: Family | None, where: str) -> None:
         case = cases.get(str(value).lower()) if value is not None else None
         if case and case.get("refused"):
             raise ValueError(f"{where}: {key}={value!r}: {case['refused']}")
+
+
+def mrope(params: dict[str, Any], fam: Family | None, where: str) -> tuple[tuple[int, ...], bool] | None:
+    """Multimodal RoPE: the sections the family's rotary module uses (``mrope_section`` as stated, else the
+    family's default) and whether its axes take turns pair by pair; None for 1-D RoPE. The keys
+    are taken out of ``params``. ``mrope_interleaved`` (in Qwen3-VL's files) is not read by transformers:
+    the family's code decides."""
+    stated = params.pop("mrope_section", None)
+    params.pop("mrope_interleaved", None)
+    if fam is None or not fam.mrope:
+        if stated is not None:  # read as 1-D RoPE, as before: the sections go to mrope_tables
+            params["mrope_section"] = stated
+        return None
+    if stated is None:
+        return tuple(fam.mrope["sections"]), bool(fam.mrope["interleaved"])
+    if not isinstance(stated, (list, tuple)) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in stated
+    ):
+        raise ValueError(f"{where}: mrope_section must be a list of positive ints (pairs per axis), got {stated!r}")
+    return tuple(stated), bool(fam.mrope["interleaved"])

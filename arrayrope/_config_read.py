@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ._config_keys import HEAD_DIM_RULES, ROTARY_DIM_RULES, Settings, View, refuse_unknown, switched
+from ._config_keys import HEAD_DIM_RULES, ROTARY_DIM_RULES, Settings, View, mrope, refuse_unknown, switched
 from ._lib import checks
 from .families import TRANSFORMERS_VERSION, Family, family
 from .frequencies import RopeFrequencies, rope_frequencies
@@ -96,6 +96,7 @@ def read(
     prf = params.pop("partial_rotary_factor", None)
     if prf is not None and (isinstance(prf, bool) or not isinstance(prf, numbers.Real)):
         raise TypeError(f"{where}: partial_rotary_factor must be a number in (0, 1], got {prf!r}")
+    m = mrope(params, fam, where)  # M-RoPE's sections and interleaving, or None
     stated = _variant(params, fam)  # the rope type the family's own code computes for these parameters
     entry = rope_type(stated)
     if fam is not None and entry.name != "default":
@@ -134,9 +135,8 @@ def read(
             max_position_embeddings=max_len,
         )
     )
-    return Settings(
-        head_dim, float(base), rotary_dim, prf, scaling, max_len, features, layout, nope, model_type, why, freqs=freqs
-    )
+    fields = (head_dim, float(base), rotary_dim, prf, scaling, max_len, features, layout, nope, model_type, why, m)
+    return Settings(*fields, freqs=freqs)
 
 
 def no_rope(head_dim: int) -> RopeFrequencies:

@@ -729,3 +729,21 @@ def test_families_arrayrope_does_not_read_say_why():
         arrayrope.rope_frequencies_from_config({"model_type": "pixtral", "head_dim": 64})
     with pytest.raises(ValueError, match=r"learned parameters \['alpha'\]"):
         arrayrope.rope_frequencies_from_config({"model_type": "mistral_large4_text", "head_dim": 64})
+
+
+def test_mrope_sections_from_the_config_or_the_family():
+    """M-RoPE families: mrope_section as stated, else the family's default; interleaving is the family's."""
+    from arrayrope.config import settings
+
+    assert settings({"model_type": "qwen3_vl", "text_config": {"head_dim": 128}}).mrope == ((24, 20, 20), True)
+    glm = {"model_type": "glm4v_text", "head_dim": 128, "partial_rotary_factor": 0.5}
+    assert settings(glm).mrope == ((8, 12, 12), False)
+    stated = {
+        "model_type": "qwen2_vl_text",
+        "head_dim": 128,
+        "rope_scaling": {"type": "mrope", "mrope_section": [32, 16, 16]},
+    }
+    assert settings(stated).mrope == ((32, 16, 16), False)
+    assert settings({"model_type": "llama", "head_dim": 64}).mrope is None
+    with pytest.raises(ValueError, match="mrope_section must be a list of positive ints"):
+        settings({"model_type": "qwen2_vl_text", "head_dim": 128, "rope_parameters": {"mrope_section": [16, -24, 24]}})

@@ -18,7 +18,10 @@ reads configs with come from those runs, never from a hand-written list:
   defaults transformers fills in for keys a ``config.json`` leaves out, and the attribute aliases
   (``n_embd`` for ``hidden_size``...);
 * where a multimodal config keeps the settings of its language model (``text_config``,
-  ``thinker_config.text_config``...).
+  ``thinker_config.text_config``...);
+* for multimodal RoPE (M-RoPE), the sections of rotary pairs each position axis drives when a config
+  states no ``mrope_section``, and whether the axes hold consecutive sections or take turns pair by pair,
+  measured on position ids that differ per axis.
 
 A model type whose facts cannot be measured is written with the reason, and arrayrope refuses it.
 """
@@ -830,6 +833,55 @@ def _family_variants(use: hp.Use, p: Probe, half: int) -> dict[str, str]:
     return out
 
 
+def _mrope_axes(use: hp.Use, p: Probe, layout: str, half: int, sections: list[int] | None) -> np.ndarray | None:
+    """The axis whose position drives each rotary pair of the module, run on position ids ``(3, 1, 1)`` that
+    differ per axis (``sections``: stated as ``mrope_section``), or None where it takes no such ids."""
+    rope = dict(getattr(p.config, "rope_parameters", None) or {})
+    if sections is not None:
+        rope["mrope_section"] = sections
+    positions = np.array([3, 50, 900])  # float32 angles right to 1e-4; distinct on every axis at every frequency
+    try:
+        config = hp.tiny_config(use.config_cls, **p.values, rope_parameters=rope)
+        with hp.quiet(), torch.no_grad():
+            params = inspect.signature(use.rotary.__init__).parameters
+            rot = use.rotary(config) if "device" not in params else use.rotary(config, device=None)
+            cos, sin = rot(torch.zeros(1, 1, 8), torch.from_numpy(positions).reshape(3, 1, 1))
+        inv = rot.inv_freq.detach().double().numpy()
+    except Exception:
+        return None
+    if tuple(cos.shape[:2]) != (1, 1) or inv.size != half:
+        return None
+    step = 2 if layout == "interleaved" else 1  # the column of pair k: 2k (pairs repeated) or k (halves repeated)
+    c = cos.double().numpy().reshape(-1)[: step * half : step]
+    s = sin.double().numpy().reshape(-1)[: step * half : step]
+    angles = positions[:, None] * inv[None, :]
+    error = np.abs(np.cos(angles) - c) + np.abs(np.sin(angles) - s)  # (axis, pair)
+    axes = np.argmin(error, axis=0)
+    if np.max(error[axes, np.arange(half)]) > 1e-3:
+        return None
+    return axes
+
+
+def _mrope(use: hp.Use, p: Probe, layout: str, half: int) -> dict[str, Any]:
+    """Multimodal RoPE: the sections per axis the module uses when the config states none, and whether the
+    axes take turns pair by pair (Qwen3-VL) rather than holding consecutive sections; checked to follow the
+    sections a config states (``mrope_section``)."""
+    from arrayrope.encodings.mrope import _mrope_assignment
+
+    axes = _mrope_axes(use, p, layout, half, None)
+    if axes is None or not np.any(axes):
+        return {}
+    counts = [int(n) for n in np.bincount(axes, minlength=3)]
+    interleaved = bool(np.any(np.diff(axes) < 0))
+    if not np.array_equal(_mrope_assignment(counts, interleaved), axes):
+        raise Refused(f"its multimodal rope drives pairs by axes {axes.tolist()}, neither in sections nor in turns")
+    stated = counts[::-1] if counts[::-1] != counts else [counts[0] + 1, counts[1] - 1, counts[2]]
+    again = _mrope_axes(use, p, layout, half, stated)
+    if again is None or not np.array_equal(_mrope_assignment(stated, interleaved), again):
+        raise Refused(f"its multimodal rope does not follow a stated mrope_section {stated}")
+    return {"sections": counts, "interleaved": interleaved}
+
+
 def nope_layers_by_type(per_type: Mapping[str, Any], p: Probe) -> bool:
     """Whether some layer type of the default config rotates nothing."""
     return any(e.get("nope") for e in per_type.values()) or bool(getattr(p.config, "layer_types", None))
@@ -893,6 +945,12 @@ def facts(use: hp.Use) -> dict[str, Any]:
     pattern = _layer_pattern(use, p) if nested or nope_layers_by_type(per_type, p) else {}
     if pattern:
         entry["layer_pattern"] = pattern
+    try:
+        mrope = _mrope(use, p, layout, half)
+    except Refused as exc:
+        return {"refused": str(exc)}
+    if mrope:
+        entry["mrope"] = mrope
     variants = _family_variants(use, p, half)
     if variants:
         entry["variants"] = variants

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .. import backends
 from .._lib import checks
@@ -15,8 +16,13 @@ from .._lib.types import Array, Axes, Layout, Namespace
 from ..frequencies import RopeFrequencies
 from ..tables import rope_tables
 from ._cache import MAX_CACHE, TableCache
+from ._mrope_call import MRope, check_positions, refuse_export
+from .mrope import mrope_tables
 
-__all__ = ["Where", "check_inputs", "check_outs", "positions_of", "tables", "to_axes"]
+if TYPE_CHECKING:
+    from .embedding import RotaryEmbedding
+
+__all__ = ["Where", "check_inputs", "check_outs", "exported", "positions_of", "tables", "to_axes"]
 
 
 def check_inputs(
@@ -82,6 +88,58 @@ def _check_shape(x: Array, name: str, head_dim: int, axes: Axes) -> None:
         )
 
 
+def exported(
+    graph: Callable[..., Any],
+    rope: RotaryEmbedding,
+    q: Array,
+    k: Array | None,
+    positions: Any,
+    offset: Any,
+    seq_len: Any,
+    outs: tuple[Array | None, Array | None],
+) -> Any:
+    """The call of ``rope`` as ``graph``, the rotation registered for the graph of q's library being traced (ONNX
+    export), builds it; None where ``graph`` leaves the call to the eager path. The graph keeps the frequencies of
+    ``seq_len`` (length-dependent types) or the starting ones. M-RoPE positions are refused where ``graph`` would
+    write its rotation (:func:`._mrope_call.refuse_export`), else left to the eager path."""
+
+    def fixed_freqs() -> RopeFrequencies:
+        if rope._resize is None:
+            return rope._start_freqs
+        if seq_len is None:
+            raise ValueError(
+                f"rope_type {rope.freqs.rope_type!r} picks its frequencies by sequence length, which a traced "
+                "graph does not know; pass seq_len= (the length whose frequencies the graph keeps)"
+            )
+        length = checks.positive_int(seq_len, "seq_len")
+        with rope._lock:
+            rope.freqs = rope._resize(length)
+            return rope.freqs
+
+    # M-RoPE positions (axes, B, S): the graph function asks for the frequencies only where it writes its own
+    # rotation, of position ids (B, S) (ONNX export), which refuses them; elsewhere (torch.compile, torch.export)
+    # it leaves the call to the eager path, which computes M-RoPE in the graph
+    per_axis = rope._mrope is not None and getattr(positions, "ndim", 0) == 3
+    fused = graph(
+        q,
+        k,
+        freqs=refuse_export if per_axis else fixed_freqs,
+        positions=positions[0] if per_axis else positions,
+        offset=offset,
+        layout=rope.layout,
+        axes=rope.axes,
+        max_positions=rope.max_position_embeddings,
+    )
+    if per_axis:
+        return None
+    if fused is not None and (outs[0] is not None or outs[1] is not None):
+        raise ValueError(
+            "q_out= and k_out= are not exported (an ONNX graph's outputs are fresh tensors): pass "
+            "none while torch.onnx.export traces the model, and write the returned keys into the cache"
+        )
+    return fused
+
+
 def positions_of(
     xp: Namespace,
     q: Array,
@@ -91,10 +149,12 @@ def positions_of(
     axes: Axes,
     follows: str | None,
     tracing: bool,
+    mrope: MRope | None = None,
 ) -> Where:
     """Check the positions of a call (nothing is computed or changed yet); ``follows``: the rope type when
     its frequencies follow the sequence length (the call's length is then found), else None; ``tracing``:
-    ``backends.tracing(xp)``, as the caller found it."""
+    ``backends.tracing(xp)``, as the caller found it; ``mrope``: the instance's multimodal RoPE, whose
+    positions may also be ``(axes, B, S)``."""
     batch = q.shape[0]
     seq = q.shape[2] if axes == "bhsd" else q.shape[1]
     device = backends.device_of(q)
@@ -105,9 +165,13 @@ def positions_of(
         if not (type(offset) is int and offset == 0):
             raise ValueError("pass positions or offset, not both (positions already include any offset)")
         _, pos, _ = position_array(positions, "positions", like=q)
-        if pos.ndim not in (1, 2) or pos.shape[-1] != seq or (pos.ndim == 2 and pos.shape[0] not in (1, batch)):
+        per_axis = check_positions(pos, mrope, batch, seq, axes)  # (axes, B, S): checked there
+        if not per_axis and (
+            pos.ndim not in (1, 2) or pos.shape[-1] != seq or (pos.ndim == 2 and pos.shape[0] not in (1, batch))
+        ):
             raise ValueError(_positions_mismatch(tuple(q.shape), tuple(pos.shape), axes))
-        return Where(device, seq, array=pos, length=_length(pos, 0, seq_len, follows))
+        length = _length(pos, 0, seq_len, follows)
+        return Where(device, seq, array=pos, length=length, mrope=mrope if per_axis else None)
     if type(offset) is int:
         if offset < 0:
             raise ValueError(f"offset must be >= 0, got {offset}")
@@ -171,7 +235,10 @@ def tables(
     """cos/sin for the positions ``where`` describes, shaped to broadcast against q and k, and their
     prepared form for arrays like ``x`` where the cache keeps one (else None). ``cache``: the instance's,
     where ``freqs`` are the ones it holds tables of (its starting frequencies), else None."""
-    if where.array is not None:
+    if where.array is not None and where.mrope is not None:  # M-RoPE positions (axes, B, S)
+        m = where.mrope
+        cos, sin = mrope_tables(freqs, where.array, sections=m.sections, interleaved=m.interleaved, dtype=dtype)
+    elif where.array is not None:
         cos, sin = rope_tables(freqs, where.array, dtype=dtype)
     elif not where.traced and cache is not None and where.length <= MAX_CACHE:
         shape = functools.partial(to_axes, axes=axes)
@@ -216,3 +283,4 @@ class Where:
     array: Array | None = None
     length: Any = None
     traced: bool = False
+    mrope: MRope | None = None  # the sections of positions (axes, B, S); None for (S,) or (B, S)

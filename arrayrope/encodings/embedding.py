@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, overload
 
 from .. import backends
@@ -15,7 +15,8 @@ from ..config import settings
 from ..frequencies import RopeFrequencies, rope_frequencies
 from ..scaling import rope_type
 from ._cache import TableCache
-from ._call import check_inputs, check_outs, positions_of, tables
+from ._call import check_inputs, check_outs, exported, positions_of, tables
+from ._mrope_call import MRope, mrope_of
 from ._resize import Resizer
 
 __all__ = ["RotaryEmbedding"]
@@ -47,6 +48,14 @@ class RotaryEmbedding:
     rotary_features : {"leading", "trailing"}
         Whether the first ``rotary_dim`` features of each head rotate or the last ones
         (DeepSeek-V2/V3, whose ``q_pe`` follows ``q_nope``).
+    mrope_sections : sequence of int, optional
+        Multimodal RoPE (M-RoPE, the ``mrope_section`` of Qwen2-VL, Qwen3-VL, GLM-4V): the
+        rotary pairs each position axis drives, summing to ``rotary_dim // 2``; calls then
+        also take positions of shape ``(len(mrope_sections), B, S)`` (see :func:`mrope_tables`).
+        Kept as the attribute ``mrope_sections`` (a tuple; None for 1-D RoPE).
+    mrope_interleaved : bool
+        Whether the axes take turns pair by pair (Qwen3-VL) rather than holding consecutive
+        sections (Qwen2-VL, GLM-4V); the attribute ``mrope_interleaved``.
 
     Notes
     -----
@@ -116,11 +125,14 @@ class RotaryEmbedding:
         layout: Layout = "half",
         axes: Axes = "bhsd",
         rotary_features: RotaryFeatures = "leading",
+        mrope_sections: Sequence[int] | None = None,
+        mrope_interleaved: bool = False,
     ) -> None:
         freqs = rope_frequencies(
             head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling, max_position_embeddings=max_position_embeddings
         )
-        self._start(freqs, scaling, max_position_embeddings, layout, axes, rotary_features)
+        mrope = mrope_of(mrope_sections, mrope_interleaved, freqs.rotary_dim, "mrope_sections")
+        self._start(freqs, scaling, max_position_embeddings, layout, axes, rotary_features, mrope)
 
     def _start(
         self,
@@ -130,8 +142,9 @@ class RotaryEmbedding:
         layout: Layout,
         axes: Axes,
         rotary_features: RotaryFeatures,
+        mrope: MRope | None = None,
     ) -> None:
-        """Set up an instance from its starting frequencies, computed by the caller (``scaling``: their dict)."""
+        """Set up an instance from its starting frequencies and M-RoPE sections, checked by the caller."""
         self.freqs: RopeFrequencies = freqs
         self.layout: Layout = checks.layout(layout)
         self.axes: Axes = checks.choice(axes, "axes", AXES)
@@ -147,6 +160,7 @@ class RotaryEmbedding:
         # a model is built before it is traced: what plugs into the tracers of the libraries already
         # imported (PyTorch's ONNX exporter) is in place before any export of it starts
         backends.load_imported()
+        self._mrope = mrope
 
     @classmethod
     def from_config(
@@ -169,7 +183,9 @@ class RotaryEmbedding:
         ``layout=``; a config that states ``rope_interleave`` gives it. An explicit ``layout=``
         wins over the family's (a checkpoint whose q/k rows were permuted to the other layout,
         :func:`arrayrope.permute_rotary_rows`). ``layer_idx`` picks one layer: a layer without
-        RoPE gets the identity.
+        RoPE gets the identity. Multimodal RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V...) takes
+        ``mrope_section`` from the config, or the family's default, and the family's interleaving
+        (``mrope_sections``, ``mrope_interleaved``); calls then take positions ``(axes, B, S)``.
 
         Raises
         ------
@@ -193,6 +209,10 @@ class RotaryEmbedding:
 axes='bhsd', rotary_features='trailing')
         >>> arrayrope.RotaryEmbedding.from_config({"head_dim": 64, "rope_theta": 1e4}, layout="half").layout
         'half'
+        >>> qwen3_vl = {"model_type": "qwen3_vl", "text_config": {"head_dim": 128, "rope_theta": 5e6}}
+        >>> rope = arrayrope.RotaryEmbedding.from_config(qwen3_vl)
+        >>> rope.mrope_sections, rope.mrope_interleaved  # the family's sections, its axes taking turns
+        ((24, 20, 20), True)
         """
         if layout is not None:
             layout = checks.layout(layout)
@@ -208,7 +228,8 @@ axes='bhsd', rotary_features='trailing')
         if s.nope:  # a layer without RoPE: every pair turns by 0 (s.freqs), at any length
             rope._start(s.freqs, None, None, chosen, axes, features)
         else:  # the frequencies the config was read with: computed once, each warning given once
-            rope._start(s.freqs, s.scaling, s.max_position_embeddings, chosen, axes, features)
+            mrope = None if s.mrope is None else mrope_of(*s.mrope, s.freqs.rotary_dim, "mrope_section")
+            rope._start(s.freqs, s.scaling, s.max_position_embeddings, chosen, axes, features, mrope)
         return rope
 
     @property
@@ -219,12 +240,24 @@ axes='bhsd', rotary_features='trailing')
     def rotary_dim(self) -> int:
         return self.freqs.rotary_dim
 
+    @property
+    def mrope_sections(self) -> tuple[int, ...] | None:
+        """The rotary pairs each position axis drives (multimodal RoPE), None for 1-D RoPE."""
+        return None if self._mrope is None else self._mrope.sections
+
+    @property
+    def mrope_interleaved(self) -> bool:
+        """Whether the M-RoPE axes take turns pair by pair (Qwen3-VL); False for 1-D RoPE."""
+        return self._mrope is not None and self._mrope.interleaved
+
     def __repr__(self) -> str:
         f = self.freqs
         return (
             f"RotaryEmbedding(head_dim={f.head_dim}, base={f.base}, rotary_dim={f.rotary_dim}, "
             f"rope_type={f.rope_type!r}, layout={self.layout!r}, axes={self.axes!r}"
-            + (")" if self.rotary_features == "leading" else f", rotary_features={self.rotary_features!r})")
+            + ("" if self.rotary_features == "leading" else f", rotary_features={self.rotary_features!r}")
+            + ("" if self._mrope is None else f", mrope_sections={self._mrope.sections}")
+            + (", mrope_interleaved=True)" if self.mrope_interleaved else ")")
         )
 
     def __getstate__(self) -> dict[str, Any]:
@@ -320,8 +353,10 @@ axes='bhsd', rotary_features='trailing')
             heads (GQA) but the same batch and sequence length. Each is rotated in its
             own dtype (float64 tables for a float64 input, float32 for the others).
         positions : array, optional
-            Integer (or real) positions of shape ``(S,)`` or ``(B, S)``. Default:
-            ``offset .. offset + S - 1``.
+            Integer (or real) positions of shape ``(S,)`` or ``(B, S)``; with M-RoPE
+            (``mrope_sections``) also ``(axes, B, S)``, one position per axis, as Qwen-VL's
+            ``get_rope_index`` makes them (a text token has the same on every axis, and
+            ``(S,)`` or ``(B, S)`` is such text). Default: ``offset .. offset + S - 1``.
         offset : int or array
             Start position, one int or one per batch row (an integer array of shape
             ``(B,)``), for decoding with a KV cache. Not combined with ``positions``.
@@ -368,6 +403,11 @@ axes='bhsd', rotary_features='trailing')
         ...     _ = rope(q, k, offset=t, q_out=q, k_out=cache_k[:, :, t : t + 1])  # q in place
         >>> bool(np.array_equal(cache_k[:, :, :8], rope(np.ones((1, 2, 8, 64), np.float32))))
         True
+
+        >>> vl = arrayrope.RotaryEmbedding(64, mrope_sections=(8, 12, 12))  # M-RoPE: ids (axes, B, S)
+        >>> x, ids = np.ones((1, 8, 3, 64), np.float32), np.array([[[0, 1, 2]]] * 3)  # text: equal on all axes
+        >>> bool(np.array_equal(vl(x, positions=ids), rope(x)))  # is 1-D RoPE
+        True
         """
         xp = backends.plain_floating((q,) if k is None else (q, k))  # one float dtype and device: checked
         plain = xp is not None
@@ -380,26 +420,11 @@ axes='bhsd', rotary_features='trailing')
             check_outs(q, k, q_out, k_out)
         tracing = backends.tracing(xp)  # asked once per call
         graph = backends.graph_rotary(q) if tracing else None  # registered for graphs of q's library (ONNX export)
-        if graph is not None:
-            fused = graph(
-                q,
-                k,
-                freqs=lambda: self._fixed_freqs(seq_len),
-                positions=positions,
-                offset=offset,
-                layout=self.layout,
-                axes=self.axes,
-                max_positions=self.max_position_embeddings,
-            )
-            if fused is not None:
-                if q_out is not None or k_out is not None:
-                    raise ValueError(
-                        "q_out= and k_out= are not exported (an ONNX graph's outputs are fresh tensors): pass "
-                        "none while torch.onnx.export traces the model, and write the returned keys into the cache"
-                    )
-                return fused
+        fused = None if graph is None else exported(graph, self, q, k, positions, offset, seq_len, (q_out, k_out))
+        if fused is not None:
+            return fused
         follows = self.freqs.rope_type if self._resize is not None else None
-        where = positions_of(xp, q, positions, offset, seq_len, self.axes, follows, tracing)
+        where = positions_of(xp, q, positions, offset, seq_len, self.axes, follows, tracing, self._mrope)
         freqs = self._select(xp, where.length) if self._resize is not None else self._start_freqs
         # The tables are built here to broadcast against q and k: no need to check them again.
         cache = self._cache if freqs is self._start_freqs else None  # it holds the starting frequencies' tables
@@ -412,20 +437,6 @@ axes='bhsd', rotary_features='trailing')
             cos, sin, prepared = tables(xp, k, freqs, where, k_dtype, cache=cache, layout=self.layout, axes=self.axes)
         k_rot = rotate_features(module, xp, k, cos, sin, self.layout, self.rotary_features, prepared, k_out)
         return (q_rot, k_rot, freqs) if return_freqs else (q_rot, k_rot)
-
-    def _fixed_freqs(self, seq_len: int | None) -> RopeFrequencies:
-        """The frequencies of a traced graph, which fixes them: length-dependent types need ``seq_len``."""
-        if self._resize is None:
-            return self._start_freqs
-        if seq_len is None:
-            raise ValueError(
-                f"rope_type {self.freqs.rope_type!r} picks its frequencies by sequence length, which a traced "
-                "graph does not know; pass seq_len= (the length whose frequencies the graph keeps)"
-            )
-        length = checks.positive_int(seq_len, "seq_len")
-        with self._lock:
-            self.freqs = self._resize(length)
-            return self.freqs
 
     def _select(self, xp: Namespace, length: int | None) -> RopeFrequencies:
         """The frequencies for a call of length ``length`` (dynamic, longrope); updates ``freqs``, except in a

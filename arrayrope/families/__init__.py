@@ -67,6 +67,10 @@ class Family:
     variants : mapping
         Rope-dict keys the family's own code reads, and the arrayrope rope type that computes them
         (an empty string: no arrayrope rope type does).
+    mrope : mapping
+        Multimodal RoPE (M-RoPE): ``{"sections": [16, 24, 24], "interleaved": False}``, the rotary pairs
+        each position axis drives where a config states no ``mrope_section``, and whether the axes take
+        turns pair by pair (Qwen3-VL) rather than holding consecutive sections; empty for 1-D RoPE.
     output_order : str or None
         ``"half"`` where the apply function writes half-split order from interleaved input.
     config_path : tuple of str
@@ -91,6 +95,7 @@ class Family:
     nope: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     switches: Mapping[str, Mapping[str, Mapping[str, Any]]] = dataclasses.field(default_factory=dict)
     variants: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    mrope: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     output_order: str | None = None
     config_path: tuple[str, ...] = ()
     config_model_type: str | None = None

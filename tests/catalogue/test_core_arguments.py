@@ -111,6 +111,8 @@ SPECS: Specs = {
             ],
             layout=choice("half"),
             axes=choice("bhsd"),
+            mrope_sections=[(1, 1), (2, 0, 2), 4, "ab", (True, 3), (1.0, 3), ()],
+            mrope_interleaved=[*BOOL, True],
         ),
     ),
     "RotaryEmbedding.__call__": (

@@ -1,0 +1,85 @@
+"""Multimodal RoPE in a call of :class:`~arrayrope.RotaryEmbedding`: the instance's sections, checked once,
+and positions of shape ``(axes, B, S)`` (one position per axis and token), checked before anything changes.
+
+The tables themselves are :func:`~arrayrope.mrope_tables`'; positions of shape ``(S,)`` or ``(B, S)`` are
+text positions, the same on every axis, which is 1-D RoPE and takes the instance's usual paths. Where an exporter
+writes arrayrope's own rotation node (``torch.onnx.export``), whose position ids are ``(B, S)``, M-RoPE positions
+are refused with what to do instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NoReturn
+
+from .._lib import checks
+from .._lib.types import Array, Axes
+
+__all__ = ["MRope", "check_positions", "mrope_of", "refuse_export"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MRope:
+    """The rotary pairs each position axis drives (``sections``), and whether the axes take turns pair by pair
+    (``interleaved``, Qwen3-VL) rather than holding consecutive sections (Qwen2-VL, GLM-4V)."""
+
+    sections: tuple[int, ...]
+    interleaved: bool
+
+
+def mrope_of(sections: Any, interleaved: Any, rotary_dim: int, name: str) -> MRope | None:
+    """M-RoPE's ``sections`` (``name``: how the caller calls them; None: 1-D RoPE) and interleaving, checked
+    against the ``rotary_dim // 2`` pairs that rotate."""
+    interleaved = checks.boolean(interleaved, "mrope_interleaved")
+    if sections is None:
+        if interleaved:
+            raise ValueError(
+                "mrope_interleaved=True needs mrope_sections= (the rotary pairs each position axis drives, "
+                "e.g. (24, 20, 20) for Qwen3-VL)"
+            )
+        return None
+    sections = checks.int_sequence(sections, name, positive=True)
+    if sum(sections) != rotary_dim // 2:
+        raise ValueError(
+            f"{name}={list(sections)} sum to {sum(sections)}, but rotary_dim // 2 = {rotary_dim // 2} pairs "
+            "rotate; they must sum to it"
+        )
+    return MRope(tuple(sections), interleaved)
+
+
+def check_positions(pos: Array, mrope: MRope | None, batch: int, seq: int, axes: Axes) -> bool:
+    """Whether ``pos`` are M-RoPE positions ``(axes, B, S)`` (True), or ``(S,)``/``(B, S)`` ones to check as
+    1-D positions (False); 3-D positions that do not fit raise, naming the shape expected."""
+    if pos.ndim != 3:
+        return False
+    shape = tuple(pos.shape)
+    if mrope is None:
+        raise ValueError(
+            f"positions must have shape (S,) or (B, S) = ({seq},) or ({batch}, {seq}), got {shape}: positions "
+            "(axes, B, S) are multimodal RoPE's, which this instance does not compute (pass mrope_sections=, or "
+            "build it with RotaryEmbedding.from_config from a config of an M-RoPE family)"
+        )
+    n = len(mrope.sections)
+    if shape[0] != n:
+        raise ValueError(
+            f"positions of shape {shape} give {shape[0]} position axes, but mrope_sections="
+            f"{mrope.sections} drive {n}: pass positions of shape ({n}, B, S), one row per axis (or (S,), (B, S) "
+            "for text, the same position on every axis)"
+        )
+    if shape[1] not in (1, batch) or shape[2] != seq:
+        raise ValueError(
+            f"positions of M-RoPE must have shape ({n}, B, S) = ({n}, {batch}, {seq}) or ({n}, 1, {seq}) (batch "
+            f"and sequence of q with axes={axes!r}), got {shape}"
+        )
+    return True
+
+
+def refuse_export() -> NoReturn:
+    """What a graph function (:func:`arrayrope.backends.integrations.register_graph_rotary`) gets as ``freqs`` for
+    M-RoPE positions: it asks for them only where it writes its own rotation (``torch.onnx.export``), whose graph
+    is 1-D; elsewhere (``torch.compile``, ``torch.export``) the call computes M-RoPE as it does eagerly."""
+    raise NotImplementedError(
+        "RotaryEmbedding does not export M-RoPE positions (axes, B, S) to ONNX (its exported rotation takes "
+        "position ids (B, S)): export with text positions of shape (S,) or (B, S), the same on every axis, or "
+        "run the model with M-RoPE positions eagerly, under torch.compile or torch.export"
+    )
