@@ -31,7 +31,9 @@ def register_graph_rotary(library: str, fn: Callable[..., Any]) -> None:
     ``fn(q, k, *, freqs, positions, offset, layout, axes, max_positions)`` returns the
     rotated ``q`` (and ``k``), or None to let the core compute them; ``freqs()`` gives the
     frequencies the graph keeps (it raises for the rope types that follow the sequence length
-    when the call gives no ``seq_len``), to be called only by a ``fn`` that rotates.
+    when the call gives no ``seq_len``), to be called only by a ``fn`` that rotates. Calls with
+    multimodal RoPE positions ``(axes, B, S)`` (checked against the instance's sections) also
+    pass ``mrope=(sections, interleaved)``, as :func:`arrayrope.mrope_tables` takes them.
     """
     _graph_rotaries[library] = fn
 

@@ -16,7 +16,7 @@ from .._lib.types import Array, Axes, Layout, Namespace
 from ..frequencies import RopeFrequencies
 from ..tables import rope_tables
 from ._cache import MAX_CACHE, TableCache
-from ._mrope_call import MRope, check_positions, refuse_export
+from ._mrope_call import MRope, check_positions
 from .mrope import mrope_tables
 
 if TYPE_CHECKING:
@@ -100,8 +100,8 @@ def exported(
 ) -> Any:
     """The call of ``rope`` as ``graph``, the rotation registered for the graph of q's library being traced (ONNX
     export), builds it; None where ``graph`` leaves the call to the eager path. The graph keeps the frequencies of
-    ``seq_len`` (length-dependent types) or the starting ones. M-RoPE positions are refused where ``graph`` would
-    write its rotation (:func:`._mrope_call.refuse_export`), else left to the eager path."""
+    ``seq_len`` (length-dependent types) or the starting ones. M-RoPE positions ``(axes, B, S)``, checked here,
+    reach ``graph`` with ``mrope=(sections, interleaved)``, a keyword given to no other call."""
 
     def fixed_freqs() -> RopeFrequencies:
         if rope._resize is None:
@@ -116,22 +116,22 @@ def exported(
             rope.freqs = rope._resize(length)
             return rope.freqs
 
-    # M-RoPE positions (axes, B, S): the graph function asks for the frequencies only where it writes its own
-    # rotation, of position ids (B, S) (ONNX export), which refuses them; elsewhere (torch.compile, torch.export)
-    # it leaves the call to the eager path, which computes M-RoPE in the graph
-    per_axis = rope._mrope is not None and getattr(positions, "ndim", 0) == 3
+    m = rope._mrope
+    extra: dict[str, Any] = {}
+    if m is not None and getattr(positions, "ndim", 0) == 3:  # M-RoPE positions (axes, B, S)
+        check_positions(positions, m, q.shape[0], q.shape[2 if rope.axes == "bhsd" else 1], rope.axes)
+        extra["mrope"] = (m.sections, m.interleaved)
     fused = graph(
         q,
         k,
-        freqs=refuse_export if per_axis else fixed_freqs,
-        positions=positions[0] if per_axis else positions,
+        freqs=fixed_freqs,
+        positions=positions,
         offset=offset,
         layout=rope.layout,
         axes=rope.axes,
         max_positions=rope.max_position_embeddings,
+        **extra,
     )
-    if per_axis:
-        return None
     if fused is not None and (outs[0] is not None or outs[1] is not None):
         raise ValueError(
             "q_out= and k_out= are not exported (an ONNX graph's outputs are fresh tensors): pass "

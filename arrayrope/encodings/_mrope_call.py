@@ -3,19 +3,19 @@ and positions of shape ``(axes, B, S)`` (one position per axis and token), check
 
 The tables themselves are :func:`~arrayrope.mrope_tables`'; positions of shape ``(S,)`` or ``(B, S)`` are
 text positions, the same on every axis, which is 1-D RoPE and takes the instance's usual paths. Where an exporter
-writes arrayrope's own rotation node (``torch.onnx.export``), whose position ids are ``(B, S)``, M-RoPE positions
-are refused with what to do instead.
+writes arrayrope's own rotation (``torch.onnx.export``), M-RoPE positions reach it with the sections
+(:func:`._call.exported`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NoReturn
+from typing import Any
 
 from .._lib import checks
 from .._lib.types import Array, Axes
 
-__all__ = ["MRope", "check_positions", "mrope_of", "refuse_export"]
+__all__ = ["MRope", "check_positions", "mrope_of"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -72,14 +72,3 @@ def check_positions(pos: Array, mrope: MRope | None, batch: int, seq: int, axes:
             f"and sequence of q with axes={axes!r}), got {shape}"
         )
     return True
-
-
-def refuse_export() -> NoReturn:
-    """What a graph function (:func:`arrayrope.backends.integrations.register_graph_rotary`) gets as ``freqs`` for
-    M-RoPE positions: it asks for them only where it writes its own rotation (``torch.onnx.export``), whose graph
-    is 1-D; elsewhere (``torch.compile``, ``torch.export``) the call computes M-RoPE as it does eagerly."""
-    raise NotImplementedError(
-        "RotaryEmbedding does not export M-RoPE positions (axes, B, S) to ONNX (its exported rotation takes "
-        "position ids (B, S)): export with text positions of shape (S,) or (B, S), the same on every axis, or "
-        "run the model with M-RoPE positions eagerly, under torch.compile or torch.export"
-    )

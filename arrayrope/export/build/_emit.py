@@ -2,7 +2,8 @@
 
 :func:`heads_spec` and :func:`rotate_heads` serve graphs written by others
 (``torch.onnx.export``, :func:`~arrayrope.export.fuse_rotary`), whose 4-D tensors
-are ``(batch, heads, seq, head_dim)`` or ``(batch, seq, heads, head_dim)``.
+are ``(batch, heads, seq, head_dim)`` or ``(batch, seq, heads, head_dim)``, at position ids
+``(batch, seq)``, or ``(axes, batch, seq)`` for M-RoPE (``torch.onnx.export`` of M-RoPE calls).
 """
 
 from __future__ import annotations
@@ -50,8 +51,11 @@ def heads_spec(
     dtype: DTypeName,
     opset: int,
     opset_argument: str,
+    mrope_sections: tuple[int, ...] | None = None,
+    mrope_interleaved: bool = False,
 ) -> Spec:
-    """The spec for 4-D tensors of ``heads`` heads laid out as ``axes``: ``(B, S, N, D)`` as its 3-D view."""
+    """The spec for 4-D tensors of ``heads`` heads laid out as ``axes``: ``(B, S, N, D)`` as its 3-D view;
+    with ``mrope_sections``, of M-RoPE at position ids ``(axes, B, S)``."""
     options = ExportOptions(
         layout=checks.layout(layout),
         target=target,
@@ -61,13 +65,15 @@ def heads_spec(
         dtype=dtype,
         opset=opset,
         runtime="any",
+        mrope_sections=mrope_sections,
+        mrope_interleaved=mrope_interleaved,
     )
     return make_spec(freqs, options, opset_argument=opset_argument)
 
 
 def rotate_heads(spec: Spec, b: Builder, rotary: Emitter, x: str, pos: str, out: str) -> str:
-    """Rotate the 4-D ``x`` at position ids ``pos`` ``(B, S)`` into ``out``; ``(B, S, N, D)`` (rank-3 specs)
-    through its view ``(B, S, N * D)``: two Reshapes, no copy."""
+    """Rotate the 4-D ``x`` at position ids ``pos`` ``(B, S)`` (M-RoPE specs: ``(axes, B, S)``) into ``out``;
+    ``(B, S, N, D)`` (rank-3 specs) through its view ``(B, S, N * D)``: two Reshapes, no copy."""
     heads = spec.options.num_heads
     if spec.options.rank == 4:
         return rotary.apply(x, pos, out, heads)

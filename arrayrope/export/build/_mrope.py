@@ -80,7 +80,8 @@ def _assembled(spec: Spec, b: Builder, pieces: list[tuple[str, str]], *, portabl
         index = b.op("Expand", [b.const(order, "pair_order"), b.op("Shape", [tables[0]])])
         tables = [b.op("GatherElements", [t, index], axis=-1) for t in tables]
     if portable and spec.options.layout == "half" and not five_d(spec):  # (..., 2, r/2) -> (..., r)
-        shape = b.ints([0, 0, 0, spec.rotary_dim], "features")
+        # -1 for the features: TorchScript's exporter fails shape inference of a Reshape copying dims (0) without one
+        shape = b.ints([0, 0, 0, -1], "features")
         tables = [b.op("Reshape", [t, shape]) for t in tables]
     return tables[0], tables[1]
 

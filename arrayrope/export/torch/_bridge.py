@@ -2,7 +2,8 @@
 
 While ``torch.onnx.export`` traces, :class:`arrayrope.RotaryEmbedding` records the
 custom op ``arrayrope::rotary_embedding(x, position_ids, ...)`` (``torch.library``) for
-q and for k instead of computing tables (:func:`rotary_embedding`). Each exporter
+q and for k instead of computing tables (:func:`rotary_embedding`): position ids ``(B, S)``, or,
+for multimodal RoPE, ``(axes, B, S)`` with the sections in the op's ``mrope`` argument. Each exporter
 translates the op with the graphs of :mod:`._graphs`: the standard
 ``RotaryEmbedding`` node from opset 23 on, a compact standard-op graph below, or ONNX
 Runtime's contrib op where :func:`~arrayrope.export.torch_options` asks for it.
@@ -30,13 +31,21 @@ import torch
 from torch.onnx import symbolic_helper
 
 from ..build._builder import Builder
-from ._graphs import OP_NAME, current_options, frequencies_from_json, frequencies_json, rotary_graph
+from ._graphs import (
+    OP_NAME,
+    current_options,
+    frequencies_from_json,
+    frequencies_json,
+    mrope_from_json,
+    mrope_json,
+    rotary_graph,
+)
 
 __all__ = ["TRANSLATION_OPSETS", "register", "registered", "rotary_embedding", "translation", "translations"]
 
 #: Opsets from which each translation applies: the exporter picks the newest one not above its opset.
 TRANSLATION_OPSETS = (18, 23)
-_NAMES = ("frequencies", "layout", "axes", "max_positions", "target")
+_NAMES = ("frequencies", "layout", "axes", "max_positions", "target", "mrope")
 
 # registered: the translations joined the exporter's list; table: torch_translations() was asked for (the export
 # is given them); late: they joined during an export, whose registry was built before
@@ -52,15 +61,24 @@ def _rotary(
     axes: str,
     max_positions: int,
     target: str,
+    mrope: str = "",
 ) -> torch.Tensor:
-    """RoPE of ``x`` (``axes`` ``"bhsd"`` or ``"bshd"``) at position ids ``(B, S)``, as the core computes it.
+    """RoPE of ``x`` (``axes`` ``"bhsd"`` or ``"bshd"``) at position ids ``(B, S)``, as the core computes it;
+    with ``mrope`` (the JSON of :func:`._graphs.mrope_json`), M-RoPE at position ids ``(axes, B, S)``.
 
     ``frequencies`` is the JSON of :func:`._graphs.frequencies_json` (a string: float
-    arguments would reach TorchScript's translation rounded to float32).
+    arguments would reach TorchScript's translation rounded to float32). ``mrope`` came last
+    with a default, so that ops recorded without it keep their meaning.
     """
     import arrayrope
 
-    cos, sin = arrayrope.rope_tables(frequencies_from_json(frequencies, x.shape[-1]), position_ids)
+    freqs = frequencies_from_json(frequencies, x.shape[-1])
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32  # RotaryEmbedding's tables for x
+    if mrope:
+        sections, interleaved = mrope_from_json(mrope)
+        cos, sin = arrayrope.mrope_tables(freqs, position_ids, sections=sections, interleaved=interleaved, dtype=dtype)
+    else:
+        cos, sin = arrayrope.rope_tables(freqs, position_ids, dtype=dtype)
     head_axis = 1 if axes == "bhsd" else 2
     cos, sin = cos.unsqueeze(head_axis), sin.unsqueeze(head_axis)
     y: torch.Tensor = arrayrope.apply_rotary(x, cos, sin, layout=layout)  # type: ignore[arg-type]
@@ -136,9 +154,10 @@ def _attribute(value: Any) -> Any:
 def translation(opset: int) -> Callable[..., Any]:
     """The dynamo exporter's translation of the op for graphs of ``opset`` and newer."""
 
-    def translate(x: Any, position_ids: Any, *attrs: Any) -> Any:
+    def translate(x: Any, position_ids: Any, *attrs: Any, **named: Any) -> Any:
         shape = [d if isinstance(d, int) else None for d in x.shape]
-        graph = rotary_graph(shape, int(x.dtype), **dict(zip(_NAMES, attrs, strict=True)), opset=opset)
+        given = {**dict(zip(_NAMES, attrs, strict=False)), **named}  # ops recorded before mrope lack it
+        graph = rotary_graph(shape, int(x.dtype), **given, ids_rank=len(position_ids.shape), opset=opset)
         return _emit(graph, x, position_ids, opset)
 
     translate.__name__ = f"arrayrope_rotary_embedding_opset{opset}"
@@ -179,14 +198,23 @@ def register() -> bool:
 _SCRIPT_ELEM_TYPES = {"Float": 1, "Double": 11, "Half": 10, "BFloat16": 16}
 
 
-@symbolic_helper.parse_args("v", "v", "s", "s", "s", "i", "s")
+@symbolic_helper.parse_args("v", "v", "s", "s", "s", "i", "s", "s")
 def _script_symbolic(
-    g: Any, x: Any, position_ids: Any, frequencies: str, layout: str, axes: str, max_positions: int, target: str
+    g: Any,
+    x: Any,
+    position_ids: Any,
+    frequencies: str,
+    layout: str,
+    axes: str,
+    max_positions: int,
+    target: str,
+    mrope: str = "",
 ) -> Any:
     """The TorchScript exporter's translation: the same graph, written with ``g.op``."""
     from onnx import helper, numpy_helper
 
     sizes = x.type().varyingSizes() or []
+    ids_rank = position_ids.type().dim()
     graph = rotary_graph(
         sizes,
         _SCRIPT_ELEM_TYPES[x.type().scalarType()],
@@ -195,6 +223,8 @@ def _script_symbolic(
         axes=axes,
         max_positions=max_positions,
         target=target,
+        mrope=mrope,
+        ids_rank=ids_rank,
         opset=g.opset,
     )
     found = {"x": x, "position_ids": position_ids}
@@ -212,13 +242,16 @@ def _script_symbolic(
 torch.onnx.register_custom_op_symbolic(OP_NAME, _script_symbolic, 1)  # type: ignore[attr-defined]
 
 
-def _position_ids(x: torch.Tensor, seq_axis: int, positions: Any, offset: Any) -> torch.Tensor | None:
-    """Int64 position ids ``(B, S)`` for ``x``; None for real-valued positions (no cache holds them)."""
+def _position_ids(x: torch.Tensor, seq_axis: int, positions: Any, offset: Any, axes: int) -> torch.Tensor | None:
+    """Int64 position ids ``(B, S)`` for ``x`` (``(axes, B, S)`` for M-RoPE's ``axes`` > 0); None for real-valued
+    positions (no cache holds them)."""
     batch, seq = x.shape[0], x.shape[seq_axis]
     if positions is not None:
         pos = torch.as_tensor(positions, device=x.device)
         if pos.is_floating_point():
             return None
+        if axes:  # checked by the caller: (axes, B or 1, S)
+            return pos.to(torch.int64).expand(axes, batch, seq)
         if pos.ndim not in (1, 2):
             raise ValueError(f"positions must have shape (S,) or (B, S), got {tuple(pos.shape)}")
         return pos.to(torch.int64).expand(batch, seq)
@@ -241,8 +274,10 @@ def rotary_embedding(
     layout: str,
     axes: str,
     max_positions: int | None,
+    mrope: tuple[tuple[int, ...], bool] | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None:
-    """RotaryEmbedding's call while ``torch.onnx.export`` traces: one op per tensor (``freqs()``: its frequencies).
+    """RotaryEmbedding's call while ``torch.onnx.export`` traces: one op per tensor (``freqs()``: its frequencies;
+    ``mrope``: the sections and interleaving of M-RoPE positions ``(axes, B, S)``, None for positions ``(B, S)``).
 
     None (RotaryEmbedding then traces its ordinary computation) for real-valued
     positions, which no cache holds, and for a dynamo export that has no translation
@@ -250,10 +285,11 @@ def rotary_embedding(
     """
     if torch.compiler.is_exporting() and not _state["table"] and (_state["late"] or not _state["registered"]):
         return None
-    pos = _position_ids(q, 2 if axes == "bhsd" else 1, positions, offset)
+    pos = _position_ids(q, 2 if axes == "bhsd" else 1, positions, offset, 0 if mrope is None else len(mrope[0]))
     if pos is None:
         return None
     chosen = current_options()
-    attrs = (frequencies_json(freqs()), layout, axes, chosen.cache_rows(max_positions) or 0, chosen.target)  # 0: none
+    rows = chosen.cache_rows(max_positions) or 0  # 0: none
+    attrs = (frequencies_json(freqs()), layout, axes, rows, chosen.target, "" if mrope is None else mrope_json(*mrope))
     q_rot = _rotary(q, pos, *attrs)
     return q_rot if k is None else (q_rot, _rotary(k, pos, *attrs))

@@ -43,6 +43,8 @@ __all__ = [
     "frequencies_from_json",
     "frequencies_json",
     "ir_nodes",
+    "mrope_from_json",
+    "mrope_json",
     "rotary_graph",
     "torch_options",
     "torch_translations",
@@ -193,6 +195,17 @@ def frequencies_from_json(text: str, head_dim: int) -> RopeFrequencies:
     )
 
 
+def mrope_json(sections: Sequence[int], interleaved: bool) -> str:
+    """M-RoPE's sections and interleaving as the op's ``mrope`` argument (the empty string: plain RoPE)."""
+    return json.dumps({"sections": [int(n) for n in sections], "interleaved": bool(interleaved)})
+
+
+def mrope_from_json(text: str) -> tuple[tuple[int, ...], bool]:
+    """The sections and interleaving of :func:`mrope_json`."""
+    d = json.loads(text)
+    return tuple(int(n) for n in d["sections"]), bool(d["interleaved"])
+
+
 def rotary_graph(
     shape: Sequence[object],
     elem_type: int,
@@ -203,6 +216,8 @@ def rotary_graph(
     max_positions: int,
     target: str,
     opset: int,
+    mrope: str = "",
+    ids_rank: int | None = None,
 ) -> Builder:
     """Nodes that rotate the graph's 4-D tensor ``"x"`` at ``"position_ids"`` ``(B, S)`` into ``"y"``.
 
@@ -211,7 +226,10 @@ def rotary_graph(
     ``opset`` is the one the exporter writes: ``target="auto"`` becomes ``"onnx23"``
     from opset 23 on and ``"portable"`` below. ``max_positions`` 0 means no bound:
     cos/sin computed in the graph from the position ids. ``(B, S, N, D)`` input is rotated as
-    its 3-D view ``(B, S, N * D)`` (two Reshapes, no copy).
+    its 3-D view ``(B, S, N * D)`` (two Reshapes, no copy). ``mrope`` (:func:`mrope_json`) makes
+    it M-RoPE, at position ids ``(axes, B, S)``: the export layer's selection of each pair's
+    cos/sin by its axis (:mod:`arrayrope.export.build._mrope`). ``ids_rank``, where known, is
+    checked against the position ids this expects.
     """
     heads = shape[1 if axes == "bhsd" else 2] if len(shape) == 4 else None
     head_dim = shape[-1] if shape else None
@@ -220,6 +238,13 @@ def rotary_graph(
     dtype = DTYPE_NAMES.get(elem_type)
     if dtype is None:
         raise ValueError(f"{OP_NAME} rotates float32, float16, bfloat16 or float64 tensors, got ONNX type {elem_type}")
+    sections, interleaved = mrope_from_json(mrope) if mrope else (None, False)
+    want = 2 if sections is None else 3
+    if ids_rank is not None and ids_rank != want:
+        raise ValueError(
+            f"{OP_NAME} with mrope={mrope!r} rotates at position ids of rank {want} "
+            f"({'(B, S)' if sections is None else f'({len(sections)}, B, S)'}), got rank {ids_rank}"
+        )
     freqs = frequencies_from_json(frequencies, head_dim)
     if target == "auto":  # float64 models: the fused ops carry no float64
         fused = opset >= MIN_OPSET["onnx23"] and dtype in TARGET_DTYPES["onnx23"]
@@ -234,6 +259,8 @@ def rotary_graph(
         dtype=dtype,
         opset=opset,
         opset_argument="the opset_version of torch.onnx.export",
+        mrope_sections=sections,
+        mrope_interleaved=interleaved,
     )
     b = Builder("arrayrope/")
     rotate_heads(spec, b, emitter(spec, b), "x", "position_ids", "y")
