@@ -153,23 +153,25 @@ def oracle(rope, x, ids):
     return np.asarray(arrayrope.apply_rotary(np.asarray(x, np.float64), cos, sin, layout=rope.layout))
 
 
-def check_runs(model, mod, *, axes="bhsd", head_dim=HEAD_DIM, high=ROWS, seed=0):
+def check_runs(model, mod, *, axes="bhsd", head_dim=HEAD_DIM, high=ROWS, seed=0, dtype="float32"):
     """ONNX Runtime at batch 3 and length 9 (the export's: 2 and 5) at text, image-like and random ids, against
-    the float64 oracle (within 4 float32 ulps at the scale of the result) and the eager module (within twice)."""
+    the float64 oracle (within 4 ulps of ``dtype`` at the scale of the result) and the eager module (within
+    twice)."""
     rng = np.random.default_rng(seed)
     n_axes = len(mod.rope.mrope_sections)
     errors = []
     for kind in KINDS:
         ids = ids_of(kind, n_axes, 3, 9, rng=rng, high=high)
-        q, k = (rng.standard_normal(s).astype(np.float32) for s in shapes(axes, 3, 9, head_dim))
+        q, k = (rng.standard_normal(s).astype(dtype) for s in shapes(axes, 3, 9, head_dim))
         got = run(model, q, k, ids)
         eager = mod(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(ids))
         for x, y, e in zip((q, k), got, eager, strict=True):
+            assert y.dtype == x.dtype and e.dtype == torch.from_numpy(x).dtype
             expected = oracle(mod.rope, x, ids)
-            tol = tolerance_at("float32", float(np.max(np.abs(expected))))
-            err = float(np.max(np.abs(y - expected)))
+            tol = tolerance_at(dtype, float(np.max(np.abs(expected))))
+            err = float(np.max(np.abs(y.astype(np.float64) - expected)))
             assert err <= tol, (kind, err, tol)
-            assert float(np.max(np.abs(y - e.numpy()))) <= 2 * tol, kind
+            assert float(np.max(np.abs(y.astype(np.float64) - e.double().numpy()))) <= 2 * tol, kind
             errors.append(err)
     return max(errors)
 
@@ -236,6 +238,20 @@ def test_heads_after_the_sequence_interleaved_pairs_and_partial_rotary(opset, wr
     model = export(mod, dynamo=dynamo, opset=opset, axes="bshd")
     check_nodes(model, written)
     check_runs(model, mod, axes="bshd")
+
+
+@pytest.mark.parametrize("target,opset,written", [TARGETS[0], TARGETS[1], TARGETS[3]])
+def test_float16_modules_keep_their_dtype(target, opset, written):
+    """A float16 module: the fused nodes read float16 caches; the portable graph computes in float32 and rounds
+    once; no float64 anywhere."""
+    mod = module("qwen3vl").half()
+    with torch_options(target=target):
+        model = export(mod, dynamo=True, opset=opset, dtype=torch.float16)
+    check_nodes(model, written)
+    caches = {t.data_type for t in tensors(model) if t.dims[:1] == [ROWS + 1]}
+    float16, float32 = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
+    assert caches == ({float32} if written == "portable" else {float16})
+    check_runs(model, mod, dtype="float16")
 
 
 def test_torch_options_max_positions_bounds_the_caches():

@@ -157,7 +157,8 @@ def translation(opset: int) -> Callable[..., Any]:
     def translate(x: Any, position_ids: Any, *attrs: Any, **named: Any) -> Any:
         shape = [d if isinstance(d, int) else None for d in x.shape]
         given = {**dict(zip(_NAMES, attrs, strict=False)), **named}  # ops recorded before mrope lack it
-        graph = rotary_graph(shape, int(x.dtype), **given, ids_rank=len(position_ids.shape), opset=opset)
+        ids_rank = None if position_ids.shape is None else len(position_ids.shape)
+        graph = rotary_graph(shape, int(x.dtype), **given, ids_rank=ids_rank, opset=opset)
         return _emit(graph, x, position_ids, opset)
 
     translate.__name__ = f"arrayrope_rotary_embedding_opset{opset}"
