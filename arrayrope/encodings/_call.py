@@ -118,8 +118,9 @@ def exported(
 
     m = rope._mrope
     extra: dict[str, Any] = {}
-    if m is not None and getattr(positions, "ndim", 0) == 3:  # M-RoPE positions (axes, B, S)
-        check_positions(positions, m, q.shape[0], q.shape[2 if rope.axes == "bhsd" else 1], rope.axes)
+    seq = q.shape[2 if rope.axes == "bhsd" else 1]
+    # positions (axes, B, S): M-RoPE's, checked (an instance without sections refuses them, saying what to do)
+    if getattr(positions, "ndim", 0) == 3 and check_positions(positions, m, q.shape[0], seq, rope.axes) and m:
         extra["mrope"] = (m.sections, m.interleaved)
     fused = graph(
         q,

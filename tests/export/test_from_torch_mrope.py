@@ -307,10 +307,19 @@ def test_the_op_recorded_without_mrope_keeps_its_meaning():
     assert float(np.max(np.abs(y - expected))) <= 1e-6
 
 
+REFUSED = {  # the instance, the number of position axes passed, what the ValueError says
+    "other axes": ("qwen2vl", 2, "give 2 position axes, but mrope_sections=(2, 3, 3) drive 3"),
+    "no sections": (None, 3, "multimodal RoPE's, which this instance does not compute (pass mrope_sections="),
+}
+
+
 @pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
-def test_positions_of_another_number_of_axes_are_refused(dynamo):
-    mod = module("qwen2vl")
-    args = (*(torch.randn(s) for s in shapes("bhsd", 2, 5)), torch.zeros(2, 2, 5, dtype=torch.int64))
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_positions_that_do_not_fit_the_instance_are_refused(case, dynamo):
+    """Checked before the op is recorded, as an eager call checks them, with what to pass."""
+    assignment, n_axes, message = REFUSED[case]
+    mod = module(assignment) if assignment else Attention(arrayrope.RotaryEmbedding(HEAD_DIM))
+    args = (*(torch.randn(s) for s in shapes("bhsd", 2, 5)), torch.zeros(n_axes, 2, 5, dtype=torch.int64))
     chain = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -321,7 +330,7 @@ def test_positions_of_another_number_of_axes_are_refused(dynamo):
             while error is not None:  # the exporter may wrap it
                 chain.append(error)
                 error = error.__cause__ or error.__context__
-    assert any(isinstance(e, ValueError) and "give 2 position axes" in str(e) for e in chain), chain
+    assert any(isinstance(e, ValueError) and message in str(e) for e in chain), chain
 
 
 # --- modules built from the configs of transformers' families -----------------------------------------------------
