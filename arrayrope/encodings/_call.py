@@ -168,7 +168,9 @@ def positions_of(
         _, pos, _ = position_array(positions, "positions", like=q)
         per_axis = check_positions(pos, mrope, batch, seq, axes)  # (axes, B, S): checked there
         if not per_axis and (
-            pos.ndim not in (1, 2) or pos.shape[-1] != seq or (pos.ndim == 2 and pos.shape[0] not in (1, batch))
+            pos.ndim not in (1, 2)
+            or pos.shape[-1] != seq
+            or (pos.ndim == 2 and not (pos.shape[0] == batch or pos.shape[0] == 1))  # batch first: no guard
         ):
             raise ValueError(_positions_mismatch(tuple(q.shape), tuple(pos.shape), axes))
         length = _length(pos, 0, seq_len, follows)

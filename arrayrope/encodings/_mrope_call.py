@@ -66,7 +66,8 @@ def check_positions(pos: Array, mrope: MRope | None, batch: int, seq: int, axes:
             f"{mrope.sections} drive {n}: pass positions of shape ({n}, B, S), one row per axis (or (S,), (B, S) "
             "for text, the same position on every axis)"
         )
-    if shape[1] not in (1, batch) or shape[2] != seq:
+    # batch first: a traced batch equals itself without a guard, where comparing it with 1 first makes one
+    if not (shape[1] == batch or shape[1] == 1) or shape[2] != seq:
         raise ValueError(
             f"positions of M-RoPE must have shape ({n}, B, S) = ({n}, {batch}, {seq}) or ({n}, 1, {seq}) (batch "
             f"and sequence of q with axes={axes!r}), got {shape}"
