@@ -82,6 +82,8 @@ def read(
         raise ValueError(f"{where}: model type {model_type!r} is not read by arrayrope: {why}")
     refuse_unknown(cfg, where, fam)
     switched(cfg, fam, where)
+    if fam is not None and layer_type is not None:  # a layer type named by the rope set it turns by (DeepSeek-V4)
+        layer_type = fam.rope_sets.get(layer_type, layer_type)
     if layer_idx is not None:
         layer_idx = checks.non_negative_int(layer_idx, "layer_idx")
         own = _layer_type_of(cfg, where, layer_type, layer_idx, fam)
@@ -206,6 +208,8 @@ def _layer_type_of(
     if layer_idx >= len(types):
         raise ValueError(f"{where}: layer_idx={layer_idx} but layer_types names {len(types)} layers")
     own = types[layer_idx]
+    if fam is not None:
+        own = fam.rope_sets.get(own, own)
     if layer_type is not None and layer_type != own:
         raise ValueError(f"{where}: layer_type={layer_type!r} but layer {layer_idx} is {own!r} in layer_types")
     return str(own)

@@ -238,6 +238,7 @@ def measure(use: hp.Use) -> tuple[Probe, dict[str, dict[str, Any]], list[int]]:
     try:
         p = Probe(use)
         layers = p.layers()
+        p.measured = layers
     except hp.HeadsDiffer as exc:
         raise Refused(str(exc)) from None
     except Exception as exc:
@@ -893,6 +894,20 @@ def _family_variants(use: hp.Use, p: Probe, half: int) -> dict[str, str]:
     return out
 
 
+def _rope_sets(p: Probe) -> dict[str, str]:
+    """The rope set each layer type turns by, where the layers name their sets otherwise than their layer
+    types (DeepSeek-V4: sliding layers the "main" set, compressed ones the "compress" set)."""
+    types = list(getattr(p.config, "layer_types", None) or [])
+    labels = {lay["layer_type"] for lay in p.measured if lay["layer_type"]}
+    if not types or labels <= set(types):
+        return {}
+    return {
+        str(types[lay["index"]]): str(lay["layer_type"])
+        for lay in p.measured
+        if lay["layer_type"] and lay["index"] < len(types)
+    }
+
+
 def nope_layers_by_type(per_type: Mapping[str, Any], p: Probe) -> bool:
     """Whether some layer type of the default config rotates nothing."""
     return any(e.get("nope") for e in per_type.values()) or bool(getattr(p.config, "layer_types", None))
@@ -961,6 +976,9 @@ def facts(use: hp.Use) -> dict[str, Any]:
     pattern = _layer_pattern(use, p) if nested or nope_layers_by_type(per_type, p) else {}
     if pattern:
         entry["layer_pattern"] = pattern
+    sets = _rope_sets(p)
+    if sets:
+        entry["rope_sets"] = sets
     with hp.quiet():
         labels = hp.rotary_labels(p.attention(next(iter(rotating.values()))["index"]).rotary)
     mrope = measure_mrope(use, p, labels)

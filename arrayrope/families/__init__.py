@@ -64,6 +64,9 @@ class Family:
         How the config class fills in ``layer_types`` a config leaves out: ``{"key":
         "sliding_window_pattern", "default": 6, "every": "full_attention", "else": "sliding_attention"}``
         (every ``key``-th layer, 1-based, of one type).
+    rope_sets : mapping
+        The rope set (a key of ``rope_parameters``) each layer type turns by, where a family names its sets
+        otherwise than its layer types (DeepSeek-V4: ``{"sliding_attention": "main", ...}``).
     nope : mapping
         How a config marks layers without RoPE: ``{"key": "no_rope_layers", "rope": 1, "interval_key": ...,
         "interval": 4}``, or ``{"layer_types": [...]}`` for layer types without rope parameters.
@@ -104,6 +107,7 @@ class Family:
     legacy_stated: tuple[str, ...] = ()
     scaling_to: tuple[str, ...] = ()
     layer_pattern: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    rope_sets: Mapping[str, str] = dataclasses.field(default_factory=dict)
     nope: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     switches: Mapping[str, Mapping[str, Mapping[str, Any]]] = dataclasses.field(default_factory=dict)
     variants: Mapping[str, str] = dataclasses.field(default_factory=dict)

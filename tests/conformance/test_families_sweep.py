@@ -223,6 +223,18 @@ def test_families_transformers_runs_are_read(model_type):
     _assert_same(hp.module_frequencies(module, layer_type), _ours(cfg, layer_type=layer_type))
 
 
+def test_deepseek_v4_layers_by_the_rope_set_they_turn_by():
+    """DeepSeek-V4 keeps its rope parameters per rope set ("main", "compress"), not per layer type: a layer index
+    or a layer type is read with the set its attention takes."""
+    config = next(hp.tiny_configs(_use("deepseek_v4").config_cls))
+    cfg = {"model_type": "deepseek_v4", **config.probe_kwargs, "layer_types": list(config.layer_types)}
+    theirs = hp.module_frequencies(_module("deepseek_v4", config), "compress")
+    idx = next(i for i, t in enumerate(config.layer_types) if t != "sliding_attention")
+    _assert_same(theirs, _ours(cfg, layer_idx=idx))
+    _assert_same(theirs, _ours(cfg, layer_type=config.layer_types[idx]))
+    _assert_same(theirs, _ours(cfg, layer_type="compress"))
+
+
 def test_dbrx_base_of_its_attn_config():
     """DBRX's attention keeps attn_config's rope_theta, its rotary module turns by rope_parameters' base: a config
     where they differ is refused, naming both; one that states the base in rope_parameters is read as transformers
