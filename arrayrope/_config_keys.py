@@ -25,8 +25,12 @@ __all__ = [
     "ROTARY_DIM_RULES",
     "Settings",
     "View",
+    "legacy_parameters",
     "mrope",
+    "nested_base",
     "refuse_unknown",
+    "same_rope",
+    "sub_config",
     "switched",
 ]
 
@@ -189,6 +193,8 @@ def _head_dim_or_division(v: View) -> int:
 HEAD_DIM_RULES: dict[str, Callable[[View], int]] = {
     "head_dim": _head_dim_or_division,
     "hidden_size": lambda v: v.size("hidden_size") // v.size("num_attention_heads"),
+    # Zamba2: its shared attention takes the hidden states and the embeddings, 2 * hidden_size, over its heads
+    "attention_hidden_size": lambda v: 2 * v.size("hidden_size") // v.size("num_attention_heads"),
     "qk_head_dim": lambda v: (
         checks.non_negative_int(v.get("qk_nope_head_dim") or 0, f"{v.where}: qk_nope_head_dim")
         + checks.positive_int(v.get("qk_rope_head_dim"), f"{v.where}: qk_rope_head_dim", even=True)
@@ -256,21 +262,98 @@ def switched(cfg: Mapping[str, Any], fam: Family | None, where: str) -> None:
             raise ValueError(f"{where}: {key}={value!r}: {case['refused']}")
 
 
-def mrope(params: dict[str, Any], fam: Family | None, where: str) -> tuple[tuple[int, ...], bool] | None:
+def mrope(
+    params: dict[str, Any], fam: Family | None, where: str, layer_type: str | None = None
+) -> tuple[tuple[int, ...], bool] | None:
     """Multimodal RoPE: the sections the family's rotary module uses (``mrope_section`` as stated, else the
-    family's default) and whether its axes take turns pair by pair; None for 1-D RoPE. The keys
-    are taken out of ``params``. ``mrope_interleaved`` (in Qwen3-VL's files) is not read by transformers:
-    the family's code decides."""
+    family's default, or the default alone where the family's code ignores a stated one) and whether its axes
+    take turns pair by pair; None for 1-D RoPE and for M-RoPE the table records as one arrayrope does not model
+    (its text positions, the same on every axis, are 1-D RoPE). The keys are taken out of ``params``.
+    ``mrope_interleaved`` (in Qwen3-VL's files) is not read by transformers: the family's code decides."""
     stated = params.pop("mrope_section", None)
     params.pop("mrope_interleaved", None)
     if fam is None or not fam.mrope:
         if stated is not None:  # read as 1-D RoPE, as before: the sections go to mrope_tables
             params["mrope_section"] = stated
         return None
-    if stated is None:
-        return tuple(fam.mrope["sections"]), bool(fam.mrope["interleaved"])
+    if fam.mrope.get("refused"):  # M-RoPE arrayrope does not model (its text positions are 1-D RoPE)
+        return None
+    if stated is None or fam.mrope.get("stated") is False:  # none stated, or the family's code ignores them
+        sections = (fam.mrope.get("layer_types") or {}).get(layer_type or "", fam.mrope["sections"])
+        return tuple(sections), bool(fam.mrope["interleaved"])
     if not isinstance(stated, (list, tuple)) or not all(
         isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in stated
     ):
         raise ValueError(f"{where}: mrope_section must be a list of positive ints (pairs per axis), got {stated!r}")
     return tuple(stated), bool(fam.mrope["interleaved"])
+
+
+def sub_config(cfg: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    """The sub-config at ``path`` (None where the config has none there)."""
+    sub: Any = cfg
+    for key in path:
+        sub = sub.get(key) if isinstance(sub, Mapping) else None
+    return sub
+
+
+def same_rope(sub: Any, other: Any, where: str, path: tuple[str, ...], other_path: tuple[str, ...]) -> None:
+    """Refuse a composite config whose sub-configs of one rotary module give it different rope settings."""
+    if not isinstance(sub, Mapping) or not isinstance(other, Mapping):
+        return
+    keys = sorted(k for k in {*sub, *other} if _ROPE_OR_HEAD.search(k) and sub.get(k) != other.get(k))
+    if keys:
+        first, second = ("".join(f"[{k!r}]" for k in p) for p in (path, other_path))
+        raise ValueError(
+            f"{where}: {where}{first} and {where}{second} give their rotary embeddings different settings "
+            f"({', '.join(keys)}); arrayrope reads one of them: pass {where}{second} (or {where}{first}) itself"
+        )
+
+
+_ROPE_OR_HEAD = re.compile(r"rope|rotary|theta|^head_dim$|^partial_rotary_factor$")
+
+
+def legacy_parameters(v: View, layer_type: str, stated: bool = True) -> dict[str, Any]:
+    """Rope parameters of ``layer_type`` ('' for all layers) that the config states outside the rope dict;
+    ``stated``: whether the config states a rope dict (some older keys go into a stated one only)."""
+    out: dict[str, Any] = {}
+    if v.fam is None:
+        for key in ("rope_theta", "partial_rotary_factor"):
+            value = v.raw(key)
+            if value is not None:
+                out[key] = value
+        return out
+    for key, targets in v.fam.legacy.items():
+        value = v.cfg.get(key)
+        if value is None or (not stated and key in v.fam.legacy_stated):
+            continue
+        for target_type, param in targets:
+            if target_type != layer_type or param == "head_dim":
+                continue
+            if param == "rotary_dim":  # the family converts it: partial_rotary_factor = rotary_dim / head_dim
+                width = checks.positive_int(value, f"{v.where}: {key}", even=True)
+                head = HEAD_DIM_RULES[v.fam.head_dim](v)
+                out.setdefault("partial_rotary_factor", width / head)
+            else:
+                out.setdefault(param, value)
+    return out
+
+
+_NOT_OPTIONS = frozenset({"rope_parameters", "rope_scaling", "per_layer_config"})
+
+
+def nested_base(cfg: Mapping[str, Any], base: float, where: str, model_type: Any) -> None:
+    """Refuse a base stated in a dict of options (DBRX's ``attn_config``) that the rotary module does not turn by.
+
+    transformers 5's DBRX attention keeps ``attn_config['rope_theta']`` (500000 in databricks' config) while its
+    rotary module turns by the base of ``rope_parameters`` (10000 by default): arrayrope follows neither silently.
+    """
+    for key, options in cfg.items():
+        if key in _NOT_OPTIONS or not isinstance(options, Mapping) or "hidden_size" in options:
+            continue
+        stated = options.get("rope_theta")
+        if isinstance(stated, numbers.Real) and not isinstance(stated, bool) and float(stated) != base:
+            raise ValueError(
+                f"{where}: {key}['rope_theta'] is {stated}, but transformers' {model_type} rotary module turns by "
+                f"the base of rope_parameters, {base}; state rope_parameters' rope_theta ({stated} if that is the "
+                f"checkpoint's base), or remove {key}['rope_theta']"
+            )

@@ -16,7 +16,19 @@ from typing import Any
 
 import numpy as np
 
-from ._config_keys import HEAD_DIM_RULES, ROTARY_DIM_RULES, Settings, View, mrope, refuse_unknown, switched
+from ._config_keys import (
+    HEAD_DIM_RULES,
+    ROTARY_DIM_RULES,
+    Settings,
+    View,
+    legacy_parameters,
+    mrope,
+    nested_base,
+    refuse_unknown,
+    same_rope,
+    sub_config,
+    switched,
+)
 from ._lib import checks
 from .families import TRANSFORMERS_VERSION, Family, family
 from .frequencies import RopeFrequencies, rope_frequencies
@@ -36,9 +48,9 @@ def text_config(cfg: Mapping[str, Any], where: str) -> tuple[Mapping[str, Any], 
     for _ in range(4):
         if fam is None or not fam.composite:
             break
-        sub: Any = cfg
-        for key in fam.config_path:
-            sub = sub.get(key) if isinstance(sub, Mapping) else None
+        sub: Any = sub_config(cfg, fam.config_path)
+        for other in fam.config_also:  # a sub-config of the same rotary module (T5Gemma 2's decoder)
+            same_rope(sub, sub_config(cfg, other), where, fam.config_path, other)
         nested = fam.config_model_type
         if isinstance(sub, Mapping):
             cfg, where = sub, where + "".join(f"[{k!r}]" for k in fam.config_path)
@@ -70,6 +82,8 @@ def read(
         raise ValueError(f"{where}: model type {model_type!r} is not read by arrayrope: {why}")
     refuse_unknown(cfg, where, fam)
     switched(cfg, fam, where)
+    if fam is not None and layer_type is not None:  # a layer type named by the rope set it turns by (DeepSeek-V4)
+        layer_type = fam.rope_sets.get(layer_type, layer_type)
     if layer_idx is not None:
         layer_idx = checks.non_negative_int(layer_idx, "layer_idx")
         own = _layer_type_of(cfg, where, layer_type, layer_idx, fam)
@@ -92,11 +106,12 @@ def read(
     if isinstance(base, bool) or not isinstance(base, numbers.Real):
         raise ValueError(f"{where}: rope_theta must be a real number, got {base!r}")
     base = checks.positive_real(base, f"{where}: rope_theta")
+    nested_base(cfg, base, where, model_type)
 
     prf = params.pop("partial_rotary_factor", None)
     if prf is not None and (isinstance(prf, bool) or not isinstance(prf, numbers.Real)):
         raise TypeError(f"{where}: partial_rotary_factor must be a number in (0, 1], got {prf!r}")
-    m = mrope(params, fam, where)  # M-RoPE's sections and interleaving, or None
+    m = mrope(params, fam, where, layer)  # M-RoPE's sections and interleaving, or None
     stated = _variant(params, fam)  # the rope type the family's own code computes for these parameters
     entry = rope_type(stated)
     if fam is not None and entry.name != "default":
@@ -203,6 +218,8 @@ def _layer_type_of(
     if layer_idx >= len(types):
         raise ValueError(f"{where}: layer_idx={layer_idx} but layer_types names {len(types)} layers")
     own = types[layer_idx]
+    if fam is not None:
+        own = fam.rope_sets.get(own, own)
     if layer_type is not None and layer_type != own:
         raise ValueError(f"{where}: layer_type={layer_type!r} but layer {layer_idx} is {own!r} in layer_types")
     return str(own)
@@ -229,12 +246,12 @@ def _parameters(v: View, layer_type: str | None) -> tuple[dict[str, Any] | None,
             if chosen is None:
                 return None, layer_type
             params = dict(chosen)
-            for key, value in _legacy(v, "").items():
+            for key, value in legacy_parameters(v, "").items():
                 params.setdefault(key, value)
             return params, layer_type
         _single_set(cfg, layer_type, where)
         params = dict(raw) if raw else {}
-        for key, value in _legacy(v, "").items():
+        for key, value in legacy_parameters(v, "").items():
             params.setdefault(key, value)
         return params, None
     if per_type or nested_file:
@@ -252,23 +269,23 @@ def _parameters(v: View, layer_type: str | None) -> tuple[dict[str, Any] | None,
             if base is None:
                 return None, layer_type
             if not raw:  # nothing stated: the family's parameters of this layer type, older keys first
-                params = _legacy(v, layer_type)
+                params = legacy_parameters(v, layer_type, stated=False)
                 for key, value in base.items():
                     params.setdefault(key, value)
                 return params, layer_type
             params = {"rope_type": base.get("rope_type", "default")}  # a v4 rope_scaling: to the types it goes to
             if layer_type in fam.scaling_to:
                 params.update(raw)
-        for key, value in _legacy(v, layer_type).items():
+        for key, value in legacy_parameters(v, layer_type).items():
             params.setdefault(key, value)
         fallback = fam.defaults.get("rope_fallback") or {}
         for key, value in (fallback.get(layer_type) or {}).items():
             params.setdefault(key, value)
         return params, layer_type
     _single_set(cfg, layer_type, where, fam)
-    params = dict(raw) if raw else _legacy(v, "")
+    params = dict(raw) if raw else legacy_parameters(v, "", stated=False)
     if raw:
-        for key, value in _legacy(v, "").items():
+        for key, value in legacy_parameters(v, "").items():
             params.setdefault(key, value)
         fallback = fam.defaults.get("rope_fallback") or {}
     else:
@@ -287,25 +304,6 @@ def _single_set(cfg: Mapping[str, Any], layer_type: str | None, where: str, fam:
                 f"{where}: layer_type={layer_type!r} given, but the config has one set of rope parameters and its "
                 f"layer_types {sorted(set(declared))} do not name it"
             )
-
-
-def _legacy(v: View, layer_type: str) -> dict[str, Any]:
-    """Rope parameters of ``layer_type`` ('' for all layers) that the config states outside the rope dict."""
-    out: dict[str, Any] = {}
-    if v.fam is None:
-        for key in ("rope_theta", "partial_rotary_factor"):
-            value = v.raw(key)
-            if value is not None:
-                out[key] = value
-        return out
-    for key, targets in v.fam.legacy.items():
-        value = v.cfg.get(key)
-        if value is None:
-            continue
-        for target_type, param in targets:
-            if target_type == layer_type and param != "head_dim":
-                out.setdefault(param, value)
-    return out
 
 
 def _pick(options: Mapping[str, Any], layer_type: str | None, where: str, names: list[str]) -> Any:
@@ -356,7 +354,8 @@ def _dims(
     if fam is None:
         return _stated_dims(v, prf, rope)
     head = HEAD_DIM_RULES[fam.head_dim](v)
-    if layer and "head_dim" not in v.layer:  # an older key for the head dim of this layer type (Gemma 4)
+    if layer and "per_layer_config" not in v.cfg:  # an older key for the head dim of this layer type (Gemma 4),
+        # which fills in per_layer_config: a config that states per_layer_config gives every override there
         for key, targets in fam.legacy.items():
             if (layer, "head_dim") in targets:
                 value = v.cfg.get(key, fam.defaults.get(key))

@@ -183,7 +183,7 @@ def rotary_uses() -> list[Use]:
                         config_cls, path = type(sub), sub_path
                         break
             for config_cls, path in _configs_built(cls, ann):
-                attention, names = _attention_classes(module, callers, config_cls, ann)
+                attention, names = _attention_classes(module, callers, config_cls, ann, cls.__name__)
                 uses.append(Use(folder, module, cls, config_cls, path, attention, names))
     return uses
 
@@ -210,13 +210,15 @@ _NOT_ATTENTION = re.compile("Vision|Indexer|Compressor|Patch|Merger")
 
 
 def _attention_classes(
-    module: ModuleType, callers: dict[str, set[str]], config_cls: type, ann: type
+    module: ModuleType, callers: dict[str, set[str]], config_cls: type, ann: type, rotary_name: str = ""
 ) -> tuple[list[type], list[str]]:
-    """Classes of ``module`` that apply rotary embeddings to attention built from ``config_cls`` (best first)."""
+    """Classes of ``module`` that apply rotary embeddings to attention built from ``config_cls`` (best first);
+    a vision encoder's are left out by their names past the model's own (Granite4VisionText's attention is not)."""
     ranked = []
     for caller, calls in callers.items():
         c = getattr(module, caller, None)
-        if not isinstance(c, type) or _NOT_ATTENTION.search(caller) or any("vision" in n for n in calls):
+        own = caller[len(os.path.commonprefix([caller, rotary_name])) :]  # noqa: RUF071 (names, not paths)
+        if not isinstance(c, type) or _NOT_ATTENTION.search(own) or any("vision" in n for n in calls):
             continue
         c_ann = _config_annotation(c)
         rank = 0 if c_ann is config_cls else 1 if c_ann in (ann, None) else 2
@@ -270,7 +272,15 @@ def tiny_configs(config_cls: type, **values: Any) -> Iterator[Any]:
         over["vocab_size"] = max(over["vocab_size"], fields["pad_token_id"] + 1)
     experts = {k for k in over if "expert" in k}
     # (never the default sizes themselves: a layer of a default config can take gigabytes)
-    attempts = [{**over, **layers}, over, {k: v for k, v in over.items() if k not in experts}]
+    # the last keeps the default hidden size, for validators that tie other sizes to it (a TTS flow head's
+    # condition_dim, an audio adapter's input size): a checkpoint's sizes agree with each other
+    widths = ("hidden_size", "n_embd", "d_model")
+    attempts = [
+        {**over, **layers},
+        over,
+        {k: v for k, v in over.items() if k not in experts},
+        {**{k: v for k, v in over.items() if k not in widths}, **layers},
+    ]
     error: Exception | None = None
     built = 0
     for attempt in attempts:
@@ -423,6 +433,9 @@ class Attention:
         self.layer = self._build()
         self.rotary = self._rotary()
         self.layer_type = _layer_type(self.config, self.layer_idx, self.rotary)
+        label = getattr(self.layer, "rope_layer_type", None)  # DeepSeek-V4: the layer names its rope set itself
+        if isinstance(label, str) and label in rotary_labels(self.rotary):
+            self.layer_type = label
         self.head_dim = 0
 
     def _build(self) -> Any:
@@ -436,7 +449,7 @@ class Attention:
                     previous = torch.get_default_dtype()
                     torch.set_default_dtype(torch.float64)
                     try:
-                        layer = cls(self.config, **kwargs)
+                        layer = cls(**kwargs) if "config" in kwargs else cls(self.config, **kwargs)
                     finally:
                         torch.set_default_dtype(previous)
                     _fixed_parameters(layer)
@@ -454,7 +467,11 @@ class Attention:
     def position_embeddings(self, x: Any, positions: np.ndarray) -> Any:
         pos = torch.from_numpy(np.asarray(positions, dtype=np.int64))[None].expand(x.shape[0], -1)
         params = inspect.signature(self.rotary.forward).parameters
+        wanted = inspect.signature(self.layer.forward).parameters.get("position_embeddings")
         with quiet():
+            if wanted is not None and "dict" in str(wanted.annotation) and "layer_type" in params:
+                # one (cos, sin) per rope set, keyed by its label; the layer picks its own (DeepSeek-V4)
+                return {label: self.rotary(x, pos, label) for label in rotary_labels(self.rotary)}
             if "layer_type" in params and self.layer_type is not None:
                 return self.rotary(x, pos, self.layer_type)
             return self.rotary(x, pos)
@@ -473,7 +490,7 @@ class Attention:
         ``identity``: with the apply functions returning their inputs. ``calls``: a list that receives what
         each apply function does to unit vectors (see :class:`Applied`).
         """
-        hidden = int(self.config.hidden_size)
+        hidden = _input_width(self.layer, int(self.config.hidden_size))
         rng = np.random.default_rng(seed)
         batch = batch or self.batch or 8
         x = torch.from_numpy(rng.standard_normal((batch, len(positions), hidden)))
@@ -510,24 +527,41 @@ class Attention:
         raise RuntimeError(f"{type(self.layer).__name__} reached no attention kernel")
 
 
+def _input_width(layer: Any, hidden: int) -> int:
+    """The width of the hidden states the layer's query projection takes: the config's hidden size, or what the
+    projection says where the layer takes more (Zamba2's shared attention: the states and the embeddings)."""
+    proj = getattr(layer, "q_proj", None)
+    width = getattr(proj, "in_features", None)
+    return int(width) if isinstance(width, int) and width != hidden else hidden
+
+
 _INIT_FROM_CONFIG = {
     "num_heads": "num_attention_heads",
     "is_causal": True,
     "is_cross_attention": False,
     "use_flexible_linear": False,
 }
+# sizes a published config states where the class has no default (Moonshine streaming's decoder): the usual value
+_INIT_FALLBACK = {"num_key_value_heads": "num_attention_heads"}
 
 
 def _init_arguments(cls: type, config: Any, layer_idx: int) -> dict[str, Any]:
-    """Keyword arguments of an attention class beyond its config: the layer index, sizes from the config."""
+    """Keyword arguments of an attention class beyond its config: the layer index, sizes from the config; the
+    config itself by name where the class takes sizes first (IDEFICS: ``(hidden_size, num_heads, ..., config)``)."""
     kwargs: dict[str, Any] = {}
-    for i, (name, p) in enumerate(inspect.signature(cls.__init__).parameters.items()):
-        if i < 2 or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+    params = inspect.signature(cls.__init__).parameters
+    by_name = len(params) > 1 and list(params)[1] != "config" and "config" in params
+    for i, (name, p) in enumerate(params.items()):
+        if i < (1 if by_name else 2) or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
-        if name == "layer_idx":
+        if name == "config":
+            kwargs[name] = config
+        elif name == "layer_idx":
             kwargs[name] = layer_idx
         elif p.default is inspect.Parameter.empty:
             source = _INIT_FROM_CONFIG.get(name, name)
+            if isinstance(source, str) and not hasattr(config, source) and source in _INIT_FALLBACK:
+                source = _INIT_FALLBACK[source]  # a key the default config lacks and a checkpoint's states
             kwargs[name] = getattr(config, source) if isinstance(source, str) else source
     return kwargs
 

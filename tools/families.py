@@ -17,13 +17,20 @@ reads configs with come from those runs, never from a hand-written list:
   module on variants of the config), whether the default rope reads ``partial_rotary_factor``, the
   defaults transformers fills in for keys a ``config.json`` leaves out, and the attribute aliases
   (``n_embd`` for ``hidden_size``...);
+* the older keys the config class converts and where each lands (a rope parameter of a layer type, a
+  per-layer head dim, ``rotary_dim / head_dim`` as the partial factor), and those that land only in a
+  rope dict the config states, not in the class's own default dict;
 * where a multimodal config keeps the settings of its language model (``text_config``,
-  ``thinker_config.text_config``...);
+  ``thinker_config.text_config``...), and the other sub-configs of the same rotary module (T5Gemma 2's
+  decoder);
 * for multimodal RoPE (M-RoPE), the sections of rotary pairs each position axis drives when a config
   states no ``mrope_section``, and whether the axes hold consecutive sections or take turns pair by pair,
-  measured on position ids that differ per axis.
+  measured on position ids that differ per axis (two, three or four axes; each column of the module's
+  tables matched to its frequency), or why they are no sections of pairs.
 
-A model type whose facts cannot be measured is written with the reason, and arrayrope refuses it.
+A default config whose attention cannot run is probed as a checkpoint's config is made (``PUBLISHED``:
+keys every checkpoint states; sizes that agree with each other). A model type whose facts cannot be
+measured is written with the reason, and arrayrope refuses it.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import _hf_probe as hp
 import torch
+from _family_mrope import measure_mrope
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -58,7 +66,8 @@ TABLE = ROOT / "arrayrope" / "families" / "_table.py"
 from arrayrope.testing import identify_rope  # noqa: E402
 
 #: Values of published checkpoints for the model types whose default config cannot run its own attention
-#: (the defaults contradict each other); each with the checkpoint it comes from.
+#: (the defaults contradict each other, or leave unset a key every checkpoint states); each with the
+#: checkpoint it comes from.
 PUBLISHED: dict[str, dict[str, Any]] = {
     "glm4v_text": {"partial_rotary_factor": 0.5},  # zai-org/GLM-4.1V-9B-Thinking (mrope_section 8/12/12 of 64)
     "glm_image_text": {"partial_rotary_factor": 0.5},  # zai-org/GLM-Image
@@ -66,6 +75,22 @@ PUBLISHED: dict[str, dict[str, Any]] = {
     "qwen3_omni_moe_text": {"head_dim": 128},  # Qwen/Qwen3-Omni-30B-A3B-Instruct (2048 / 28 heads is no head dim)
     "glm4_moe": {"head_dim": 128},  # zai-org/GLM-4.5 (4096 / 96 heads is no head dim)
     "esm": {"position_embedding_type": "rotary"},  # facebook/esm2_t33_650M_UR50D (the default is absolute)
+    # transformers-community/dbrx-instruct: its attention reads the attn_config's rope_theta, which the class lacks
+    # (500000 there, while the rotary module turns by rope_parameters' base: here the two agree, as they must)
+    "dbrx": {"attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8}},
+    "zamba2": {"use_mem_rope": True},  # Zyphra/Zamba2-2.7B (the default applies no rotary embedding)
+    # tencent/HunyuanOCR states its M-RoPE sections (xdrope_section, four axes); the default config has none
+    "hunyuan_vl_text": {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [16] * 4}},
+    # CohereLabs/North-Micro-Vision-Instruct states a rope dict per layer type; the default config has none
+    "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+    # Qwen4-Exp's indexed attention needs the QSA indexer's sizes, which its default config leaves unset
+    "qwen4_exp_text": {
+        "indexer_n_heads": 2,
+        "indexer_kv_heads": 1,
+        "indexer_head_dim": 256,
+        "indexer_budget": 64,
+        "indexer_compress_ratio": 4,
+    },
 }
 # config keys that may hold the kernel's head dim, the rotary dim and sizes, as rules of the reader name them
 SIZE_KEYS = (
@@ -213,6 +238,7 @@ def measure(use: hp.Use) -> tuple[Probe, dict[str, dict[str, Any]], list[int]]:
     try:
         p = Probe(use)
         layers = p.layers()
+        p.measured = layers
     except hp.HeadsDiffer as exc:
         raise Refused(str(exc)) from None
     except Exception as exc:
@@ -377,16 +403,19 @@ def _popped_keys(config_cls: type) -> dict[str, Any]:
 
 
 def _landing(config: Any, value: Any) -> list[list[str]]:
-    """Where ``value`` ended up in a standardised config: ``[layer type or '', parameter]`` pairs."""
+    """Where ``value`` ended up in a standardised config: ``[layer type or '', parameter]`` pairs; a value that
+    became ``partial_rotary_factor = value / head_dim`` (MiniMax-M2's ``rotary_dim``) lands as ``rotary_dim``."""
     out = []
     params = getattr(config, "rope_parameters", None) or {}
     nested = params and all(isinstance(v, Mapping) or v is None for v in params.values())
+    head = hp._head_dim(config)
     for layer_type, entry in params.items() if nested else [("", params)]:
-        out.extend(
-            [layer_type, name]
-            for name in ("rope_theta", "partial_rotary_factor")
-            if isinstance(entry, Mapping) and entry.get(name) == value
-        )
+        if not isinstance(entry, Mapping):
+            continue
+        out.extend([layer_type, name] for name in ("rope_theta", "partial_rotary_factor") if entry.get(name) == value)
+        prf = entry.get("partial_rotary_factor")
+        if head and isinstance(prf, float) and isinstance(value, int) and math.isclose(prf * head, value):
+            out.append([layer_type, "rotary_dim"])
     types = getattr(config, "layer_types", None) or []
     with contextlib.suppress(Exception):
         for idx, over in (_fields(config).get("per_layer_config") or {}).items():
@@ -397,26 +426,54 @@ def _landing(config: Any, value: Any) -> list[list[str]]:
     return sorted(out)
 
 
-def _legacy(use: hp.Use, p: Probe, nested: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Older keys the config class converts, where each lands, and their defaults."""
+def _bare(p: Probe) -> Any:
+    """A stated rope dict with no base and no factor (per layer type where the family keeps several)."""
+    rp = getattr(p.config, "rope_parameters", None) or {}
+    nested = rp and all(isinstance(v, Mapping) or v is None for v in rp.values())
+    if nested:
+        return {t: ({"rope_type": "default"} if v is not None else None) for t, v in rp.items()}
+    return {"rope_type": "default"}
+
+
+def _legacy(use: hp.Use, p: Probe, nested: bool) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """Older keys the config class converts, where each lands, their defaults, and those that land only in a
+    rope dict the config states (the class's own default dict keeps its values: Ministral 3's base)."""
     keys = _popped_keys(use.config_cls)
     keys.update({"rope_theta": None, "partial_rotary_factor": None})  # where the top-level keys land
-    legacy, defaults = {}, {}
+    if dataclasses.is_dataclass(use.config_cls):  # fields of a rope set's own (DeepSeek-V4's compress_rope_theta)
+        for f in dataclasses.fields(use.config_cls):
+            if re.search("rope|rotary|theta", f.name) and f.name not in keys:
+                keys[f.name] = f.default if isinstance(f.default, (int, float)) else None
+    legacy, defaults, stated_only = {}, {}, []
     for key, default in sorted(keys.items()):
         if key in ("rope_scaling", "rope_parameters", "dtype", "torch_dtype"):
             continue
-        for value in (12345.0, 0.375, 48):
-            try:
-                config = hp.tiny_config(use.config_cls, **{**p.values, key: value})
-            except Exception:
-                continue
-            where = _landing(config, value)
-            if where:
-                legacy[key] = where
-                if default is not None:
-                    defaults[key] = default
+        found = False
+        for stated in ({}, {"rope_parameters": _bare(p)}):
+            for value in (12345.0, 0.375, 48):
+                try:
+                    before = _landing(hp.tiny_config(use.config_cls, **{**p.values, **stated}), value)
+                    config = hp.tiny_config(use.config_cls, **{**p.values, **stated, key: value})
+                except Exception:
+                    continue
+                where = [w for w in _landing(config, value) if w not in before]  # not where it already was
+                if where:
+                    legacy[key] = where
+                    if default is not None:
+                        defaults[key] = default
+                    if stated:
+                        stated_only.append(key)
+                    found = True
+                    break
+            if found:
                 break
-    return legacy, defaults
+        if found and any(param == "head_dim" for _, param in legacy[key]):
+            # a per-layer head dim fills in per_layer_config: one the config states is taken as it is
+            with contextlib.suppress(Exception):
+                config = hp.tiny_config(use.config_cls, **{**p.values, key: 48, "per_layer_config": {}})
+                if any(param == "head_dim" for _, param in _landing(config, 48)):
+                    raise Refused(f"its {key} changes the head dim of layers that per_layer_config states")
+    return legacy, defaults, stated_only
 
 
 def _fallback(use: hp.Use, p: Probe, nested: bool) -> Any:
@@ -428,7 +485,7 @@ def _fallback(use: hp.Use, p: Probe, nested: bool) -> Any:
         else {"rope_type": "default"}
     )
     with contextlib.suppress(Exception):
-        config = hp.tiny_config(use.config_cls, **p.values, rope_parameters=bare)
+        config = hp.tiny_config(use.config_cls, **{**p.values, "rope_parameters": bare})
         got = config.rope_parameters or {}
 
         def keep(d: Any) -> Any:
@@ -478,7 +535,7 @@ def _layer_pattern(use: hp.Use, p: Probe) -> dict[str, Any]:
 def _scaling_to(use: hp.Use, p: Probe) -> list[str]:
     """Layer types a flat (v4) ``rope_scaling`` applies to in a family with parameters per layer type."""
     with contextlib.suppress(Exception):
-        config = hp.tiny_config(use.config_cls, **p.values, rope_scaling={"rope_type": "linear", "factor": 2.0})
+        config = hp.tiny_config(use.config_cls, **{**p.values, "rope_scaling": {"rope_type": "linear", "factor": 2.0}})
         params = config.rope_parameters or {}
         return sorted(t for t, v in params.items() if isinstance(v, Mapping) and v.get("rope_type") == "linear")
     return []
@@ -496,7 +553,7 @@ def _rope_types(use: hp.Use, p: Probe, nested: bool, half: int) -> list[str]:
         else:
             rp = {**base, **params}
         try:
-            config = hp.tiny_config(use.config_cls, **p.values, rope_parameters=rp)
+            config = hp.tiny_config(use.config_cls, **{**p.values, "rope_parameters": rp})
             with hp.quiet():
                 rot = use.rotary(config)
         except Exception:
@@ -512,7 +569,7 @@ def _reader(entry: Mapping[str, Any], use: hp.Use) -> Any:
     from arrayrope.families import Family
 
     values = {k: v for k, v in entry.items() if k not in ("refused", "out_of_scope")}
-    for key in ("scaling_to", "config_path"):
+    for key in ("scaling_to", "config_path", "legacy_stated"):
         if key in values:
             values[key] = tuple(values[key])
     if "legacy" in values:
@@ -570,7 +627,12 @@ def _variants(use: hp.Use, p: Probe, per_type: Mapping[str, Any]) -> list[dict[s
         out.append({"rope_parameters": half})
     head = next(iter(per_type.values()))["head_dim"]
     if "head_dim" in fields and isinstance(fields["head_dim"], int):
-        out.append({"head_dim": fields["head_dim"] + 32})
+        rp = fields.get("rope_parameters")
+        prf = rp.get("partial_rotary_factor") if isinstance(rp, Mapping) else None
+        wider = fields["head_dim"] + 32
+        if isinstance(prf, float) and int(wider * prf) % 2:  # an odd rotary dim: no checkpoint has one
+            wider = 2 * fields["head_dim"]
+        out.append({"head_dim": wider})
     hidden_key = next((k for k in ("hidden_size", "n_embd", "d_model") if isinstance(fields.get(k), int)), None)
     if hidden_key and fields.get("head_dim") is None:
         out.append({hidden_key: 2 * fields[hidden_key]})
@@ -603,14 +665,13 @@ def _rules(use: hp.Use, p: Probe, entry: dict[str, Any], per_type: Mapping[str, 
     if not measured:
         return "", "", "no variant of its config runs"
     whys = []
-    for head in HEAD_DIM_RULES:
-        for rotary in ROTARY_DIM_RULES:
-            fam = _reader({**entry, "head_dim": head, "rotary_dim": rotary}, use)
-            reached, bad = _mismatch(fam, measured)
-            if not bad:
-                return head, rotary, ""
-            whys.append((-reached, f"{head}/{rotary}: {bad}"))
-    return "", "", min(whys)[1]  # the rules that matched the most configs: their first difference
+    for order, (head, rotary) in enumerate((h, r) for h in HEAD_DIM_RULES for r in ROTARY_DIM_RULES):
+        fam = _reader({**entry, "head_dim": head, "rotary_dim": rotary}, use)
+        reached, bad = _mismatch(fam, measured)
+        if not bad:
+            return head, rotary, ""
+        whys.append((-reached, order, f"{head}/{rotary}: {bad}"))
+    return "", "", min(whys)[2]  # the rules that matched the most configs (the first of them): their first difference
 
 
 def _mismatch(fam: Any, measured: list[Any]) -> tuple[int, str]:
@@ -797,7 +858,7 @@ def _family_variants(use: hp.Use, p: Probe, half: int) -> dict[str, str]:
         params = {**sample(half, mp), **dict.fromkeys(own, 1.25)}
         base = {**(getattr(p.config, "rope_parameters", None) or {}), **params}
         try:
-            config = hp.tiny_config(use.config_cls, **p.values, rope_parameters=base)
+            config = hp.tiny_config(use.config_cls, **{**p.values, "rope_parameters": base})
             with hp.quiet():
                 rot = use.rotary(config)
                 x = torch.zeros(1, 1, 8, dtype=torch.float64)
@@ -823,7 +884,7 @@ def _family_variants(use: hp.Use, p: Probe, half: int) -> dict[str, str]:
         for key in own:
             with contextlib.suppress(Exception):
                 plain = hp.tiny_config(
-                    use.config_cls, **p.values, rope_parameters={k: v for k, v in base.items() if k not in own}
+                    use.config_cls, **{**p.values, "rope_parameters": {k: v for k, v in base.items() if k not in own}}
                 )
                 with hp.quiet():
                     ref = use.rotary(plain)
@@ -833,53 +894,18 @@ def _family_variants(use: hp.Use, p: Probe, half: int) -> dict[str, str]:
     return out
 
 
-def _mrope_axes(use: hp.Use, p: Probe, layout: str, half: int, sections: list[int] | None) -> np.ndarray | None:
-    """The axis whose position drives each rotary pair of the module, run on position ids ``(3, 1, 1)`` that
-    differ per axis (``sections``: stated as ``mrope_section``), or None where it takes no such ids."""
-    rope = dict(getattr(p.config, "rope_parameters", None) or {})
-    if sections is not None:
-        rope["mrope_section"] = sections
-    positions = np.array([3, 50, 900])  # float32 angles right to 1e-4; distinct on every axis at every frequency
-    try:
-        config = hp.tiny_config(use.config_cls, **p.values, rope_parameters=rope)
-        with hp.quiet(), torch.no_grad():
-            params = inspect.signature(use.rotary.__init__).parameters
-            rot = use.rotary(config) if "device" not in params else use.rotary(config, device=None)
-            cos, sin = rot(torch.zeros(1, 1, 8), torch.from_numpy(positions).reshape(3, 1, 1))
-        inv = rot.inv_freq.detach().double().numpy()
-    except Exception:
-        return None
-    if tuple(cos.shape[:2]) != (1, 1) or inv.size != half:
-        return None
-    step = 2 if layout == "interleaved" else 1  # the column of pair k: 2k (pairs repeated) or k (halves repeated)
-    c = cos.double().numpy().reshape(-1)[: step * half : step]
-    s = sin.double().numpy().reshape(-1)[: step * half : step]
-    angles = positions[:, None] * inv[None, :]
-    error = np.abs(np.cos(angles) - c) + np.abs(np.sin(angles) - s)  # (axis, pair)
-    axes = np.argmin(error, axis=0)
-    if np.max(error[axes, np.arange(half)]) > 1e-3:
-        return None
-    return axes
-
-
-def _mrope(use: hp.Use, p: Probe, layout: str, half: int) -> dict[str, Any]:
-    """Multimodal RoPE: the sections per axis the module uses when the config states none, and whether the
-    axes take turns pair by pair (Qwen3-VL) rather than holding consecutive sections; checked to follow the
-    sections a config states (``mrope_section``)."""
-    from arrayrope.encodings.mrope import _mrope_assignment
-
-    axes = _mrope_axes(use, p, layout, half, None)
-    if axes is None or not np.any(axes):
+def _rope_sets(p: Probe) -> dict[str, str]:
+    """The rope set each layer type turns by, where the layers name their sets otherwise than their layer
+    types (DeepSeek-V4: sliding layers the "main" set, compressed ones the "compress" set)."""
+    types = list(getattr(p.config, "layer_types", None) or [])
+    labels = {lay["layer_type"] for lay in p.measured if lay["layer_type"]}
+    if not types or labels <= set(types):
         return {}
-    counts = [int(n) for n in np.bincount(axes, minlength=3)]
-    interleaved = bool(np.any(np.diff(axes) < 0))
-    if not np.array_equal(_mrope_assignment(counts, interleaved), axes):
-        raise Refused(f"its multimodal rope drives pairs by axes {axes.tolist()}, neither in sections nor in turns")
-    stated = counts[::-1] if counts[::-1] != counts else [counts[0] + 1, counts[1] - 1, counts[2]]
-    again = _mrope_axes(use, p, layout, half, stated)
-    if again is None or not np.array_equal(_mrope_assignment(stated, interleaved), again):
-        raise Refused(f"its multimodal rope does not follow a stated mrope_section {stated}")
-    return {"sections": counts, "interleaved": interleaved}
+    return {
+        str(types[lay["index"]]): str(lay["layer_type"])
+        for lay in p.measured
+        if lay["layer_type"] and lay["index"] < len(types)
+    }
 
 
 def nope_layers_by_type(per_type: Mapping[str, Any], p: Probe) -> bool:
@@ -933,22 +959,29 @@ def facts(use: hp.Use) -> dict[str, Any]:
     else:
         rope_types = _rope_types(use, p, nested, half)
     defaults = {**_field_defaults(use.config_cls, aliases), "rope_parameters": rope_defaults, "rope_types": rope_types}
-    legacy, legacy_defaults = _legacy(use, p, nested)
+    try:
+        legacy, legacy_defaults, stated_only = _legacy(use, p, nested)
+    except Refused as exc:
+        return {"refused": str(exc)}
     defaults.update(legacy_defaults)
     if rope_types != ["default"] or _fields(p.config).get("rope_parameters") is not None:
         defaults["rope_fallback"] = _fallback(use, p, nested)
     entry["defaults"] = defaults
     if legacy:
         entry["legacy"] = legacy
+    if stated_only:
+        entry["legacy_stated"] = stated_only
     if nested:
         entry["scaling_to"] = _scaling_to(use, p)
     pattern = _layer_pattern(use, p) if nested or nope_layers_by_type(per_type, p) else {}
     if pattern:
         entry["layer_pattern"] = pattern
-    try:
-        mrope = _mrope(use, p, layout, half)
-    except Refused as exc:
-        return {"refused": str(exc)}
+    sets = _rope_sets(p)
+    if sets:
+        entry["rope_sets"] = sets
+    with hp.quiet():
+        labels = hp.rotary_labels(p.attention(next(iter(rotating.values()))["index"]).rotary)
+    mrope = measure_mrope(use, p, labels)
     if mrope:
         entry["mrope"] = mrope
     variants = _family_variants(use, p, half)
@@ -980,6 +1013,7 @@ def composites(uses: list[hp.Use]) -> dict[str, dict[str, Any]]:
     from transformers import CONFIG_MAPPING
 
     text = {u.model_type for u in uses if not _scope(u)}
+    rotary_of = {u.model_type: u.rotary for u in uses if not _scope(u)}
     out: dict[str, dict[str, Any]] = {}
     for model_type in sorted(CONFIG_MAPPING.keys()):
         if model_type in text:
@@ -999,7 +1033,34 @@ def composites(uses: list[hp.Use]) -> dict[str, dict[str, Any]]:
         paths.sort(key=lambda ps: (not ps[0][-1].startswith("text"), "talker" in ".".join(ps[0]), len(ps[0]), ps[0]))
         path, sub_type = paths[0]
         out[model_type] = {"config_path": list(path), "config_model_type": sub_type}
+        # sub-configs of no family of their own that build the same rotary module with the same default settings
+        # (T5Gemma 2's decoder): a config may give them other rope settings, which reading the first path alone
+        # would miss (a vocoder's own settings, different by default, are another model's: Qwen3-Omni's code2wav)
+        with hp.quiet():
+            saved = config.to_dict()
+            also = [
+                list(other)
+                for other, sub in hp.sub_configs(config)
+                if other[: len(path)] != path
+                and path[: len(other)] != other
+                and getattr(sub, "model_type", None) not in text
+                and hp._builds(rotary_of[sub_type], sub)
+                and _same_by_default(saved, path, other)
+            ]
+        if also:
+            out[model_type]["config_also"] = also
     return out
+
+
+def _same_by_default(saved: Mapping[str, Any], path: tuple[str, ...], other: tuple[str, ...]) -> bool:
+    """Whether a default composite config gives the rotary module the same settings at both paths."""
+    from arrayrope._config_keys import same_rope, sub_config
+
+    try:
+        same_rope(sub_config(saved, path), sub_config(saved, other), "config", path, other)
+    except ValueError:
+        return False
+    return True
 
 
 def generate(only: list[str] | None = None, log: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:

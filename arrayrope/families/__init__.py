@@ -52,13 +52,21 @@ class Family:
         Config keys under other names (``{"hidden_size": "n_embd"}``).
     legacy : mapping
         Older keys the family's config class converts: key -> ``((layer type or "", parameter), ...)``
-        (Gemma 3's ``rope_local_base_freq`` -> the sliding layers' ``rope_theta``).
+        (Gemma 3's ``rope_local_base_freq`` -> the sliding layers' ``rope_theta``). The parameter
+        ``rotary_dim`` means ``partial_rotary_factor = value / head_dim`` (MiniMax-M2's ``rotary_dim``); a
+        ``head_dim`` fills in ``per_layer_config`` where the config states none.
+    legacy_stated : tuple of str
+        Those of the older keys that the config class converts only into a rope dict the config states:
+        where it states none, the class's own default dict keeps its values (Ministral 3's base).
     scaling_to : tuple of str
         Layer types a flat ``rope_scaling`` applies to, for families with parameters per layer type.
     layer_pattern : mapping
         How the config class fills in ``layer_types`` a config leaves out: ``{"key":
         "sliding_window_pattern", "default": 6, "every": "full_attention", "else": "sliding_attention"}``
         (every ``key``-th layer, 1-based, of one type).
+    rope_sets : mapping
+        The rope set (a key of ``rope_parameters``) each layer type turns by, where a family names its sets
+        otherwise than its layer types (DeepSeek-V4: ``{"sliding_attention": "main", ...}``).
     nope : mapping
         How a config marks layers without RoPE: ``{"key": "no_rope_layers", "rope": 1, "interval_key": ...,
         "interval": 4}``, or ``{"layer_types": [...]}`` for layer types without rope parameters.
@@ -70,13 +78,19 @@ class Family:
     mrope : mapping
         Multimodal RoPE (M-RoPE): ``{"sections": [16, 24, 24], "interleaved": False}``, the rotary pairs
         each position axis drives where a config states no ``mrope_section``, and whether the axes take
-        turns pair by pair (Qwen3-VL) rather than holding consecutive sections; empty for 1-D RoPE.
+        turns pair by pair (Qwen3-VL) rather than holding consecutive sections; empty for 1-D RoPE. With
+        ``"stated": False`` where the family's code ignores a stated ``mrope_section`` (NeoMME), ``"layer_types"``
+        where the sections differ per layer type, or only ``"refused"``: why arrayrope does not model the
+        family's multimodal rope (its text positions, the same on every axis, are read as 1-D RoPE).
     output_order : str or None
         ``"half"`` where the apply function writes half-split order from interleaved input.
     config_path : tuple of str
         Where a composite config keeps its language model's settings (``("text_config",)``).
     config_model_type : str or None
         The model type of that sub-config where the file does not name it.
+    config_also : tuple of tuple of str
+        Other sub-configs, of no family of their own, that build the same rotary module (T5Gemma 2's
+        ``decoder``): a config whose rope settings there differ from those at ``config_path`` is refused.
     refused, out_of_scope : str
         Why arrayrope does not read this model type ('' when it does).
     """
@@ -90,8 +104,10 @@ class Family:
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
     legacy: Mapping[str, tuple[tuple[str, str], ...]] = dataclasses.field(default_factory=dict)
+    legacy_stated: tuple[str, ...] = ()
     scaling_to: tuple[str, ...] = ()
     layer_pattern: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    rope_sets: Mapping[str, str] = dataclasses.field(default_factory=dict)
     nope: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     switches: Mapping[str, Mapping[str, Mapping[str, Any]]] = dataclasses.field(default_factory=dict)
     variants: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -99,6 +115,7 @@ class Family:
     output_order: str | None = None
     config_path: tuple[str, ...] = ()
     config_model_type: str | None = None
+    config_also: tuple[tuple[str, ...], ...] = ()
     refused: str = ""
     out_of_scope: str = ""
 
@@ -132,10 +149,12 @@ def family(model_type: object) -> Family | None:
         if unknown:  # the table and this loader come from one generator
             raise RuntimeError(f"arrayrope.families: unknown fields {sorted(unknown)} for {model_type!r}")
         values = dict(raw)
-        for key in ("config_path", "scaling_to"):
+        for key in ("config_path", "scaling_to", "legacy_stated"):
             if key in values:
                 values[key] = tuple(values[key])
         if "legacy" in values:
             values["legacy"] = {k: tuple(tuple(x) for x in v) for k, v in values["legacy"].items()}
+        if "config_also" in values:
+            values["config_also"] = tuple(tuple(x) for x in values["config_also"])
         found = _CACHE.setdefault(model_type, Family(model_type, **values))
     return found

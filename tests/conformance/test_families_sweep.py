@@ -1,0 +1,299 @@
+"""Cases where arrayrope's reading of a config once differed from transformers without a word, or refused a
+family that transformers runs with a checkpoint's config: each against transformers' own rotary module.
+
+Every case builds the family's config class from a ``config.json``-like dict and its rotary module, and
+compares that module's frequencies (and the kernel's head dim) with arrayrope's reading of the same dict;
+a case arrayrope cannot read must be refused with a ValueError that says why, never read otherwise.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import pathlib
+import sys
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+from _conformance import inv_freq_rtol
+
+import arrayrope
+from arrayrope.families import FAMILIES, TRANSFORMERS_VERSION, family
+
+transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+torch = pytest.importorskip("torch", reason="torch is not installed")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
+import _hf_probe as hp  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    transformers.__version__ != TRANSFORMERS_VERSION,
+    reason=f"the table comes from transformers {TRANSFORMERS_VERSION}, this is {transformers.__version__}",
+)
+
+_USES: dict[str, Any] = {}
+
+
+def _use(model_type: str) -> Any:
+    if not _USES:
+        for use in hp.rotary_uses():
+            _USES.setdefault(use.model_type, use)
+    return _USES[model_type]
+
+
+def _config(model_type: str, cfg: dict[str, Any]) -> Any:
+    """transformers' config of ``model_type`` from the dict a config.json holds."""
+    use = _use(model_type)
+    with hp.quiet():
+        return use.config_cls(**copy.deepcopy({k: v for k, v in cfg.items() if k != "model_type"}))
+
+
+def _module(model_type: str, config: Any) -> Any:
+    use = _use(model_type)
+    params = inspect.signature(use.rotary.__init__).parameters
+    with hp.quiet():
+        return use.rotary(config) if "device" not in params else use.rotary(config, device=None)
+
+
+def _frequencies(model_type: str, cfg: dict[str, Any], layer_type: str | None = None) -> tuple[np.ndarray, float]:
+    """transformers' inv_freq and attention factor for ``cfg`` (of ``layer_type`` where it keeps several)."""
+    inv, factor = hp.module_frequencies(_module(model_type, _config(model_type, cfg)), layer_type)
+    assert inv is not None
+    return inv, factor
+
+
+def _ours(cfg: dict[str, Any], **kwargs: Any) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return arrayrope.rope_frequencies_from_config(cfg, **kwargs)
+
+
+def _assert_same(theirs: tuple[np.ndarray, float], f: Any) -> None:
+    inv_t, factor = theirs
+    ours, want = np.sort(f.inv_freq[f.inv_freq != 0]), np.sort(inv_t[inv_t != 0])
+    assert ours.shape == want.shape, f"arrayrope turns {ours.size} pairs, transformers {want.size}"
+    assert np.allclose(ours, want, rtol=inv_freq_rtol(f.base * 4), atol=0), (ours[:3], want[:3])
+    assert f.attention_factor == pytest.approx(factor, rel=1e-6)
+
+
+# ---- MiniMax-M2: the legacy rotary_dim key is partial_rotary_factor = rotary_dim / head_dim ----
+
+MINIMAX = {"model_type": "minimax_m2", "head_dim": 128, "hidden_size": 256, "num_attention_heads": 2}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"rotary_dim": 64, "rope_theta": 5e6},
+        {"rotary_dim": 64, "rope_parameters": {"rope_type": "default", "rope_theta": 5e6}},
+        {"rotary_dim": 32, "partial_rotary_factor": 0.5, "rope_theta": 5e6},  # the stated factor wins
+    ],
+    ids=["top-level", "with-rope-parameters", "factor-wins"],
+)
+def test_minimax_m2_rotary_dim(extra):
+    cfg = {**MINIMAX, **extra}
+    _assert_same(_frequencies("minimax_m2", cfg), _ours(cfg))
+
+
+# ---- Ministral 3, Higgs Audio v2: a top-level base goes into a stated rope dict (v4 form), not the default one ----
+
+YARN = {"type": "yarn", "factor": 16.0, "original_max_position_embeddings": 16384, "beta_fast": 32.0, "beta_slow": 1.0}
+V4_CASES = [
+    ("ministral3", 262144, 1e6, "rope_scaling"),
+    ("ministral3", 262144, 1e6, "rope_parameters"),
+    ("higgs_audio_v2", 2048, 5e5, "rope_scaling"),
+    ("higgs_audio_v2", 2048, 5e5, "rope_parameters"),
+]
+
+
+@pytest.mark.parametrize("model_type, context, base, key", V4_CASES, ids=[f"{c[0]}-{c[3]}" for c in V4_CASES])
+def test_yarn_in_the_v4_form(model_type, context, base, key):
+    sizes = {"head_dim": 128, "hidden_size": 256, "num_attention_heads": 2, "max_position_embeddings": context}
+    yarn = {**YARN, "factor": 4.0, "original_max_position_embeddings": context // 4}
+    cfg = {"model_type": model_type, **sizes, key: yarn, "rope_theta": base}
+    _assert_same(_frequencies(model_type, cfg), _ours(cfg))
+    # without a rope dict, the class's own dict keeps its base: a top-level one changes nothing
+    plain = {"model_type": model_type, **sizes, "rope_theta": 12345.0}
+    _assert_same(_frequencies(model_type, plain), _ours(plain))
+
+
+# ---- Nemotron 3.5 transcribe's audio encoder: a top-level partial_rotary_factor goes into a stated rope dict ----
+
+NEMOTRON_AUDIO = "nemotron3_5_transcribe_asr_audio"
+
+
+@pytest.mark.parametrize("key", ["rope_parameters", "rope_scaling"])
+def test_nemotron_transcribe_audio_yarn(key):
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1000, "rope_theta": 1e4}
+    sizes = {"hidden_size": 256, "num_attention_heads": 2, "max_position_embeddings": 5000}
+    cfg = {"model_type": NEMOTRON_AUDIO, **sizes, "partial_rotary_factor": 0.5, key: yarn}
+    _assert_same(_frequencies(NEMOTRON_AUDIO, cfg), _ours(cfg))
+    # the composite audio config reads its speech encoder's settings alike
+    composite = {"model_type": "nemotron3_5_transcribe_audio", "asr_config": cfg}
+    _assert_same(_frequencies(NEMOTRON_AUDIO, cfg), _ours(composite))
+
+
+# ---- Gemma 4: global_head_dim fills in per_layer_config only where the config states none ----
+
+GEMMA4 = {
+    "model_type": "gemma4_text",
+    "head_dim": 64,
+    "hidden_size": 128,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 6,
+    "global_head_dim": 128,
+    "layer_types": ["sliding_attention"] * 5 + ["full_attention"],
+}
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [None, {}, {"5": {"num_key_value_heads": 1}}, {"5": {"head_dim": 256}}],
+    ids=["none", "empty", "other-key", "head-dim"],
+)
+@pytest.mark.parametrize("by", ["layer_idx", "layer_type"])
+def test_gemma4_per_layer_head_dim(overrides, by):
+    cfg = dict(GEMMA4) if overrides is None else {**GEMMA4, "per_layer_config": overrides}
+    theirs = _frequencies("gemma4_text", cfg, "full_attention")
+    kwargs = {"layer_idx": 5} if by == "layer_idx" else {"layer_type": "full_attention"}
+    f = _ours(cfg, **kwargs)
+    _assert_same(theirs, f)
+    config = _config("gemma4_text", cfg)
+    assert f.head_dim == config.per_layer_config[5].head_dim  # the kernel's head dim of layer 5
+
+
+# ---- T5Gemma 2: a decoder with rope settings of its own is not read as the encoder's ----
+
+
+def test_t5gemma2_decoder_with_scaling_is_refused_not_ignored():
+    from transformers import CONFIG_MAPPING
+
+    with hp.quiet():
+        config = CONFIG_MAPPING["t5gemma2"]()
+    saved = config.to_dict()
+    decoder = saved["decoder"]
+    decoder["rope_parameters"]["full_attention"] = {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6}
+    with hp.quiet():
+        module = _module("t5gemma2_text", CONFIG_MAPPING["t5gemma2_decoder"](**copy.deepcopy(decoder)))
+    scaled, _ = hp.module_frequencies(module, "full_attention")
+    assert scaled is not None and scaled[0] == pytest.approx(0.25)  # transformers' decoder scales its positions
+    with pytest.raises(ValueError, match=r"\['decoder'\].*different settings.*rope_parameters"):
+        _ours(saved, layer_type="full_attention")
+    # the decoder's own config is read as transformers reads it
+    f = _ours(decoder, layer_type="full_attention")
+    _assert_same(hp.module_frequencies(module, "full_attention"), f)
+
+
+# ---- families transformers runs with a checkpoint's config, once refused ----
+
+ONCE_REFUSED = [
+    "cohere_compass_text",
+    "dbrx",
+    "deepseek_ocr2_encoder",
+    "deepseek_v4",
+    "dots3_note_audio_encoder",
+    "granite4_vision_text",
+    "gradium_phonon_tts",
+    "hunyuan_vl_text",
+    "idefics",
+    "moonshine_streaming",
+    "pocket_tts",
+    "qwen4_exp_text",
+    "zamba2",
+]
+CHECKPOINT_KEYS = {  # the keys a checkpoint states that the default config leaves out (see tools/families.py)
+    "dbrx": {"attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0}},
+    "zamba2": {"use_mem_rope": True},
+    "hunyuan_vl_text": {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [16] * 4}},
+    "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e4}}},
+}
+
+
+@pytest.mark.parametrize("model_type", ONCE_REFUSED)
+def test_families_transformers_runs_are_read(model_type):
+    entry = FAMILIES[model_type]
+    assert "refused" not in entry, entry.get("refused")
+    config = next(hp.tiny_configs(_use(model_type).config_cls, **CHECKPOINT_KEYS.get(model_type, {})))
+    cfg = {"model_type": model_type, **config.probe_kwargs}
+    module = _module(model_type, config)
+    labels = hp.rotary_labels(module)
+    layer_type = labels[0] if labels else None
+    _assert_same(hp.module_frequencies(module, layer_type), _ours(cfg, layer_type=layer_type))
+
+
+def test_deepseek_v4_layers_by_the_rope_set_they_turn_by():
+    """DeepSeek-V4 keeps its rope parameters per rope set ("main", "compress"), not per layer type: a layer index
+    or a layer type is read with the set its attention takes."""
+    config = next(hp.tiny_configs(_use("deepseek_v4").config_cls))
+    cfg = {"model_type": "deepseek_v4", **config.probe_kwargs, "layer_types": list(config.layer_types)}
+    theirs = hp.module_frequencies(_module("deepseek_v4", config), "compress")
+    idx = next(i for i, t in enumerate(config.layer_types) if t != "sliding_attention")
+    _assert_same(theirs, _ours(cfg, layer_idx=idx))
+    _assert_same(theirs, _ours(cfg, layer_type=config.layer_types[idx]))
+    _assert_same(theirs, _ours(cfg, layer_type="compress"))
+
+
+def test_dbrx_base_of_its_attn_config():
+    """DBRX's attention keeps attn_config's rope_theta, its rotary module turns by rope_parameters' base: a config
+    where they differ is refused, naming both; one that states the base in rope_parameters is read as transformers
+    reads it."""
+    config = next(hp.tiny_configs(_use("dbrx").config_cls, **CHECKPOINT_KEYS["dbrx"]))
+    attn = {"kv_n_heads": 2, "rope_theta": 500000.0}
+    cfg = {"model_type": "dbrx", **config.probe_kwargs, "attn_config": attn}
+    inv, _ = _frequencies("dbrx", cfg)
+    assert inv[-1] > 1e-5  # transformers turns by 10000, not by attn_config's 500000
+    with pytest.raises(ValueError, match=r"attn_config\['rope_theta'\].*rope_parameters"):
+        _ours(cfg)
+    stated = {**cfg, "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}}
+    _assert_same(_frequencies("dbrx", stated), _ours(stated))
+
+
+def test_zamba2_without_its_rope_switch_says_which_key():
+    config = next(hp.tiny_configs(_use("zamba2").config_cls))
+    with pytest.raises(ValueError, match="use_mem_rope"):
+        _ours({"model_type": "zamba2", **config.probe_kwargs})
+
+
+# ---- M-RoPE: the sections each position axis drives, as transformers' rotary module takes them ----
+
+MROPE_POSITIONS = np.array([3, 50, 900])
+
+
+@pytest.mark.parametrize(
+    "model_type, layer_type",
+    [("hy_v4_vl_text", None), ("neomme", "full_attention"), ("neomme", "sliding_attention")],
+)
+def test_mrope_sections(model_type, layer_type):
+    config = next(hp.tiny_configs(_use(model_type).config_cls))
+    module = _module(model_type, config)
+    fam = family(model_type)
+    assert fam is not None
+    axes = len(fam.mrope["sections"])
+    ids = torch.from_numpy(MROPE_POSITIONS[:axes]).reshape(axes, 1, 1)
+    with torch.no_grad():
+        cos, sin = module(torch.zeros(1, 1, 8), ids, layer_type) if layer_type else module(torch.zeros(1, 1, 8), ids)
+    cfg = {"model_type": model_type, **config.probe_kwargs}
+    s = arrayrope.config.settings(cfg, layer_type=layer_type)
+    assert s.mrope is not None
+    sections, interleaved = s.mrope
+    c, z = arrayrope.mrope_tables(
+        s.freqs, MROPE_POSITIONS[:axes, None], sections=sections, interleaved=interleaved, dtype="float64"
+    )
+    half = c.shape[-1]
+    theirs_c, theirs_s = cos.double().numpy().reshape(-1)[:half], sin.double().numpy().reshape(-1)[:half]
+    assert np.allclose(c.reshape(-1), theirs_c, atol=2e-4) and np.allclose(z.reshape(-1), theirs_s, atol=2e-4)
+
+
+@pytest.mark.parametrize("model_type", ["ernie4_5_vl_moe_text", "hunyuan_vl_text"])
+def test_mrope_arrayrope_does_not_model_is_recorded(model_type):
+    """Ernie 4.5 VL alternates height and width over its first sections; HunYuan-VL turns the two features of a
+    pair by different axes: no sections arrayrope's M-RoPE takes. The table says so; text is 1-D RoPE."""
+    fam = family(model_type)
+    assert fam is not None
+    reason = fam.mrope.get("refused", "")
+    assert "multimodal rope" in reason
+    config = next(hp.tiny_configs(_use(model_type).config_cls, **CHECKPOINT_KEYS.get(model_type, {})))
+    cfg = {"model_type": model_type, **config.probe_kwargs}
+    assert arrayrope.config.settings(cfg).mrope is None

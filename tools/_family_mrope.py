@@ -1,0 +1,159 @@
+"""Multimodal RoPE (M-RoPE) of a family, measured from its rotary module for ``tools/families.py``.
+
+The module is run on position ids ``(axes, 1, 1)``: once the same on every axis (each column of its cos
+and sin is matched to its frequency) and once different per axis (each column to the axis whose position
+turns it). The facts are the sections of rotary pairs each axis drives, in arrayrope's order of pairs,
+and whether the axes take turns pair by pair, checked to follow a stated ``mrope_section``; or why the
+family's multimodal rope is no sections of pairs.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import _hf_probe as hp
+import numpy as np
+import torch
+
+Probe = Any  # families.Probe: the family's default config (``config``) and published values (``values``)
+
+__all__ = ["measure_mrope"]
+
+
+class MixedPair(Exception):
+    """The two features of a rotary pair turn by the positions of different axes."""
+
+
+def _mrope_run(
+    use: hp.Use, p: Probe, sections: list[int] | None, positions: np.ndarray, label: str | None = None
+) -> Any:
+    """cos and sin of the rotary module (of its first rope set), for one position per axis, and its frequencies;
+    None where it takes no such position ids."""
+    rope = copy.deepcopy(dict(getattr(p.config, "rope_parameters", None) or {}))
+    nested = rope and all(isinstance(v, Mapping) or v is None for v in rope.values())
+    if sections is not None:
+        for entry in rope.values() if nested else [rope]:
+            if isinstance(entry, dict):
+                entry["mrope_section"] = sections
+    try:
+        config = hp.tiny_config(use.config_cls, **{**p.values, "rope_parameters": rope})
+        with hp.quiet(), torch.no_grad():
+            params = inspect.signature(use.rotary.__init__).parameters
+            rot = use.rotary(config) if "device" not in params else use.rotary(config, device=None)
+            labels = hp.rotary_labels(rot)
+            label = label if label in labels else (labels[0] if labels else None)
+            ids = torch.from_numpy(positions).reshape(-1, 1, 1)
+            takes = "layer_type" in inspect.signature(rot.forward).parameters
+            out = rot(torch.zeros(1, 1, 8), ids, label) if label and takes else rot(torch.zeros(1, 1, 8), ids)
+        inv, _ = hp.module_frequencies(rot, label)
+    except Exception:
+        return None
+    if not isinstance(out, tuple):  # complex rotations (Llama 4): one axis of positions
+        return None
+    cos, sin = out
+    if inv is None or tuple(cos.shape[:2]) != (1, 1):
+        return None
+    return cos.double().numpy().reshape(-1), sin.double().numpy().reshape(-1), inv
+
+
+def _mrope_axes(use: hp.Use, p: Probe, sections: list[int] | None, label: str | None = None) -> np.ndarray | None:
+    """The axis whose position drives each rotary pair of the module (pairs in the order of decreasing frequency,
+    as arrayrope numbers them), run on position ids ``(axes, 1, 1)`` that differ per axis (``sections``: stated
+    as ``mrope_section``); None where it takes no such ids. Each column of its cos and sin is matched to its
+    frequency (at position 1 on every axis) and then to the axis whose position turns it, so that the order in
+    which the module keeps its frequencies (Ernie 4.5 VL's) and writes its columns does not matter. Raises
+    MixedPair where the two features of a pair turn by different axes (HunYuan-VL's sections over both halves)."""
+    distinct = np.array([3, 50, 900, 200])  # float32 angles right to 1e-4; distinct on every axis at every frequency
+    for n in (3, 4, 2):
+        ones = _mrope_run(use, p, sections, np.ones(n, dtype=np.int64), label)
+        if ones is None:
+            continue
+        got = _mrope_run(use, p, sections, distinct[:n], label)
+        if got is None:
+            continue
+        break
+    else:
+        return None
+    c1, s1, inv = ones
+    c, s, _ = got
+    freqs = np.sort(inv[inv != 0])[::-1]
+    if c.size != c1.size or not freqs.size:
+        return None
+    axes_of: dict[int, set[int]] = {}
+    for j in range(c.size):
+        f, scale = math.atan2(s1[j], c1[j]), math.hypot(s1[j], c1[j])  # the attention factor scales both
+        if abs(f) < 1e-12:
+            continue
+        k = int(np.argmin(np.abs(freqs - f) / freqs))
+        if abs(freqs[k] - f) > 1e-4 * freqs[k] + 1e-7:
+            return None
+        angles = distinct[:n] * freqs[k]
+        error = np.abs(np.cos(angles) - c[j] / scale) + np.abs(np.sin(angles) - s[j] / scale)
+        if np.min(error) > 1e-3:
+            return None
+        axes_of.setdefault(k, set()).add(int(np.argmin(error)))
+    if len(axes_of) != freqs.size:
+        return None
+    mixed = [k for k, a in axes_of.items() if len(a) > 1]
+    if mixed:
+        raise MixedPair(
+            f"the two features of its rotary pairs {mixed[:4]}... turn by the positions of different axes "
+            f"({sorted(axes_of[mixed[0]])} for pair {mixed[0]}), which is no rotation of a pair by one position"
+        )
+    axes = np.array([next(iter(axes_of[k])) for k in range(freqs.size)])
+    return axes if n != 3 or np.any(axes) else None  # one axis driving every pair: 1-D RoPE given 3 ids
+
+
+def measure_mrope(use: hp.Use, p: Probe, labels: list[str]) -> dict[str, Any]:
+    """:func:`_mrope_one` of each rope set (``labels``: the layer types it keeps frequencies for, or none), with
+    the sections of each layer type where they differ (NeoMME's turns over its full and sliding layers)."""
+    found = {label: _mrope_one(use, p, label or None) for label in labels or [""]}
+    first = next(iter(found.values()))
+    if all(f == first for f in found.values()) or "sections" not in first:
+        return first
+    if any(set(f) != set(first) or f.get("interleaved") != first["interleaved"] for f in found.values()):
+        return {"refused": f"its rope sets differ in how their multimodal rope drives pairs: {found}"}
+    return {**first, "layer_types": {label: f["sections"] for label, f in found.items()}}
+
+
+def _mrope_one(use: hp.Use, p: Probe, label: str | None) -> dict[str, Any]:
+    """Multimodal RoPE: the sections per axis the module uses when the config states none, and whether the
+    axes take turns pair by pair (Qwen3-VL) rather than holding consecutive sections; checked to follow the
+    sections a config states (``mrope_section``), or recorded as ignoring them (``"stated": False``). A
+    multimodal rope that is neither is recorded with the reason arrayrope does not read it as M-RoPE
+    (``"refused"``); its text positions (every axis the same) are 1-D RoPE."""
+    from arrayrope.encodings.mrope import _mrope_assignment
+
+    try:
+        axes = _mrope_axes(use, p, None, label)
+    except MixedPair as exc:
+        return {"refused": f"its multimodal rope: {exc}"}
+    if axes is None or not np.any(axes):
+        return {}
+    n = int(axes.max()) + 1
+    counts = [int(k) for k in np.bincount(axes, minlength=max(n, 2))]
+    interleaved = bool(np.any(np.diff(axes) < 0))
+    if not np.array_equal(_mrope_assignment(counts, interleaved), axes):
+        return {
+            "refused": f"its multimodal rope drives pairs by axes {axes.tolist()}, neither in sections nor in turns"
+        }
+    options = [counts[::-1], [counts[0] + 2, counts[1] - 2, *counts[2:]], [counts[0] + 1, counts[1] - 1, *counts[2:]]]
+    stated = next(  # sections that would drive the pairs otherwise
+        (o for o in options if min(o) > 0 and not np.array_equal(_mrope_assignment(o, interleaved), axes)), None
+    )
+    if stated is None:
+        return {"sections": counts, "interleaved": interleaved}
+    try:
+        again = _mrope_axes(use, p, stated, label)
+    except MixedPair as exc:
+        return {"refused": f"its multimodal rope with a stated mrope_section: {exc}"}
+    out: dict[str, Any] = {"sections": counts, "interleaved": interleaved}
+    if again is not None and np.array_equal(again, axes):
+        out["stated"] = False  # the module ignores a stated mrope_section (NeoMME's fixed turns)
+    elif again is None or not np.array_equal(_mrope_assignment(stated, interleaved), again):
+        return {"refused": f"its multimodal rope does not follow a stated mrope_section {stated}"}
+    return out
