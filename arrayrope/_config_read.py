@@ -21,7 +21,6 @@ from ._config_keys import (
     ROTARY_DIM_RULES,
     Settings,
     View,
-    legacy_parameters,
     mrope,
     nested_base,
     refuse_unknown,
@@ -29,6 +28,7 @@ from ._config_keys import (
     sub_config,
     switched,
 )
+from ._config_layers import layer_type_of, layer_types, parameters, per_type
 from ._lib import checks
 from .families import TRANSFORMERS_VERSION, Family, family
 from .frequencies import RopeFrequencies, rope_frequencies
@@ -86,11 +86,11 @@ def read(
         layer_type = fam.rope_sets.get(layer_type, layer_type)
     if layer_idx is not None:
         layer_idx = checks.non_negative_int(layer_idx, "layer_idx")
-        own = _layer_type_of(cfg, where, layer_type, layer_idx, fam)
-        if _per_type(cfg, fam):  # the layer's type picks its parameters; with one set it only says what it is
+        own = layer_type_of(cfg, where, layer_type, layer_idx, fam)
+        if per_type(cfg, fam):  # the layer's type picks its parameters; with one set it only says what it is
             layer_type = own
     v = View(cfg, fam, where, layer_idx, layer_type)
-    params, layer = _parameters(v, layer_type)
+    params, layer = parameters(v, layer_type)
     nested = layer is not None
     if params is None:  # a layer type without rope parameters: its layers use no RoPE
         head = HEAD_DIM_RULES[fam.head_dim if fam else "head_dim"](v)
@@ -175,143 +175,6 @@ def no_rope(head_dim: int) -> RopeFrequencies:
     ('none', [0.0, 0.0, 0.0, 0.0])
     """
     return RopeFrequencies(inv_freq=np.zeros(head_dim // 2), head_dim=head_dim, rotary_dim=head_dim, rope_type="none")
-
-
-def _per_type(cfg: Mapping[str, Any], fam: Family | None) -> bool:
-    """Whether the config (or its family's defaults) keeps rope parameters per layer type."""
-    for params in (
-        cfg.get("rope_scaling") or cfg.get("rope_parameters"),
-        fam.defaults.get("rope_parameters") if fam is not None else None,
-    ):
-        if isinstance(params, Mapping) and params and all(isinstance(x, Mapping) or x is None for x in params.values()):
-            return True
-    return False
-
-
-def layer_types(cfg: Mapping[str, Any], fam: Family | None, where: str) -> list[Any]:
-    """The config's ``layer_types``, or the ones its family's config class fills in from its pattern key."""
-    types = cfg.get("layer_types")
-    if isinstance(types, (list, tuple)) and types:
-        return list(types)
-    rule = fam.layer_pattern if fam is not None else {}
-    if not rule:
-        return []
-    v = View(cfg, fam, where)
-    n = v.size("num_hidden_layers")
-    period = checks.positive_int(cfg.get(rule["key"], rule["default"]), f"{where}: {rule['key']}")
-    return [rule["every"] if (i + 1) % period == 0 else rule["else"] for i in range(n)]
-
-
-def _layer_type_of(
-    cfg: Mapping[str, Any], where: str, layer_type: str | None, layer_idx: int, fam: Family | None
-) -> str | None:
-    """The layer type of layer ``layer_idx`` from ``layer_types`` (and that it agrees with ``layer_type``)."""
-    types = layer_types(cfg, fam, where)
-    if not types:
-        return layer_type
-    layers = View(cfg, fam, where).get("num_hidden_layers")
-    if layers is not None and layers != len(types):
-        raise ValueError(
-            f"{where}: layer_types names {len(types)} entries for num_hidden_layers={layers}, which "
-            "arrayrope does not map to layer indices; pass layer_type= instead of layer_idx="
-        )
-    if layer_idx >= len(types):
-        raise ValueError(f"{where}: layer_idx={layer_idx} but layer_types names {len(types)} layers")
-    own = types[layer_idx]
-    if fam is not None:
-        own = fam.rope_sets.get(own, own)
-    if layer_type is not None and layer_type != own:
-        raise ValueError(f"{where}: layer_type={layer_type!r} but layer {layer_idx} is {own!r} in layer_types")
-    return str(own)
-
-
-def _parameters(v: View, layer_type: str | None) -> tuple[dict[str, Any] | None, str | None]:
-    """The rope dict for ``layer_type`` as transformers standardises it, and the layer type it is for
-    (None when the config has one set for every layer); ``(None, type)`` for a type without RoPE."""
-    cfg, fam, where = v.cfg, v.fam, v.where
-    found = cfg.get("rope_scaling") or cfg.get("rope_parameters")
-    if found is not None and not isinstance(found, Mapping):
-        raise TypeError(f"{where}: rope_scaling / rope_parameters must be an object, got {found!r}")
-    raw: Mapping[str, Any] = found or {}
-    nested_file = bool(raw) and all(isinstance(x, Mapping) or x is None for x in raw.values())
-    defaults = fam.defaults.get("rope_parameters") if fam is not None else None
-    per_type = (
-        isinstance(defaults, Mapping)
-        and bool(defaults)
-        and all(isinstance(x, Mapping) or x is None for x in defaults.values())
-    )
-    if fam is None:
-        if nested_file:
-            chosen = _pick(raw, layer_type, where, sorted(raw))
-            if chosen is None:
-                return None, layer_type
-            params = dict(chosen)
-            for key, value in legacy_parameters(v, "").items():
-                params.setdefault(key, value)
-            return params, layer_type
-        _single_set(cfg, layer_type, where)
-        params = dict(raw) if raw else {}
-        for key, value in legacy_parameters(v, "").items():
-            params.setdefault(key, value)
-        return params, None
-    if per_type or nested_file:
-        names = sorted(raw) if nested_file else sorted(defaults or {})
-        _pick({name: {} for name in names}, layer_type, where, names)
-        assert layer_type is not None
-        if nested_file:
-            entry = raw[layer_type]
-            if entry is None:
-                return None, layer_type
-            params = dict(entry)
-        else:
-            assert isinstance(defaults, Mapping)
-            base = defaults[layer_type]
-            if base is None:
-                return None, layer_type
-            if not raw:  # nothing stated: the family's parameters of this layer type, older keys first
-                params = legacy_parameters(v, layer_type, stated=False)
-                for key, value in base.items():
-                    params.setdefault(key, value)
-                return params, layer_type
-            params = {"rope_type": base.get("rope_type", "default")}  # a v4 rope_scaling: to the types it goes to
-            if layer_type in fam.scaling_to:
-                params.update(raw)
-        for key, value in legacy_parameters(v, layer_type).items():
-            params.setdefault(key, value)
-        fallback = fam.defaults.get("rope_fallback") or {}
-        for key, value in (fallback.get(layer_type) or {}).items():
-            params.setdefault(key, value)
-        return params, layer_type
-    _single_set(cfg, layer_type, where, fam)
-    params = dict(raw) if raw else legacy_parameters(v, "", stated=False)
-    if raw:
-        for key, value in legacy_parameters(v, "").items():
-            params.setdefault(key, value)
-        fallback = fam.defaults.get("rope_fallback") or {}
-    else:
-        fallback = defaults if isinstance(defaults, Mapping) else {}
-    for key, value in fallback.items():
-        params.setdefault(key, value)
-    return params, None
-
-
-def _single_set(cfg: Mapping[str, Any], layer_type: str | None, where: str, fam: Family | None = None) -> None:
-    """A layer type asked of a config with one set of parameters must be one its ``layer_types`` names."""
-    if layer_type is not None:
-        declared = layer_types(cfg, fam, where)
-        if layer_type not in declared:
-            raise ValueError(
-                f"{where}: layer_type={layer_type!r} given, but the config has one set of rope parameters and its "
-                f"layer_types {sorted(set(declared))} do not name it"
-            )
-
-
-def _pick(options: Mapping[str, Any], layer_type: str | None, where: str, names: list[str]) -> Any:
-    if layer_type is None:
-        raise ValueError(f"{where}: the rope parameters differ per layer type {names}; pass layer_type=")
-    if layer_type not in options:
-        raise ValueError(f"{where}: layer_type {layer_type!r} not in the config's {names}")
-    return options[layer_type]
 
 
 def _check_rope_type(fam: Family, name: str, where: str) -> None:

@@ -231,3 +231,15 @@ def test_the_torch_floor_is_the_oldest_pytorch_the_export_bridge_is_tested_with(
     extra = tomllib.loads((pathlib.Path(arrayrope.__file__).parents[1] / "pyproject.toml").read_text())
     floor = next(d for d in extra["project"]["optional-dependencies"]["torch"] if d.startswith("torch>="))
     assert floor.split(">=")[1].split(",")[0] == "{}.{}".format(*TESTED_TORCH[0])
+
+
+#: The modules written by a script (tools/families.py), not by hand.
+GENERATED = {"families/_table.py"}
+
+
+def test_no_hand_written_module_is_over_450_lines():
+    """A module past 450 lines is split by topic (as array-api-extra splits its largest ones)."""
+    root = pathlib.Path(arrayrope.__file__).resolve().parent
+    sizes = {str(p.relative_to(root)): len(p.read_text().splitlines()) for p in root.rglob("*.py")}
+    assert set(GENERATED) <= set(sizes)
+    assert {p: n for p, n in sizes.items() if n > 450 and p not in GENERATED} == {}
