@@ -21,7 +21,9 @@ the default, and the whole dict transformers saves. Compared with
 
 Tolerance (``_conformance``): transformers' tables come from float32 angles ``position * inv_freq``
 with its float32 ``inv_freq`` (``table_bound``, at the largest position of the token on any axis), and
-each rotation is rounded to the output dtype (4 eps per side). A wrong section, axis assignment, pair
+each rotation is rounded to the output dtype (4 eps per side; transformers' side to float32 where its apply
+function rotates ``q.float()``, as HY-V4-VL's does, measured); the rotary features are the trailing ones
+where the family's are (HY-V4-VL's follow ``qk_nope_head_dim`` unrotated ones). A wrong section, axis assignment, pair
 layout (GLM-4V's pairs ``(2i, 2i+1)``, Qwen3-VL's axes taking turns) gives differences of order one.
 """
 
@@ -217,16 +219,31 @@ def test_position_ids_are_what_they_say():
 # --- the comparison ----------------------------------------------------------------------------------------------
 
 
-def _bound(x: np.ndarray, ids: np.ndarray, inv_lib: np.ndarray, f: Any, dtype: str, layout: str) -> np.ndarray:
-    """What transformers' float32 tables and both roundings allow, per element of the rotated ``x`` (B, H, S, D)."""
+def _bound(
+    x: np.ndarray, ids: np.ndarray, inv_lib: np.ndarray, f: Any, dtype: str, rope: Any, lib_dtype: str
+) -> np.ndarray:
+    """What transformers' float32 tables and both roundings allow, per element of the rotated ``x`` (B, H, S, D):
+    the library's result rounded to ``lib_dtype`` (float32 where its apply function rotates ``q.float()``), ours to
+    ``dtype``; the rotary features where ``rope`` has them (HY-V4-VL's trail the unrotated ones)."""
     inv, att = f.inv_freq, f.attention_factor
     rel_inv = float(np.max(np.abs(inv_lib - inv) / inv))
     assert rel_inv <= inv_freq_rtol(4 * f.base), rel_inv  # the same frequencies (their order: by the rotation)
     largest = np.abs(ids).max(axis=0)  # (B, S): the largest position of each token on any axis
     angles = largest[:, None, :, None].astype(np.float64) * inv  # (B, 1, S, pairs)
-    lib = rotation_bound(x, table_bound(angles, rel_inv, att), dtype, layout)
-    ours = rotation_bound(x, np.zeros_like(angles), dtype, layout)
+    trailing = rope.rotary_features == "trailing"
+    lib = rotation_bound(x, table_bound(angles, rel_inv, att), lib_dtype, rope.layout, trailing=trailing)
+    ours = rotation_bound(x, np.zeros_like(angles), dtype, rope.layout, trailing=trailing)
     return lib + ours
+
+
+def _apply_rounds_to_float32(use: hp.Use, rot: Any, axes: int) -> bool:
+    """Whether the family's apply function rotates float64 queries in float32 (HY-V4-VL's ``q.float() * cos``):
+    run on float64 queries ``1 + 2**-40`` at position 0 (cos 1, sin 0), it then returns 1."""
+    with torch.no_grad(), hp.quiet():
+        cos, sin = rot(torch.zeros(1, dtype=torch.float64), torch.zeros((axes, 1, 1), dtype=torch.int64))
+        q = torch.full((1, 1, 1, cos.shape[-1]), 1.0 + 2.0**-40, dtype=torch.float64)
+        out, _ = getattr(use.module, use.apply_names[0])(q, q.clone(), cos, sin)
+    return bool(torch.all(out == 1.0))
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -252,17 +269,21 @@ def test_rotation_is_the_family_s_own(model_type, variant, kind, record):
     inv_lib, factor = hp.module_frequencies(att.rotary, None)
     assert inv_lib is not None and factor == pytest.approx(f.attention_factor, rel=4 * EPS["float32"])
     qa, ka = rope(q0, k0, positions=torch.from_numpy(ids))
-    worst = _compare(q0, k0, q1, k1, qa, ka, ids, inv_lib, f, "float64", rope.layout)
+    rot = _rotary(use, config)
+    lib64 = "float32" if _apply_rounds_to_float32(use, rot, len(sections)) else "float64"
+    worst = _compare(q0, k0, q1, k1, qa, ka, ids, inv_lib, f, "float64", rope, lib64)
 
     # float32: the family's rotary module and apply function, in float32
-    rot = _rotary(use, config)
     q32, k32 = q0.float(), k0.float()
     with torch.no_grad(), hp.quiet():
         cos, sin = rot(q32, torch.from_numpy(ids))
-        q2, k2 = getattr(use.module, use.apply_names[0])(q32, k32, cos, sin)
+        # trailing rotary features: the attention hands the apply function those alone (HY-V4-VL's q_rot)
+        cut = q32.shape[-1] - cos.shape[-1] if rope.rotary_features == "trailing" else 0
+        q2, k2 = getattr(use.module, use.apply_names[0])(q32[..., cut:], k32[..., cut:], cos, sin)
+        q2, k2 = torch.cat((q32[..., :cut], q2), dim=-1), torch.cat((k32[..., :cut], k2), dim=-1)
     qb, kb = rope(q32, k32, positions=torch.from_numpy(ids))
     assert qb.dtype == torch.float32 and qb.shape == q32.shape
-    worst32 = _compare(q32, k32, q2, k2, qb, kb, ids, inv_lib, f, "float32", rope.layout)
+    worst32 = _compare(q32, k32, q2, k2, qb, kb, ids, inv_lib, f, "float32", rope, "float32")
     for dtype, figures in (("float64", worst), ("float32", worst32)):
         record(
             library="transformers",
@@ -295,12 +316,12 @@ def _rotary(use: hp.Use, config: Any) -> Any:
         return use.rotary(config) if "device" not in params else use.rotary(config, device=None)
 
 
-def _compare(q0, k0, q_lib, k_lib, q_ours, k_ours, ids, inv_lib, f, dtype, layout) -> dict[str, float]:
+def _compare(q0, k0, q_lib, k_lib, q_ours, k_ours, ids, inv_lib, f, dtype, rope, lib_dtype) -> dict[str, float]:
     worst = {"max_error": 0.0, "tolerance": 0.0, "library_error": float("nan"), "arrayrope_error": float("nan")}
     for x, lib, ours in ((q0, q_lib, q_ours), (k0, k_lib, k_ours)):
         x64 = x.double().numpy()
         diff = np.abs(lib.double().numpy() - ours.double().numpy())
-        bound = _bound(x64, ids, inv_lib, f, dtype, layout)
+        bound = _bound(x64, ids, inv_lib, f, dtype, rope, lib_dtype)
         assert np.all(diff <= bound), (
             f"{dtype}: rotations differ by {float(np.max(diff)):.3g} (bound {float(np.max(bound)):.3g}) at "
             f"{np.argwhere(diff > bound)[:4].tolist()}"
