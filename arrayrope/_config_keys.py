@@ -113,6 +113,7 @@ class Settings:
     model_type: str | None = None
     why_no_layout: str = ""
     mrope: tuple[tuple[int, ...], bool] | None = None  # M-RoPE: the sections, and whether the axes take turns
+    mrope_refused: str = ""  # M-RoPE of the family that arrayrope does not compute, and why (positions (axes, B, S))
     freqs: RopeFrequencies = dataclasses.field(kw_only=True, repr=False, compare=False)
 
 

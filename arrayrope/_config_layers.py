@@ -83,6 +83,7 @@ def parameters(v: View, layer_type: str | None) -> tuple[dict[str, Any] | None, 
     )
     if fam is None:
         if nested_file:
+            layer_type = _only_type(cfg, fam, where, layer_type, sorted(raw))
             chosen = _pick(raw, layer_type, where, sorted(raw))
             if chosen is None:
                 return None, layer_type
@@ -97,6 +98,7 @@ def parameters(v: View, layer_type: str | None) -> tuple[dict[str, Any] | None, 
         return params, None
     if per_type or nested_file:
         names = sorted(raw) if nested_file else sorted(defaults or {})
+        layer_type = _only_type(cfg, fam, where, layer_type, names)
         _pick({name: {} for name in names}, layer_type, where, names)
         assert layer_type is not None
         if nested_file:
@@ -145,6 +147,16 @@ def _single_set(cfg: Mapping[str, Any], layer_type: str | None, where: str, fam:
                 f"{where}: layer_type={layer_type!r} given, but the config has one set of rope parameters and its "
                 f"layer_types {sorted(set(declared))} do not name it"
             )
+
+
+def _only_type(
+    cfg: Mapping[str, Any], fam: Family | None, where: str, layer_type: str | None, names: list[str]
+) -> str | None:
+    """The one layer type of rope parameters kept per layer type, where there is one and every layer is of it
+    (Cohere Compass's ``{"full_attention": {...}}``): no layer type need be passed to pick it."""
+    if layer_type is None and len(names) == 1 and set(layer_types(cfg, fam, where)) <= set(names):
+        return names[0]
+    return layer_type
 
 
 def _pick(options: Mapping[str, Any], layer_type: str | None, where: str, names: list[str]) -> Any:

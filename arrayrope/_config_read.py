@@ -151,7 +151,9 @@ def read(
         )
     )
     fields = (head_dim, float(base), rotary_dim, prf, scaling, max_len, features, layout, nope, model_type, why, m)
-    return Settings(*fields, freqs=freqs)
+    refused = (fam.mrope or {}).get("refused") if fam is not None else None
+    why_not = f"model type {model_type!r}: {refused}" if refused else ""
+    return Settings(*fields, mrope_refused=why_not, freqs=freqs)
 
 
 def no_rope(head_dim: int) -> RopeFrequencies:

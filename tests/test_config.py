@@ -747,3 +747,36 @@ def test_mrope_sections_from_the_config_or_the_family():
     assert settings({"model_type": "llama", "head_dim": 64}).mrope is None
     with pytest.raises(ValueError, match="mrope_section must be a list of positive ints"):
         settings({"model_type": "qwen2_vl_text", "head_dim": 128, "rope_parameters": {"mrope_section": [16, -24, 24]}})
+
+
+def test_rope_parameters_of_one_layer_type_need_no_layer_type():
+    """Cohere Compass keeps its rope parameters under its one layer type: nothing to choose, they are read; a
+    config whose layer_types name another type (which transformers finds no parameters for) still asks."""
+    from arrayrope.config import settings
+
+    cfg = {
+        "model_type": "cohere_compass_text",
+        "hidden_size": 256,
+        "num_attention_heads": 2,
+        "rope_parameters": {"full_attention": {"rope_theta": 5e4, "mrope_section": [20, 6, 6]}},
+    }
+    s = settings(cfg)
+    assert (s.base, s.mrope) == (5e4, ((20, 6, 6), True))
+    assert settings(cfg, layer_type="full_attention").mrope == ((20, 6, 6), True)
+    with pytest.raises(ValueError, match="pass layer_type="):
+        settings({**cfg, "num_hidden_layers": 2, "layer_types": ["full_attention", "sliding_attention"]})
+
+
+def test_mrope_of_a_refused_family_refuses_its_positions_with_the_reason():
+    """HunYuan-VL turns the two features of a pair by different axes: positions (axes, B, S) are refused saying
+    why; text positions are 1-D RoPE."""
+    rope = arrayrope.RotaryEmbedding.from_config(
+        {"model_type": "hunyuan_vl_text", "hidden_size": 256, "num_attention_heads": 2}
+    )
+    q = np.ones((1, 2, 4, 128))
+    assert rope(q, q, positions=np.arange(4)[None])[0].shape == q.shape
+    with pytest.raises(ValueError, match=r"\(3, 1, 4\).*hunyuan_vl_text.*different axes"):
+        rope(q, q, positions=np.zeros((3, 1, 4), dtype=np.int64))
+    plain = arrayrope.RotaryEmbedding.from_config({"model_type": "llama", "head_dim": 64})
+    with pytest.raises(ValueError, match="pass mrope_sections="):  # no M-RoPE at all: what to pass
+        plain(q[..., :64], positions=np.zeros((3, 1, 4), dtype=np.int64))

@@ -120,7 +120,8 @@ def exported(
     extra: dict[str, Any] = {}
     seq = q.shape[2 if rope.axes == "bhsd" else 1]
     # positions (axes, B, S): M-RoPE's, checked (an instance without sections refuses them, saying what to do)
-    if getattr(positions, "ndim", 0) == 3 and check_positions(positions, m, q.shape[0], seq, rope.axes) and m:
+    refused = getattr(rope, "_mrope_refused", "")
+    if getattr(positions, "ndim", 0) == 3 and check_positions(positions, m, q.shape[0], seq, rope.axes, refused) and m:
         extra["mrope"] = (m.sections, m.interleaved)
     fused = graph(
         q,
@@ -151,11 +152,13 @@ def positions_of(
     follows: str | None,
     tracing: bool,
     mrope: MRope | None = None,
+    mrope_refused: str = "",
 ) -> Where:
     """Check the positions of a call (nothing is computed or changed yet); ``follows``: the rope type when
     its frequencies follow the sequence length (the call's length is then found), else None; ``tracing``:
     ``backends.tracing(xp)``, as the caller found it; ``mrope``: the instance's multimodal RoPE, whose
-    positions may also be ``(axes, B, S)``."""
+    positions may also be ``(axes, B, S)``; ``mrope_refused``: why an instance of a family whose multimodal RoPE
+    arrayrope does not compute refuses them."""
     batch = q.shape[0]
     seq = q.shape[2] if axes == "bhsd" else q.shape[1]
     device = backends.device_of(q)
@@ -166,7 +169,7 @@ def positions_of(
         if not (type(offset) is int and offset == 0):
             raise ValueError("pass positions or offset, not both (positions already include any offset)")
         _, pos, _ = position_array(positions, "positions", like=q)
-        per_axis = check_positions(pos, mrope, batch, seq, axes)  # (axes, B, S): checked there
+        per_axis = check_positions(pos, mrope, batch, seq, axes, mrope_refused)  # (axes, B, S): checked there
         if not per_axis and (
             pos.ndim not in (1, 2)
             or pos.shape[-1] != seq

@@ -47,12 +47,19 @@ def mrope_of(sections: Any, interleaved: Any, rotary_dim: int, name: str) -> MRo
     return MRope(tuple(sections), interleaved)
 
 
-def check_positions(pos: Array, mrope: MRope | None, batch: int, seq: int, axes: Axes) -> bool:
+def check_positions(pos: Array, mrope: MRope | None, batch: int, seq: int, axes: Axes, refused: str = "") -> bool:
     """Whether ``pos`` are M-RoPE positions ``(axes, B, S)`` (True), or ``(S,)``/``(B, S)`` ones to check as
-    1-D positions (False); 3-D positions that do not fit raise, naming the shape expected."""
+    1-D positions (False); 3-D positions that do not fit raise, naming the shape expected (``refused``: why the
+    instance's family has multimodal RoPE that arrayrope does not compute)."""
     if pos.ndim != 3:
         return False
     shape = tuple(pos.shape)
+    if mrope is None and refused:
+        raise ValueError(
+            f"positions of shape {shape} are multimodal RoPE's (axes, B, S), which arrayrope does not compute for "
+            f"this config: {refused}; text positions (S,) or (B, S), the same on every axis, are 1-D RoPE and "
+            "computed"
+        )
     if mrope is None:
         raise ValueError(
             f"positions must have shape (S,) or (B, S) = ({seq},) or ({batch}, {seq}), got {shape}: positions "

@@ -36,11 +36,10 @@ class RotaryEmbedding:
     scaling : dict, optional
         Hugging Face scaling dict, as for :func:`rope_frequencies`.
     max_position_embeddings : int, optional
-        The model's context length, which some rope types need (see Notes); also
-        the rows of the cos/sin caches when ``torch.onnx.export`` traces the call;
-        without it (and without ``arrayrope.export.torch_options(max_positions=...)``)
-        the exported graph computes cos/sin from the position ids, right at every
-        position below ``2**30``.
+        The model's context length, which some rope types need (see Notes); also the rows of the cos/sin
+        caches when ``torch.onnx.export`` traces the call; without it (and without
+        ``arrayrope.export.torch_options(max_positions=...)``) the exported graph computes cos/sin from the
+        position ids, right at every position below ``2**30``.
     layout : {"half", "interleaved"}
         Pair layout (see :func:`apply_rotary`).
     axes : {"bhsd", "bshd"}
@@ -89,14 +88,12 @@ class RotaryEmbedding:
     the set of the latest call of any thread; ``return_freqs=True`` returns the set
     a call used, which is what ``rerotate`` needs when threads share an instance.
 
-    Under ``torch.compile`` (``fullgraph=True`` holds) and ``torch.export`` a call traces
-    whole: its tables are computed from its positions inside the graph (int offsets
-    too, which dynamo makes dynamic at their second value: a decode loop compiles
-    twice), by the exact float32 method unless the inputs are float64, so the graph
-    of a float32 model holds no float64 and is right at every position; the cache is
-    neither read nor filled. A graph keeps the frequencies of its length, from the
-    starting state (nothing changes while tracing): dynamic NTK compiles a graph per
-    length beyond ``max_position_embeddings``.
+    Under ``torch.compile`` (``fullgraph=True`` holds) and ``torch.export`` a call traces whole: its tables are
+    computed from its positions inside the graph (int offsets too, which dynamo makes dynamic at their second
+    value: a decode loop compiles twice), by the exact float32 method unless the inputs are float64, so the graph
+    of a float32 model holds no float64 and is right at every position; the cache is neither read nor filled. A
+    graph keeps the frequencies of its length, from the starting state (nothing changes while tracing): dynamic
+    NTK compiles a graph per length beyond ``max_position_embeddings``.
 
     An instance holds no parameters or buffers. Copies (``copy.copy``, ``copy.deepcopy``,
     ``pickle``, ``torch.save`` of a model that holds it) keep the configuration, the
@@ -161,6 +158,7 @@ class RotaryEmbedding:
         # imported (PyTorch's ONNX exporter) is in place before any export of it starts
         backends.load_imported()
         self._mrope = mrope
+        self._mrope_refused = ""  # why positions (axes, B, S) are refused: the family's M-RoPE is not computed
 
     @classmethod
     def from_config(
@@ -230,6 +228,7 @@ axes='bhsd', rotary_features='trailing')
         else:  # the frequencies the config was read with: computed once, each warning given once
             mrope = None if s.mrope is None else mrope_of(*s.mrope, s.freqs.rotary_dim, "mrope_section")
             rope._start(s.freqs, s.scaling, s.max_position_embeddings, chosen, axes, features, mrope)
+            rope._mrope_refused = s.mrope_refused  # positions (axes, B, S) of such a family are refused with why
         return rope
 
     @property
@@ -424,7 +423,9 @@ axes='bhsd', rotary_features='trailing')
         if fused is not None:
             return fused
         follows = self.freqs.rope_type if self._resize is not None else None
-        where = positions_of(xp, q, positions, offset, seq_len, self.axes, follows, tracing, self._mrope)
+        where = positions_of(
+            xp, q, positions, offset, seq_len, self.axes, follows, tracing, self._mrope, self._mrope_refused
+        )
         freqs = self._select(xp, where.length) if self._resize is not None else self._start_freqs
         # The tables are built here to broadcast against q and k: no need to check them again.
         cache = self._cache if freqs is self._start_freqs else None  # it holds the starting frequencies' tables

@@ -33,6 +33,7 @@ import copy
 import importlib
 import inspect
 import pathlib
+import re
 import sys
 import warnings
 from typing import Any
@@ -59,7 +60,9 @@ pytestmark = pytest.mark.skipif(
     ),
 )
 
-MROPE = sorted(t for t, entry in FAMILIES.items() if entry.get("mrope"))
+MROPE = sorted(t for t, entry in FAMILIES.items() if entry.get("mrope") and not entry["mrope"].get("refused"))
+#: M-RoPE families whose axes turn pairs in a way that is no rotation of a pair by one axis's position
+REFUSED = sorted(t for t, entry in FAMILIES.items() if (entry.get("mrope") or {}).get("refused"))
 VARIANTS = ("family default", "stated", "saved")
 KINDS = ("text", "image", "mixed")
 BATCH, SEQ = 3, 16
@@ -101,13 +104,36 @@ def _uses(model_type: str) -> list[hp.Use]:
 
 
 class MRopeAttention(hp.Attention):
-    """An attention layer whose rotary module is given position ids ``(axes, B, S)`` (``ids``)."""
+    """An attention layer whose rotary module is given position ids ``(axes, B, S)`` (``ids``), with the layer's
+    type where the module keeps frequencies per layer type (NeoMME, Cohere Compass)."""
 
     ids: np.ndarray
 
     def position_embeddings(self, x: Any, positions: np.ndarray) -> Any:
-        with hp.quiet():
-            return self.rotary(x, torch.from_numpy(self.ids))
+        return _cos_sin(self.rotary, x, self.ids, self.layer_type)
+
+
+def _cos_sin(rot: Any, x: Any, ids: np.ndarray, layer_type: str | None) -> Any:
+    """The rotary module's cos and sin at position ids ``(axes, B, S)``, of ``layer_type`` where it takes one."""
+    with hp.quiet():
+        if layer_type is not None and "layer_type" in inspect.signature(rot.forward).parameters:
+            return rot(x, torch.from_numpy(ids), layer_type)
+        return rot(x, torch.from_numpy(ids))
+
+
+def _per_type(config: Any) -> list[str | None]:
+    """The layer types whose rope parameters the config keeps apart (those of its layers), else ``[None]``."""
+    rope = getattr(config, "rope_parameters", None)
+    if not (isinstance(rope, dict) and rope and all(isinstance(x, dict) or x is None for x in rope.values())):
+        return [None]
+    types: list[str | None] = sorted({str(t) for t in getattr(config, "layer_types", None) or rope if rope.get(t)})
+    return types
+
+
+def _sections(model_type: str, layer_type: str | None) -> list[int]:
+    """The family's default sections (of ``layer_type`` where they differ per layer type: NeoMME)."""
+    facts = FAMILIES[model_type]["mrope"]
+    return list((facts.get("layer_types") or {}).get(layer_type or "", facts["sections"]))
 
 
 _BUILT: dict[str, Any] = {}
@@ -136,15 +162,19 @@ def _family(model_type: str) -> tuple[hp.Use, Any]:
     return built
 
 
-def _config(use: hp.Use, probe_config: Any, variant: str, sections: list[int]) -> tuple[Any, dict[str, Any]]:
-    """transformers' config of the variant, and the dict arrayrope reads (as a ``config.json`` holds it)."""
+def _config(use: hp.Use, probe_config: Any, variant: str) -> tuple[Any, dict[str, Any]]:
+    """transformers' config of the variant, and the dict arrayrope reads (as a ``config.json`` holds it); rope
+    parameters kept per layer type get their sections per layer type."""
     import families
 
     values = copy.deepcopy(probe_config.probe_kwargs)
-    rope = dict(values.get("rope_parameters") or getattr(probe_config, "rope_parameters", None) or {})
-    rope.pop("mrope_section", None)
-    if variant != "family default":  # other sections than the family's: they must be read, not assumed
-        rope["mrope_section"] = _other_sections(sections)
+    rope = copy.deepcopy(dict(values.get("rope_parameters") or getattr(probe_config, "rope_parameters", None) or {}))
+    nested = bool(rope) and all(isinstance(x, dict) or x is None for x in rope.values())
+    for layer_type, entry in rope.items() if nested else [(None, rope)]:
+        if isinstance(entry, dict):
+            entry.pop("mrope_section", None)
+            if variant != "family default":  # other sections than the family's: they must be read, not assumed
+                entry["mrope_section"] = _other_sections(_sections(use.model_type, layer_type))
     values["rope_parameters"] = rope
     try:
         with hp.quiet():
@@ -236,11 +266,11 @@ def _bound(
     return lib + ours
 
 
-def _apply_rounds_to_float32(use: hp.Use, rot: Any, axes: int) -> bool:
+def _apply_rounds_to_float32(use: hp.Use, rot: Any, axes: int, layer_type: str | None) -> bool:
     """Whether the family's apply function rotates float64 queries in float32 (HY-V4-VL's ``q.float() * cos``):
     run on float64 queries ``1 + 2**-40`` at position 0 (cos 1, sin 0), it then returns 1."""
     with torch.no_grad(), hp.quiet():
-        cos, sin = rot(torch.zeros(1, dtype=torch.float64), torch.zeros((axes, 1, 1), dtype=torch.int64))
+        cos, sin = _cos_sin(rot, torch.zeros(1, dtype=torch.float64), np.zeros((axes, 1, 1), np.int64), layer_type)
         q = torch.full((1, 1, 1, cos.shape[-1]), 1.0 + 2.0**-40, dtype=torch.float64)
         out, _ = getattr(use.module, use.apply_names[0])(q, q.clone(), cos, sin)
     return bool(torch.all(out == 1.0))
@@ -251,32 +281,38 @@ def _apply_rounds_to_float32(use: hp.Use, rot: Any, axes: int) -> bool:
 @pytest.mark.parametrize("model_type", MROPE)
 def test_rotation_is_the_family_s_own(model_type, variant, kind, record):
     use, probe_config = _family(model_type)
-    sections = list(FAMILIES[model_type]["mrope"]["sections"])
-    config, cfg = _config(use, probe_config, variant, sections)
+    config, cfg = _config(use, probe_config, variant)
+    for layer_type in _per_type(config):  # each layer type with its own rope parameters (NeoMME), else once
+        _check(use, config, cfg, model_type, variant, kind, layer_type, record)
+
+
+def _check(use: hp.Use, config: Any, cfg: dict[str, Any], model_type: str, variant: str, kind: str, layer_type, record):
+    sections = _sections(model_type, layer_type)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rope = arrayrope.RotaryEmbedding.from_config(cfg)
-    assert rope.mrope_sections == tuple(sections if variant == "family default" else _other_sections(sections))
+        rope = arrayrope.RotaryEmbedding.from_config(cfg, layer_type=layer_type)
+    read = variant != "family default" and FAMILIES[model_type]["mrope"].get("stated") is not False
+    assert rope.mrope_sections == tuple(_other_sections(sections) if read else sections)
     assert rope.mrope_interleaved == FAMILIES[model_type]["mrope"]["interleaved"]
     assert rope.layout == FAMILIES[model_type]["layout"]
     ids = position_ids(kind, len(sections), seed=len(model_type))
     f = rope.freqs
 
     # float64: the family's attention layer, run by transformers
-    att = _attention(use, config, ids)
+    att = _attention(use, config, ids, layer_type)
     q0, k0 = att.run(np.arange(SEQ), identity=True, batch=BATCH)
     q1, k1 = att.run(np.arange(SEQ), batch=BATCH)
-    inv_lib, factor = hp.module_frequencies(att.rotary, None)
+    inv_lib, factor = hp.module_frequencies(att.rotary, att.layer_type)
     assert inv_lib is not None and factor == pytest.approx(f.attention_factor, rel=4 * EPS["float32"])
     qa, ka = rope(q0, k0, positions=torch.from_numpy(ids))
     rot = _rotary(use, config)
-    lib64 = "float32" if _apply_rounds_to_float32(use, rot, len(sections)) else "float64"
+    lib64 = "float32" if _apply_rounds_to_float32(use, rot, len(sections), att.layer_type) else "float64"
     worst = _compare(q0, k0, q1, k1, qa, ka, ids, inv_lib, f, "float64", rope, lib64)
 
     # float32: the family's rotary module and apply function, in float32
     q32, k32 = q0.float(), k0.float()
     with torch.no_grad(), hp.quiet():
-        cos, sin = rot(q32, torch.from_numpy(ids))
+        cos, sin = _cos_sin(rot, q32, ids, att.layer_type)
         # trailing rotary features: the attention hands the apply function those alone (HY-V4-VL's q_rot)
         cut = q32.shape[-1] - cos.shape[-1] if rope.rotary_features == "trailing" else 0
         q2, k2 = getattr(use.module, use.apply_names[0])(q32[..., cut:], k32[..., cut:], cos, sin)
@@ -287,7 +323,7 @@ def test_rotation_is_the_family_s_own(model_type, variant, kind, record):
     for dtype, figures in (("float64", worst), ("float32", worst32)):
         record(
             library="transformers",
-            family=model_type,
+            family=model_type if layer_type is None else f"{model_type} ({layer_type})",
             rope_type="mrope",
             layout=rope.layout,
             compared="M-RoPE rotated q, k at position ids (axes, B, S): text, image, mixed",
@@ -296,10 +332,33 @@ def test_rotation_is_the_family_s_own(model_type, variant, kind, record):
         )
 
 
-def _attention(use: hp.Use, config: Any, ids: np.ndarray) -> MRopeAttention:
-    """The first layer of the config whose attention runs alone (hybrid families start with other layers)."""
+@pytest.mark.parametrize("model_type", REFUSED)
+def test_mrope_arrayrope_does_not_compute_is_refused_with_its_reason(model_type):
+    """A family whose multimodal RoPE is no rotation of each pair by one axis's position (HunYuan-VL turns the two
+    features of a pair by different axes): positions (axes, B, S) are refused with the table's reason; text
+    positions (B, S), the same on every axis, are 1-D RoPE, and computed."""
+    use, probe_config = _family(model_type)
+    _, cfg = _config(use, probe_config, "family default")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rope = arrayrope.RotaryEmbedding.from_config(cfg)
+    assert rope.mrope_sections is None
+    x = torch.ones((BATCH, 2, SEQ, rope.head_dim), dtype=torch.float64)
+    reason = FAMILIES[model_type]["mrope"]["refused"]
+    with pytest.raises(ValueError, match=r"\(axes, B, S\).*" + re.escape(reason)):
+        rope(x, x, positions=torch.from_numpy(position_ids("image", 3)))
+    q, _ = rope(x, x, positions=torch.from_numpy(position_ids("text", 3)[0]))
+    assert q.shape == x.shape
+
+
+def _attention(use: hp.Use, config: Any, ids: np.ndarray, layer_type: str | None = None) -> MRopeAttention:
+    """The first layer of the config (of ``layer_type``) whose attention runs alone (hybrid families start with
+    other layers)."""
     errors = []
+    types = list(getattr(config, "layer_types", None) or [])
     for idx in range(int(getattr(config, "num_hidden_layers", 1) or 1)):
+        if layer_type is not None and idx < len(types) and types[idx] != layer_type:
+            continue
         try:
             att = MRopeAttention(use, config, idx)
             att.ids = ids
