@@ -126,8 +126,7 @@ def _per_type(config: Any) -> list[str | None]:
     rope = getattr(config, "rope_parameters", None)
     if not (isinstance(rope, dict) and rope and all(isinstance(x, dict) or x is None for x in rope.values())):
         return [None]
-    types: list[str | None] = sorted({str(t) for t in getattr(config, "layer_types", None) or rope if rope.get(t)})
-    return types
+    return [*sorted({str(t) for t in getattr(config, "layer_types", None) or rope if rope.get(t)})]
 
 
 def _sections(model_type: str, layer_type: str | None) -> list[int]:
