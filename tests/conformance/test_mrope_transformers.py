@@ -2,9 +2,10 @@
 
 For every model type of arrayrope's family table with M-RoPE facts (``Family.mrope``: Qwen2-VL, Qwen2.5-VL,
 Qwen2.5-Omni, Qwen3-VL and its MoE, Qwen3.5, Qwen3-Omni, GLM-4V and its MoE, GLM-Image, GLM-OCR,
-PaddleOCR-VL, Cosmos3-Edge, and any family the table gains), the family's rotary module and attention
-layer are built from a small config of that family (two heads, few layers, the family's head dim and
-rope parameters, ``tools/_hf_probe.py``) and run on position ids of shape ``(axes, B, S)``:
+PaddleOCR-VL, Cosmos3-Edge, HY-V4-VL, NeoMME, Cohere Compass, and any family the table gains), the family's
+rotary module and attention layer are built from a small config of that family (two heads, few layers, the
+family's head dim and rope parameters, ``tools/_hf_probe.py``; each layer type apart where its rope parameters
+are kept per layer type) and run on position ids of shape ``(axes, B, S)``:
 
 * text tokens, the same position on every axis (1-D RoPE);
 * image tokens of a video grid, distinct temporal, height and width positions (far ones too);
@@ -18,6 +19,10 @@ the default, and the whole dict transformers saves. Compared with
 * float64: the queries and keys the family's attention layer hands its kernel (the layer run in
   float64 by transformers, its apply function replaced by the identity for the unrotated ones);
 * float32: the family's rotary module and apply function run in float32.
+
+Families whose M-RoPE the table records as refused (HunYuan-VL turns the two features of a pair by different
+axes; ERNIE 4.5 VL drives pairs by axes neither in sections nor in Qwen3-VL's turns) are not compared: their
+positions ``(axes, B, S)`` must be refused with that reason, their text positions computed as 1-D RoPE.
 
 Tolerance (``_conformance``): transformers' tables come from float32 angles ``position * inv_freq``
 with its float32 ``inv_freq`` (``table_bound``, at the largest position of the token on any axis), and
