@@ -126,7 +126,7 @@ def _mrope_one(use: hp.Use, p: Probe, label: str | None) -> dict[str, Any]:
     sections a config states (``mrope_section``), or recorded as ignoring them (``"stated": False``). A
     multimodal rope that is neither is recorded with the reason arrayrope does not read it as M-RoPE
     (``"refused"``); its text positions (every axis the same) are 1-D RoPE."""
-    from arrayrope.encodings.mrope import _mrope_assignment
+    from arrayrope.encodings.mrope import pair_axes
 
     try:
         axes = _mrope_axes(use, p, None, label)
@@ -137,13 +137,13 @@ def _mrope_one(use: hp.Use, p: Probe, label: str | None) -> dict[str, Any]:
     n = int(axes.max()) + 1
     counts = [int(k) for k in np.bincount(axes, minlength=max(n, 2))]
     interleaved = bool(np.any(np.diff(axes) < 0))
-    if not np.array_equal(_mrope_assignment(counts, interleaved), axes):
+    if not np.array_equal(pair_axes(counts, interleaved, len(axes)), axes):
         return {
             "refused": f"its multimodal rope drives pairs by axes {axes.tolist()}, neither in sections nor in turns"
         }
     options = [counts[::-1], [counts[0] + 2, counts[1] - 2, *counts[2:]], [counts[0] + 1, counts[1] - 1, *counts[2:]]]
     stated = next(  # sections that would drive the pairs otherwise
-        (o for o in options if min(o) > 0 and not np.array_equal(_mrope_assignment(o, interleaved), axes)), None
+        (o for o in options if min(o) > 0 and not np.array_equal(pair_axes(o, interleaved, len(axes)), axes)), None
     )
     if stated is None:
         return {"sections": counts, "interleaved": interleaved}
@@ -154,6 +154,6 @@ def _mrope_one(use: hp.Use, p: Probe, label: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {"sections": counts, "interleaved": interleaved}
     if again is not None and np.array_equal(again, axes):
         out["stated"] = False  # the module ignores a stated mrope_section (NeoMME's fixed turns)
-    elif again is None or not np.array_equal(_mrope_assignment(stated, interleaved), again):
+    elif again is None or not np.array_equal(pair_axes(stated, interleaved, len(axes)), again):
         return {"refused": f"its multimodal rope does not follow a stated mrope_section {stated}"}
     return out

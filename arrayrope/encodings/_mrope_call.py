@@ -14,6 +14,7 @@ from typing import Any
 
 from .._lib import checks
 from .._lib.types import Array, Axes
+from .mrope import pair_axes
 
 __all__ = ["MRope", "check_positions", "mrope_of"]
 
@@ -39,11 +40,7 @@ def mrope_of(sections: Any, interleaved: Any, rotary_dim: int, name: str) -> MRo
             )
         return None
     sections = checks.int_sequence(sections, name, positive=True)
-    if sum(sections) != rotary_dim // 2:
-        raise ValueError(
-            f"{name}={list(sections)} sum to {sum(sections)}, but rotary_dim // 2 = {rotary_dim // 2} pairs "
-            "rotate; they must sum to it"
-        )
+    pair_axes(sections, interleaved, rotary_dim // 2, name)
     return MRope(tuple(sections), interleaved)
 
 

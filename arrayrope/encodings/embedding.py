@@ -49,7 +49,7 @@ class RotaryEmbedding:
         (DeepSeek-V2/V3, whose ``q_pe`` follows ``q_nope``).
     mrope_sections : sequence of int, optional
         Multimodal RoPE (M-RoPE, the ``mrope_section`` of Qwen2-VL, Qwen3-VL, GLM-4V): the
-        rotary pairs each position axis drives, summing to ``rotary_dim // 2``; calls then
+        rotary pairs each position axis drives (consecutive: summing to ``rotary_dim // 2``); calls
         also take positions of shape ``(len(mrope_sections), B, S)`` (see :func:`mrope_tables`).
         Kept as the attribute ``mrope_sections`` (a tuple; None for 1-D RoPE).
     mrope_interleaved : bool

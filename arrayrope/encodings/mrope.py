@@ -49,7 +49,8 @@ def mrope_tables(
         Integer or real positions of shape ``(len(sections), ...)``, e.g. ``(3, B, S)``
         as Qwen's ``get_rope_index`` returns them.
     sections : sequence of int
-        ``mrope_section``: frequencies per axis, positive, summing to ``rotary_dim // 2``.
+        ``mrope_section``: frequencies per axis, positive; consecutive ones sum to ``rotary_dim // 2``,
+        interleaved ones bound each axis's pairs (those past them take axis 0), as Qwen3-VL slices them.
     interleaved : bool
         Qwen3-VL's assignment instead of consecutive sections.
     xp : namespace, optional
@@ -80,14 +81,9 @@ def mrope_tables(
     """
     if not isinstance(freqs, RopeFrequencies):
         raise TypeError(f"freqs must be a RopeFrequencies from rope_frequencies(), got {type(freqs).__name__}")
-    half = freqs.rotary_dim // 2
     sections = checks.int_sequence(sections, "sections", positive=True)
-    if sum(sections) != half:
-        raise ValueError(
-            f"sections={list(sections)} sum to {sum(sections)} but freqs has rotary_dim // 2 = {half} "
-            "frequencies; they must sum to it"
-        )
     interleaved = checks.boolean(interleaved, "interleaved")
+    pair_axes(sections, interleaved, freqs.rotary_dim // 2, "sections")  # checked before anything is computed
     n = len(sections)
     if isinstance(positions, (int, float)):
         raise TypeError(f"positions must be an array of shape ({n}, ...), got {positions!r}")
@@ -101,7 +97,7 @@ def mrope_tables(
     ns = backends.namespace(cos_all)
     cos, sin = cos_all[0, ...], sin_all[0, ...]
     dev = backends.device_of(cos_all) if device is None else device
-    axis_of = backends.constant(ns, _mrope_assignment, (tuple(sections), interleaved), dev)
+    axis_of = backends.constant(ns, pair_axes, (tuple(sections), interleaved, freqs.rotary_dim // 2), dev)
     for a in range(1, n):
         mask = axis_of == a
         cos = ns.where(mask, cos_all[a, ...], cos)
@@ -109,12 +105,24 @@ def mrope_tables(
     return cos, sin
 
 
-def _mrope_assignment(sections: Sequence[int], interleaved: bool) -> np.ndarray:
-    """The axis driving each frequency (host, int array of length ``sum(sections)``)."""
+def pair_axes(sections: Sequence[int], interleaved: bool, pairs: int, name: str = "sections") -> np.ndarray:
+    """The axis whose position turns each of the ``pairs`` rotary pairs (host, int64): M-RoPE's one rule.
+
+    Consecutive sections must cover the pairs exactly (``sum(sections) == pairs``: Qwen2-VL's code splits
+    the tables by them). Interleaved ones are bounds, as Qwen3-VL's code slices them: axis ``a >= 1`` takes
+    pair ``k`` where ``k mod n == a`` and ``k < n * sections[a]``, axis 0 every other pair, so the sections
+    may sum to more or fewer pairs (a checkpoint's ``mrope_section`` with another ``partial_rotary_factor``).
+    ``name``: what the caller calls the sections, for the error.
+    """
     n = len(sections)
     if not interleaved:
-        return np.repeat(np.arange(n), sections)
-    k = np.arange(sum(sections))
+        if sum(sections) != pairs:
+            raise ValueError(
+                f"{name}={list(sections)} sum to {sum(sections)}, but rotary_dim // 2 = {pairs} pairs rotate; "
+                "consecutive sections must sum to it (interleaved ones bound the pairs of each axis)"
+            )
+        return np.repeat(np.arange(n, dtype=np.int64), sections)
+    k = np.arange(pairs, dtype=np.int64)
     axis_of = np.zeros_like(k)
     for a in range(1, n):
         axis_of[(k % n == a) & (k < n * sections[a])] = a

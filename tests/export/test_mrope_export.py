@@ -360,14 +360,33 @@ def test_spliced_and_as_a_function():
 @pytest.mark.parametrize(
     "options,message",
     [
-        ({"mrope_sections": (4, 6, 5)}, r"mrope_sections=\[4, 6, 5\] sum to 15, but the frequencies have rotary_dim"),
-        ({"mrope_sections": (4, 4), "rotary_dim": 24}, r"sum to 8, but .* rotary_dim // 2 = 12 rotary pairs"),
+        ({"mrope_sections": (4, 6, 5)}, r"mrope_sections=\[4, 6, 5\] sum to 15, but rotary_dim // 2 = 16 pairs"),
+        ({"mrope_sections": (4, 4), "rotary_dim": 24}, r"sum to 8, but rotary_dim // 2 = 12 pairs rotate; consecutive"),
         ({"mrope_sections": (4, 6, 6), "position_ids": False}, r"shape \(3, batch, seq\): they need position_ids"),
     ],
 )
 def test_sections_are_checked_against_the_frequencies(options, message):
     with pytest.raises(ValueError, match=message):
         rotary_model(HEAD_DIM, **options)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_interleaved_sections_may_cover_fewer_pairs(target):
+    """Interleaved sections bound each axis's pairs (Qwen3-VL's slices): the pairs past them turn by axis 0."""
+    sections = (3, 4, 4)  # 11 of 16 pairs named; pairs 12..15 (and 0, 3, 6, 9) by axis 0
+    model = rotary_model(
+        HEAD_DIM, target=target, num_heads=HEADS, max_positions=P, mrope_sections=sections, mrope_interleaved=True
+    )
+    rng = np.random.default_rng(5)
+    ids, x = rng.integers(0, P, (3, 2, 5)), inputs(rng, 4, 2, 5)
+    (y,) = session(model).run(None, {"x": x, "position_ids": ids})
+    freqs = arrayrope.rope_frequencies(HEAD_DIM)
+    check(y, oracle(freqs, x, ids, sections, True, "half", 4, HEADS, P), "float32")
+    axis_of = np.zeros(16, int)  # Qwen3-VL's rule written out: h takes k = 1 mod 3 below 12, w k = 2 mod 3 below 12
+    axis_of[[1, 4, 7, 10]], axis_of[[2, 5, 8, 11]] = 1, 2
+    angles = np.stack([ids[a] for a in axis_of], axis=-1) * freqs.inv_freq  # (B, S, pairs)
+    cos, _ = arrayrope.mrope_tables(freqs, ids, sections=sections, interleaved=True, dtype=np.float64)
+    np.testing.assert_allclose(cos, np.cos(angles), rtol=0, atol=1e-12)
 
 
 def test_the_metadata_keeps_the_sections():

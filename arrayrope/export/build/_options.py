@@ -128,7 +128,7 @@ class ExportOptions:
         Multimodal RoPE (Qwen2-VL's ``mrope_section``): one position per axis and token,
         ``position_ids`` of shape ``(len(mrope_sections), batch, seq)``, rotary pair ``k``
         turned by the position of the axis :func:`arrayrope.mrope_tables` assigns it
-        (the sections sum to ``rotary_dim // 2``). Each axis's tables hold its own pairs,
+        (consecutive sections sum to ``rotary_dim // 2``). Each axis's tables hold its own pairs,
         read at its ids and concatenated (interleaved pairs put back in order by one
         ``GatherElements``): no arithmetic on the values. The fused targets take the
         result as per-token caches. Needs ``position_ids=True``.

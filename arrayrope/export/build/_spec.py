@@ -20,7 +20,7 @@ from onnx import TensorProto
 import arrayrope
 from arrayrope._lib import checks
 from arrayrope._lib.digits import DIGIT_BITS
-from arrayrope.encodings.mrope import _mrope_assignment
+from arrayrope.encodings.mrope import pair_axes
 from arrayrope.frequencies import RopeFrequencies
 
 from ._options import DTYPES, DTypeName, ExportOptions
@@ -116,7 +116,7 @@ class Spec:
         sections = self.options.mrope_sections
         if sections is None:
             raise AssertionError("plain RoPE has no axes")
-        return np.asarray(_mrope_assignment(sections, self.options.mrope_interleaved), dtype=np.int64)
+        return pair_axes(sections, self.options.mrope_interleaved, self.rotary_dim // 2, "mrope_sections")
 
     @property
     def position_limit(self) -> int:
@@ -232,11 +232,8 @@ def make_spec(freqs: object, options: ExportOptions, *, opset_argument: str = "o
             "contrib op requires it; pass num_heads or use target='onnx23' or 'portable'"
         )
     sections = options.mrope_sections
-    if sections is not None and sum(sections) != rope.rotary_dim // 2:
-        raise ValueError(
-            f"mrope_sections={list(sections)} sum to {sum(sections)}, but the frequencies have rotary_dim // 2 = "
-            f"{rope.rotary_dim // 2} rotary pairs: the sections must sum to it"
-        )
+    if sections is not None:
+        pair_axes(sections, options.mrope_interleaved, rope.rotary_dim // 2, "mrope_sections")
     opset = check_opset(options.opset, target, argument=opset_argument)
     kv_heads = options.num_heads if options.qk and options.num_kv_heads is None else options.num_kv_heads
     kept = {name: getattr(options, name) for name in STORED}
