@@ -13,11 +13,14 @@ import dataclasses
 import numbers
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._lib import checks
 from .families import Family
 from .frequencies import RopeFrequencies
+
+if TYPE_CHECKING:
+    from .encodings.mrope import Interleaving
 
 __all__ = [
     "CONFIG_KEYS",
@@ -112,7 +115,7 @@ class Settings:
     nope: bool = False
     model_type: str | None = None
     why_no_layout: str = ""
-    mrope: tuple[tuple[int, ...], bool] | None = None  # M-RoPE: the sections, and whether the axes take turns
+    mrope: tuple[tuple[int, ...], Interleaving] | None = None  # M-RoPE: the sections, and how the axes take turns
     mrope_refused: str = ""  # M-RoPE of the family that arrayrope does not compute, and why (positions (axes, B, S))
     freqs: RopeFrequencies = dataclasses.field(kw_only=True, repr=False, compare=False)
 
@@ -265,12 +268,15 @@ def switched(cfg: Mapping[str, Any], fam: Family | None, where: str) -> None:
 
 def mrope(
     params: dict[str, Any], fam: Family | None, where: str, layer_type: str | None = None
-) -> tuple[tuple[int, ...], bool] | None:
+) -> tuple[tuple[int, ...], Interleaving] | None:
     """Multimodal RoPE: the sections the family's rotary module uses (``mrope_section`` as stated, else the
     family's default, or the default alone where the family's code ignores a stated one) and whether its axes
-    take turns pair by pair; None for 1-D RoPE and for M-RoPE the table records as one arrayrope does not model
+    take turns pair by pair (``"spatial"``: ERNIE 4.5 VL's, whose ``[h, w, t]`` are read as sections per axis
+    ``(t, h, w)``); None for 1-D RoPE and for M-RoPE the table records as one arrayrope does not model
     (its text positions, the same on every axis, are 1-D RoPE). The keys are taken out of ``params``.
     ``mrope_interleaved`` (in Qwen3-VL's files) is not read by transformers: the family's code decides."""
+    from .encodings.mrope import interleaving, stated_sections  # the one rule (encodings imports this module)
+
     stated = params.pop("mrope_section", None)
     params.pop("mrope_interleaved", None)
     if fam is None or not fam.mrope:
@@ -281,12 +287,13 @@ def mrope(
         return None
     if stated is None or fam.mrope.get("stated") is False:  # none stated, or the family's code ignores them
         sections = (fam.mrope.get("layer_types") or {}).get(layer_type or "", fam.mrope["sections"])
-        return tuple(sections), bool(fam.mrope["interleaved"])
+        return tuple(sections), interleaving(fam.mrope["interleaved"], "the table's interleaved")
     if not isinstance(stated, (list, tuple)) or not all(
         isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in stated
     ):
         raise ValueError(f"{where}: mrope_section must be a list of positive ints (pairs per axis), got {stated!r}")
-    return tuple(stated), bool(fam.mrope["interleaved"])
+    form = interleaving(fam.mrope["interleaved"], "the table's interleaved")
+    return stated_sections(stated, form), form
 
 
 def sub_config(cfg: Mapping[str, Any], path: tuple[str, ...]) -> Any:

@@ -122,6 +122,12 @@ def exported(
     # positions (axes, B, S): M-RoPE's, checked (an instance without sections refuses them, saying what to do)
     refused = getattr(rope, "_mrope_refused", "")
     if getattr(positions, "ndim", 0) == 3 and check_positions(positions, m, q.shape[0], seq, rope.axes, refused) and m:
+        if m.interleaved == "spatial":  # the export layer's op and options carry sections and a bool
+            raise ValueError(
+                "mrope_interleaved='spatial' (ERNIE 4.5 VL's M-RoPE) is not exported: the exported rotation takes "
+                "consecutive or interleaved (Qwen3-VL) sections; call the RotaryEmbedding eagerly, or export text "
+                "positions (B, S)"
+            )
         extra["mrope"] = (m.sections, m.interleaved)
     fused = graph(
         q,

@@ -14,7 +14,7 @@ from typing import Any
 
 from .._lib import checks
 from .._lib.types import Array, Axes
-from .mrope import pair_axes
+from .mrope import Interleaving, interleaving, pair_axes
 
 __all__ = ["MRope", "check_positions", "mrope_of"]
 
@@ -22,20 +22,21 @@ __all__ = ["MRope", "check_positions", "mrope_of"]
 @dataclasses.dataclass(frozen=True, slots=True)
 class MRope:
     """The rotary pairs each position axis drives (``sections``), and whether the axes take turns pair by pair
-    (``interleaved``, Qwen3-VL) rather than holding consecutive sections (Qwen2-VL, GLM-4V)."""
+    (``interleaved``, Qwen3-VL; ``"spatial"``: the axes after the first take turns, ERNIE 4.5 VL) rather than
+    holding consecutive sections (Qwen2-VL, GLM-4V)."""
 
     sections: tuple[int, ...]
-    interleaved: bool
+    interleaved: Interleaving
 
 
 def mrope_of(sections: Any, interleaved: Any, rotary_dim: int, name: str) -> MRope | None:
     """M-RoPE's ``sections`` (``name``: how the caller calls them; None: 1-D RoPE) and interleaving, checked
     against the ``rotary_dim // 2`` pairs that rotate."""
-    interleaved = checks.boolean(interleaved, "mrope_interleaved")
+    interleaved = interleaving(interleaved, "mrope_interleaved")
     if sections is None:
         if interleaved:
             raise ValueError(
-                "mrope_interleaved=True needs mrope_sections= (the rotary pairs each position axis drives, "
+                f"mrope_interleaved={interleaved!r} needs mrope_sections= (the rotary pairs each position axis drives, "
                 "e.g. (24, 20, 20) for Qwen3-VL)"
             )
         return None

@@ -18,6 +18,7 @@ from ._cache import TableCache
 from ._call import check_inputs, check_outs, exported, positions_of, tables
 from ._mrope_call import MRope, mrope_of
 from ._resize import Resizer
+from .mrope import Interleaving
 
 __all__ = ["RotaryEmbedding"]
 
@@ -52,9 +53,11 @@ class RotaryEmbedding:
         rotary pairs each position axis drives (consecutive: summing to ``rotary_dim // 2``); calls
         also take positions of shape ``(len(mrope_sections), B, S)`` (see :func:`mrope_tables`).
         Kept as the attribute ``mrope_sections`` (a tuple; None for 1-D RoPE).
-    mrope_interleaved : bool
+    mrope_interleaved : bool or "spatial"
         Whether the axes take turns pair by pair (Qwen3-VL) rather than holding consecutive
-        sections (Qwen2-VL, GLM-4V); the attribute ``mrope_interleaved``.
+        sections (Qwen2-VL, GLM-4V), or ``"spatial"``: the axes after the first take turns over the
+        leading pairs, axis 0 holds the trailing ones (ERNIE 4.5 VL; see :func:`mrope_tables`);
+        the attribute ``mrope_interleaved``.
 
     Notes
     -----
@@ -123,7 +126,7 @@ class RotaryEmbedding:
         axes: Axes = "bhsd",
         rotary_features: RotaryFeatures = "leading",
         mrope_sections: Sequence[int] | None = None,
-        mrope_interleaved: bool = False,
+        mrope_interleaved: Interleaving = False,
     ) -> None:
         freqs = rope_frequencies(
             head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling, max_position_embeddings=max_position_embeddings
@@ -245,9 +248,10 @@ axes='bhsd', rotary_features='trailing')
         return None if self._mrope is None else self._mrope.sections
 
     @property
-    def mrope_interleaved(self) -> bool:
-        """Whether the M-RoPE axes take turns pair by pair (Qwen3-VL); False for 1-D RoPE."""
-        return self._mrope is not None and self._mrope.interleaved
+    def mrope_interleaved(self) -> Interleaving:
+        """Whether the M-RoPE axes take turns pair by pair (Qwen3-VL), or ``"spatial"`` (ERNIE 4.5 VL); False for
+        1-D RoPE."""
+        return False if self._mrope is None else self._mrope.interleaved
 
     def __repr__(self) -> str:
         f = self.freqs
@@ -256,7 +260,7 @@ axes='bhsd', rotary_features='trailing')
             f"rope_type={f.rope_type!r}, layout={self.layout!r}, axes={self.axes!r}"
             + ("" if self.rotary_features == "leading" else f", rotary_features={self.rotary_features!r}")
             + ("" if self._mrope is None else f", mrope_sections={self._mrope.sections}")
-            + (", mrope_interleaved=True)" if self.mrope_interleaved else ")")
+            + (f", mrope_interleaved={self.mrope_interleaved!r})" if self.mrope_interleaved else ")")
         )
 
     def __getstate__(self) -> dict[str, Any]:

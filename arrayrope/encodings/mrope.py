@@ -1,8 +1,9 @@
-"""Multimodal RoPE: one set of frequencies, driven by one position per axis (Qwen2-VL, Qwen3-VL)."""
+"""Multimodal RoPE: one set of frequencies, driven by one position per axis (Qwen2-VL, Qwen3-VL, ERNIE 4.5 VL)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal, TypeAlias
 
 import numpy as np
 
@@ -15,13 +16,16 @@ from ..tables import rope_tables
 
 __all__ = ["mrope_tables"]
 
+#: How the axes share the pairs: consecutive sections (False), turns (True), or "spatial" (ERNIE 4.5 VL)
+Interleaving: TypeAlias = bool | Literal["spatial"]
+
 
 def mrope_tables(
     freqs: RopeFrequencies,
     positions: Array,
     *,
     sections: Sequence[int],
-    interleaved: bool = False,
+    interleaved: Interleaving = False,
     xp: Namespace | None = None,
     dtype: DType | None = None,
     device: Device = None,
@@ -37,6 +41,10 @@ def mrope_tables(
       ``k`` takes axis ``a >= 1`` when ``k mod n == a`` and ``k < n * sections[a]``,
       axis 0 otherwise (for three axes: h when ``k mod 3 = 1`` and ``k < 3 * sections[1]``,
       w when ``k mod 3 = 2`` and ``k < 3 * sections[2]``, t otherwise).
+    * ``interleaved="spatial"`` (ERNIE 4.5 VL): axes ``1 .. n-1`` take turns over the leading
+      ``sum(sections[1:])`` pairs (pair ``k`` to axis ``1 + k mod (n - 1)``; their sections equal),
+      axis 0 holds the trailing ``sections[0]`` pairs (for three axes: h, w, h, w, ..., then t).
+      ERNIE's config states its ``mrope_section`` as ``[h, w, t]``; these sections are ``(t, h, w)``.
 
     Text tokens carry the same position on every axis, which makes this plain 1-D RoPE.
     The tables are meant for the half-split layout, as Qwen applies them.
@@ -49,10 +57,11 @@ def mrope_tables(
         Integer or real positions of shape ``(len(sections), ...)``, e.g. ``(3, B, S)``
         as Qwen's ``get_rope_index`` returns them.
     sections : sequence of int
-        ``mrope_section``: frequencies per axis, positive; consecutive ones sum to ``rotary_dim // 2``,
-        interleaved ones bound each axis's pairs (those past them take axis 0), as Qwen3-VL slices them.
-    interleaved : bool
-        Qwen3-VL's assignment instead of consecutive sections.
+        ``mrope_section``: frequencies per axis, positive; consecutive and spatial ones sum to
+        ``rotary_dim // 2``, interleaved ones bound each axis's pairs (those past them take axis 0), as
+        Qwen3-VL slices them.
+    interleaved : bool or "spatial"
+        Qwen3-VL's assignment (True) or ERNIE 4.5 VL's ("spatial") instead of consecutive sections.
     xp : namespace, optional
         Array namespace for int or tuple positions (default NumPy); inferred from an array.
     dtype : dtype or str, optional
@@ -82,7 +91,7 @@ def mrope_tables(
     if not isinstance(freqs, RopeFrequencies):
         raise TypeError(f"freqs must be a RopeFrequencies from rope_frequencies(), got {type(freqs).__name__}")
     sections = checks.int_sequence(sections, "sections", positive=True)
-    interleaved = checks.boolean(interleaved, "interleaved")
+    interleaved = interleaving(interleaved, "interleaved")
     pair_axes(sections, interleaved, freqs.rotary_dim // 2, "sections")  # checked before anything is computed
     n = len(sections)
     if isinstance(positions, (int, float)):
@@ -105,16 +114,48 @@ def mrope_tables(
     return cos, sin
 
 
-def pair_axes(sections: Sequence[int], interleaved: bool, pairs: int, name: str = "sections") -> np.ndarray:
+def interleaving(value: object, name: str) -> Interleaving:
+    """``value`` checked as an :data:`Interleaving`: True, False (NumPy's ``bool_`` too) or ``"spatial"``."""
+    if isinstance(value, str) and value == "spatial":
+        return "spatial"
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(
+        f"{name} must be True (Qwen3-VL's turns), False (consecutive sections) or 'spatial' (ERNIE 4.5 VL's "
+        f"turns of the spatial axes, then the temporal section), got {value!r} ({type(value).__name__})"
+    )
+
+
+def stated_sections(sections: Sequence[int], interleaved: Interleaving, *, to_config: bool = False) -> tuple[int, ...]:
+    """The sections per axis of a config's ``mrope_section`` (``to_config``: the other way): the same, except
+    ERNIE 4.5 VL's ("spatial"), which its config states as ``[h, w, t]`` for arrayrope's ``(t, h, w)``."""
+    s = tuple(int(n) for n in sections)
+    if interleaved != "spatial" or not s:
+        return s
+    return (*s[1:], s[0]) if to_config else (s[-1], *s[:-1])
+
+
+def pair_axes(sections: Sequence[int], interleaved: Interleaving, pairs: int, name: str = "sections") -> np.ndarray:
     """The axis whose position turns each of the ``pairs`` rotary pairs (host, int64): M-RoPE's one rule.
 
     Consecutive sections must cover the pairs exactly (``sum(sections) == pairs``: Qwen2-VL's code splits
     the tables by them). Interleaved ones are bounds, as Qwen3-VL's code slices them: axis ``a >= 1`` takes
     pair ``k`` where ``k mod n == a`` and ``k < n * sections[a]``, axis 0 every other pair, so the sections
     may sum to more or fewer pairs (a checkpoint's ``mrope_section`` with another ``partial_rotary_factor``).
+    Spatial ones (ERNIE 4.5 VL) cover the pairs too: axes ``1 .. n-1``, of equal sections, take turns over the
+    leading pairs (ERNIE's code stacks their columns), axis 0 holds the trailing ``sections[0]``.
     ``name``: what the caller calls the sections, for the error.
     """
     n = len(sections)
+    if interleaved == "spatial":
+        if n < 2 or len(set(sections[1:])) != 1 or sum(sections) != pairs:
+            raise ValueError(
+                f"{name}={list(sections)}: spatial sections (ERNIE 4.5 VL's) give axis 0 the trailing pairs and the "
+                f"other axes equal sections taking turns over the leading ones, summing to rotary_dim // 2 = {pairs}"
+                " pairs"
+            )
+        spatial = np.arange(pairs - sections[0], dtype=np.int64) % (n - 1) + 1
+        return np.concatenate([spatial, np.zeros(sections[0], dtype=np.int64)])
     if not interleaved:
         if sum(sections) != pairs:
             raise ValueError(

@@ -1,5 +1,5 @@
-"""Multimodal RoPE tables (``encodings/mrope.py``) against Qwen2-VL's and Qwen3-VL's frequency
-selection, written out from their definitions with ``rotate_half``, in float64."""
+"""Multimodal RoPE tables (``encodings/mrope.py``) against Qwen2-VL's, Qwen3-VL's and ERNIE 4.5 VL's frequency
+selection, written out from their definitions with ``rotate_half`` (ERNIE's pairs ``(2i, 2i + 1)``), in float64."""
 
 from __future__ import annotations
 
@@ -37,6 +37,61 @@ def qwen3_vl_reference(q, positions, inv_freq, sections):
         mixed[..., start : 3 * sections[axis] : 3] = freqs[axis][..., start : 3 * sections[axis] : 3]
     emb = np.concatenate([mixed, mixed], axis=-1)
     return q * np.cos(emb)[:, None] + rotate_half(q) * np.sin(emb)[:, None]
+
+
+def ernie_vl_reference(q, positions, inv_freq, mrope_section):
+    """ERNIE 4.5 VL (transformers' ``Ernie4_5_VLMoeTextRotaryEmbedding``), step by step: the leading h + w
+    frequencies pre-rotated (even ones, then odd ones), the angles of every axis split by ``mrope_section``
+    ``[h, w, t]``, chunk i taken from axis (i + 1) % 3, h and w stacked column by column, t after them, each
+    column repeated for the two features of its pair, rotated by ERNIE's ``rotate_half_text``."""
+    hw, t = mrope_section[0] + mrope_section[1], mrope_section[2]
+    inv3 = np.empty_like(inv_freq)
+    inv3[:hw] = np.concatenate([inv_freq[:-t][0::2], inv_freq[:-t][1::2]])
+    inv3[-t:] = inv_freq[-t:]
+    freqs = positions[..., None].astype(np.float64) * inv3  # (3, B, S, pairs)
+
+    def recompose(table):
+        bounds = np.cumsum(mrope_section)[:-1]
+        h, w, tt = (m[(i + 1) % 3] for i, m in enumerate(np.split(table, bounds, axis=-1)))
+        hw_cols = np.stack([h, w], axis=-1).reshape(*h.shape[:-1], -1)
+        return np.repeat(np.concatenate([hw_cols, tt], axis=-1), 2, axis=-1)
+
+    cos, sin = recompose(np.cos(freqs))[:, None], recompose(np.sin(freqs))[:, None]
+    rotated = np.stack([-q[..., 1::2], q[..., 0::2]], axis=-1).reshape(q.shape)
+    return q * cos + rotated * sin
+
+
+@pytest.mark.parametrize("mrope_section", [(4, 4, 3), (3, 3, 5), (1, 1, 1)])
+def test_mrope_spatial_matches_ernie_vl(mrope_section):
+    """``interleaved="spatial"`` with ERNIE's ``[h, w, t]`` read as sections ``(t, h, w)``, applied in the
+    interleaved layout, is ERNIE 4.5 VL's rotation."""
+    from arrayrope.encodings.mrope import stated_sections
+
+    dim = 2 * sum(mrope_section)
+    rng = np.random.default_rng(7)
+    b, s = 2, 9
+    positions = rng.integers(0, 4000, (3, b, s))
+    positions[:, 0, :3] = np.arange(3)  # text tokens: one position on all axes
+    sections = stated_sections(mrope_section, "spatial")
+    assert sections == (mrope_section[2], *mrope_section[:2])
+    freqs = arrayrope.rope_frequencies(dim, base=5e5)
+    q = rng.standard_normal((b, 2, s, dim))
+    cos, sin = mrope_tables(freqs, positions, sections=sections, interleaved="spatial", dtype="float64")
+    out = arrayrope.apply_rotary(q, cos[:, None, ...], sin[:, None, ...], layout="interleaved")
+    ref = ernie_vl_reference(q, positions, inv_freq_formula(dim, 5e5), mrope_section)
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-9)
+
+
+def test_mrope_spatial_assignment_rule():
+    """Pair k takes h when k is even and k < 2 * s_h, w when odd and k < 2 * s_h, t otherwise (ERNIE's 22, 22, 20)."""
+    freqs = arrayrope.rope_frequencies(128)
+    positions = np.array([1, 2, 3]).reshape(3, 1)  # t=1, h=2, w=3: angle / inv_freq names the axis
+    cos, sin = arrayrope.mrope_tables(freqs, positions, sections=(20, 22, 22), interleaved="spatial", dtype="float64")
+    angle = np.arctan2(sin[0], cos[0]) / freqs.inv_freq
+    k = np.arange(64)
+    np.testing.assert_allclose(angle, np.where(k < 44, 2 + k % 2, 1), rtol=1e-9)
+    rope = arrayrope.RotaryEmbedding(128, mrope_sections=(20, 22, 22), mrope_interleaved="spatial")
+    assert rope.mrope_interleaved == "spatial" and "mrope_interleaved='spatial'" in repr(rope)
 
 
 @pytest.mark.parametrize("interleaved,sections", [(False, (2, 3, 3)), (True, (3, 3, 2))])
@@ -95,3 +150,9 @@ def test_mrope_bad_input():
         arrayrope.mrope_tables(f, pos, sections=(0, 8, 8))
     with pytest.raises(TypeError, match="freqs must be a RopeFrequencies"):
         arrayrope.mrope_tables(np.ones(16), pos, sections=(4, 6, 6))
+    with pytest.raises(ValueError, match=r"sections=\[4, 6, 5\]: spatial sections .* equal sections"):
+        arrayrope.mrope_tables(f, pos, sections=(4, 6, 5), interleaved="spatial")
+    with pytest.raises(ValueError, match=r"sections=\[4, 5, 5\]: spatial sections .* 16"):
+        arrayrope.mrope_tables(f, pos, sections=(4, 5, 5), interleaved="spatial")
+    with pytest.raises(TypeError, match=r"interleaved must be True .* or 'spatial'.*got 'ernie'"):
+        arrayrope.mrope_tables(f, pos, sections=(4, 6, 6), interleaved="ernie")
