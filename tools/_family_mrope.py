@@ -3,8 +3,9 @@
 The module is run on position ids ``(axes, 1, 1)``: once the same on every axis (each column of its cos
 and sin is matched to its frequency) and once different per axis (each column to the axis whose position
 turns it). The facts are the sections of rotary pairs each axis drives, in arrayrope's order of pairs,
-and whether the axes take turns pair by pair, checked to follow a stated ``mrope_section``; or why the
-family's multimodal rope is no sections of pairs.
+and whether the axes take turns pair by pair (``"spatial"``: the axes after the first take turns before
+axis 0's trailing section, ERNIE 4.5 VL's, whose config states ``[h, w, t]``), checked to follow a stated
+``mrope_section``; or why the family's multimodal rope is no sections of pairs.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def _mrope_one(use: hp.Use, p: Probe, label: str | None) -> dict[str, Any]:
     sections a config states (``mrope_section``), or recorded as ignoring them (``"stated": False``). A
     multimodal rope that is neither is recorded with the reason arrayrope does not read it as M-RoPE
     (``"refused"``); its text positions (every axis the same) are 1-D RoPE."""
-    from arrayrope.encodings.mrope import pair_axes
+    from arrayrope.encodings.mrope import pair_axes, stated_sections
 
     try:
         axes = _mrope_axes(use, p, None, label)
@@ -136,24 +137,53 @@ def _mrope_one(use: hp.Use, p: Probe, label: str | None) -> dict[str, Any]:
         return {}
     n = int(axes.max()) + 1
     counts = [int(k) for k in np.bincount(axes, minlength=max(n, 2))]
-    interleaved = bool(np.any(np.diff(axes) < 0))
-    if not np.array_equal(pair_axes(counts, interleaved, len(axes)), axes):
+
+    def drives(sections: list[int], form: Any) -> bool:
+        """Whether ``sections`` of that form drive the pairs as the module does (False: no such sections)."""
+        try:
+            return bool(np.array_equal(pair_axes(sections, form, len(axes)), axes))
+        except ValueError:
+            return False
+
+    # consecutive sections, Qwen3-VL's turns, or ERNIE 4.5 VL's turns of the spatial axes before the temporal ones
+    interleaved = next((f for f in (bool(np.any(np.diff(axes) < 0)), "spatial") if drives(counts, f)), None)
+    if interleaved is None:
         return {
             "refused": f"its multimodal rope drives pairs by axes {axes.tolist()}, neither in sections nor in turns"
         }
-    options = [counts[::-1], [counts[0] + 2, counts[1] - 2, *counts[2:]], [counts[0] + 1, counts[1] - 1, *counts[2:]]]
-    stated = next(  # sections that would drive the pairs otherwise
-        (o for o in options if min(o) > 0 and not np.array_equal(pair_axes(o, interleaved, len(axes)), axes)), None
+    options = [
+        counts[::-1],
+        [counts[0] + 2, counts[1] - 2, *counts[2:]],
+        [counts[0] + 1, counts[1] - 1, *counts[2:]],
+        [counts[0] + len(counts) - 1, *(c - 1 for c in counts[1:])],  # spatial: the turning axes stay equal
+    ]
+    stated = next(  # sections that would drive the pairs otherwise (and are sections of that form)
+        (
+            o
+            for o in options
+            if min(o) > 0 and not drives(o, interleaved) and _valid(pair_axes, o, interleaved, len(axes))
+        ),
+        None,
     )
     if stated is None:
         return {"sections": counts, "interleaved": interleaved}
+    as_stated = list(stated_sections(stated, interleaved, to_config=True))  # ERNIE's config: [h, w, t]
     try:
-        again = _mrope_axes(use, p, stated, label)
+        again = _mrope_axes(use, p, as_stated, label)
     except MixedPair as exc:
         return {"refused": f"its multimodal rope with a stated mrope_section: {exc}"}
     out: dict[str, Any] = {"sections": counts, "interleaved": interleaved}
     if again is not None and np.array_equal(again, axes):
         out["stated"] = False  # the module ignores a stated mrope_section (NeoMME's fixed turns)
     elif again is None or not np.array_equal(pair_axes(stated, interleaved, len(axes)), again):
-        return {"refused": f"its multimodal rope does not follow a stated mrope_section {stated}"}
+        return {"refused": f"its multimodal rope does not follow a stated mrope_section {as_stated}"}
     return out
+
+
+def _valid(rule: Any, sections: list[int], form: Any, pairs: int) -> bool:
+    """Whether ``rule`` (``pair_axes``) takes ``sections`` of that form for ``pairs`` pairs."""
+    try:
+        rule(sections, form, pairs)
+    except ValueError:
+        return False
+    return True

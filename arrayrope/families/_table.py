@@ -870,11 +870,7 @@ FAMILIES: dict[str, dict[str, Any]] = {'afmoe': {'defaults': {'head_dim': 128,
                           'layout': 'interleaved',
                           'legacy': {'partial_rotary_factor': [['', 'partial_rotary_factor']],
                                      'rope_theta': [['', 'rope_theta']]},
-                          'mrope': {'refused': 'its multimodal rope drives pairs by axes [1, 2, 1, 2, 1, 2, 1, 2, '
-                                               '1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, '
-                                               '1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0, '
-                                               '0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], neither in sections nor in '
-                                               'turns'},
+                          'mrope': {'interleaved': 'spatial', 'sections': [20, 22, 22]},
                           'rotary_features': 'leading'},
  'ernie4_5_vl_moe_vision': {'out_of_scope': "the 2-D (axial) rope of a vision encoder's patch grid "
                                             '(arrayrope.axial_rope_tables)'},

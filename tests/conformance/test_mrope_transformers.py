@@ -2,7 +2,8 @@
 
 For every model type of arrayrope's family table with M-RoPE facts (``Family.mrope``: Qwen2-VL, Qwen2.5-VL,
 Qwen2.5-Omni, Qwen3-VL and its MoE, Qwen3.5, Qwen3-Omni, GLM-4V and its MoE, GLM-Image, GLM-OCR,
-PaddleOCR-VL, Cosmos3-Edge, HY-V4-VL, NeoMME, Cohere Compass, and any family the table gains), the family's
+PaddleOCR-VL, Cosmos3-Edge, HY-V4-VL, NeoMME, Cohere Compass, ERNIE 4.5 VL, and any family the table gains), the
+family's
 rotary module and attention layer are built from a small config of that family (two heads, few layers, the
 family's head dim and rope parameters, ``tools/_hf_probe.py``; each layer type apart where its rope parameters
 are kept per layer type) and run on position ids of shape ``(axes, B, S)``:
@@ -13,7 +14,8 @@ are kept per layer type) and run on position ids of shape ``(axes, B, S)``:
   positions drawn independently per axis.
 
 Configs: ``mrope_section`` left to the family (its code's default), stated with other sections than
-the default, and the whole dict transformers saves. Compared with
+the default (in the order the family's config states them: ERNIE 4.5 VL's ``[h, w, t]``), and the whole dict
+transformers saves. Compared with
 ``RotaryEmbedding.from_config(config)(q, k, positions=ids)``:
 
 * float64: the queries and keys the family's attention layer hands its kernel (the layer run in
@@ -21,7 +23,7 @@ the default, and the whole dict transformers saves. Compared with
 * float32: the family's rotary module and apply function run in float32.
 
 Families whose M-RoPE the table records as refused (HunYuan-VL turns the two features of a pair by different
-axes; ERNIE 4.5 VL drives pairs by axes neither in sections nor in Qwen3-VL's turns) are not compared: their
+axes) are not compared: their
 positions ``(axes, B, S)`` must be refused with that reason, their text positions computed as 1-D RoPE.
 
 Tolerance (``_conformance``): transformers' tables come from float32 angles ``position * inv_freq``
@@ -29,7 +31,8 @@ with its float32 ``inv_freq`` (``table_bound``, at the largest position of the t
 each rotation is rounded to the output dtype (4 eps per side; transformers' side to float32 where its apply
 function rotates ``q.float()``, as HY-V4-VL's does, measured); the rotary features are the trailing ones
 where the family's are (HY-V4-VL's follow ``qk_nope_head_dim`` unrotated ones). A wrong section, axis assignment, pair
-layout (GLM-4V's pairs ``(2i, 2i+1)``, Qwen3-VL's axes taking turns) gives differences of order one.
+layout (GLM-4V's pairs ``(2i, 2i+1)``, Qwen3-VL's axes taking turns, ERNIE 4.5 VL's spatial axes taking turns
+before the temporal section) gives differences of order one.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ import pytest
 from _conformance import EPS, inv_freq_rtol, rotation_bound, table_bound
 
 import arrayrope
+from arrayrope.encodings.mrope import stated_sections
 from arrayrope.families import FAMILIES, TRANSFORMERS_VERSION
 
 transformers = pytest.importorskip("transformers", reason="transformers is not installed")
@@ -180,7 +184,8 @@ def _config(use: hp.Use, probe_config: Any, variant: str) -> tuple[Any, dict[str
         if isinstance(entry, dict):
             entry.pop("mrope_section", None)
             if variant != "family default":  # other sections than the family's: they must be read, not assumed
-                entry["mrope_section"] = _stated(_sections(use.model_type, layer_type), variant)
+                stated = _stated(_sections(use.model_type, layer_type), variant, _form(use.model_type))
+                entry["mrope_section"] = list(stated_sections(stated, _form(use.model_type), to_config=True))
     values["rope_parameters"] = rope
     try:
         with hp.quiet():
@@ -192,13 +197,22 @@ def _config(use: hp.Use, probe_config: Any, variant: str) -> tuple[Any, dict[str
     return config, cfg
 
 
-def _stated(sections: list[int], variant: str) -> list[int]:
-    """The sections a variant's config states: two pairs fewer per axis ("short"), else the other sections."""
-    return [max(1, s - 2) for s in sections] if variant == "short" else _other_sections(sections)
+def _form(model_type: str) -> Any:
+    """How the family's axes share the pairs (the table's ``interleaved``: False, True or "spatial")."""
+    return FAMILIES[model_type]["mrope"].get("interleaved", False)
 
 
-def _other_sections(sections: list[int]) -> list[int]:
-    """Sections with the same sum as the family's, in another order (or one pair moved between axes)."""
+def _stated(sections: list[int], variant: str, form: Any = False) -> list[int]:
+    """The sections (per axis, in arrayrope's order) a variant's config states: two pairs fewer per axis
+    ("short"), else the other sections."""
+    return [max(1, s - 2) for s in sections] if variant == "short" else _other_sections(sections, form)
+
+
+def _other_sections(sections: list[int], form: Any = False) -> list[int]:
+    """Sections with the same sum as the family's, in another order (or one pair moved between axes); spatial
+    ones (ERNIE 4.5 VL) keep the turning axes equal: one pair fewer each, axis 0's section longer."""
+    if form == "spatial":
+        return [sections[0] + len(sections) - 1, *(s - 1 for s in sections[1:])]
     other = sections[::-1]
     if other == sections:
         other = [sections[0] + 1, sections[1] - 1, *sections[2:]]
@@ -267,8 +281,10 @@ def _bound(
     the library's result rounded to ``lib_dtype`` (float32 where its apply function rotates ``q.float()``), ours to
     ``dtype``; the rotary features where ``rope`` has them (HY-V4-VL's trail the unrotated ones)."""
     inv, att = f.inv_freq, f.attention_factor
-    rel_inv = float(np.max(np.abs(inv_lib - inv) / inv))
-    assert rel_inv <= inv_freq_rtol(4 * f.base), rel_inv  # the same frequencies (their order: by the rotation)
+    # the same frequencies, whatever order the module keeps them in (ERNIE 4.5 VL's pre-rotated ones); their
+    # order is checked by the rotation itself
+    rel_inv = float(np.max(np.abs(np.sort(inv_lib)[::-1] - np.sort(inv)[::-1]) / np.sort(inv)[::-1]))
+    assert rel_inv <= inv_freq_rtol(4 * f.base), rel_inv
     largest = np.abs(ids).max(axis=0)  # (B, S): the largest position of each token on any axis
     angles = largest[:, None, :, None].astype(np.float64) * inv  # (B, 1, S, pairs)
     trailing = rope.rotary_features == "trailing"
@@ -291,8 +307,8 @@ def _apply_rounds_to_float32(use: hp.Use, rot: Any, axes: int, layer_type: str |
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("model_type", MROPE)
 def test_rotation_is_the_family_s_own(model_type, variant, kind, record):
-    if variant == "short" and not FAMILIES[model_type]["mrope"].get("interleaved", False):
-        pytest.skip("consecutive sections must cover the rotary pairs: transformers splits its tables by them")
+    if variant == "short" and _form(model_type) is not True:
+        pytest.skip("consecutive and spatial sections must cover the rotary pairs: transformers splits by them")
     use, probe_config = _family(model_type)
     config, cfg = _config(use, probe_config, variant)
     for layer_type in _per_type(config):  # each layer type with its own rope parameters (NeoMME), else once
@@ -305,7 +321,7 @@ def _check(use: hp.Use, config: Any, cfg: dict[str, Any], model_type: str, varia
         warnings.simplefilter("ignore")
         rope = arrayrope.RotaryEmbedding.from_config(cfg, layer_type=layer_type)
     read = variant != "family default" and FAMILIES[model_type]["mrope"].get("stated") is not False
-    assert rope.mrope_sections == tuple(_stated(sections, variant) if read else sections)
+    assert rope.mrope_sections == tuple(_stated(sections, variant, _form(model_type)) if read else sections)
     assert rope.mrope_interleaved == FAMILIES[model_type]["mrope"]["interleaved"]
     assert rope.layout == FAMILIES[model_type]["layout"]
     ids = position_ids(kind, len(sections), seed=len(model_type))

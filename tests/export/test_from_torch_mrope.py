@@ -310,15 +310,20 @@ def test_the_op_recorded_without_mrope_keeps_its_meaning():
 REFUSED = {  # the instance, the number of position axes passed, what the ValueError says
     "other axes": ("qwen2vl", 2, "give 2 position axes, but mrope_sections=(2, 3, 3) drive 3"),
     "no sections": (None, 3, "multimodal RoPE's, which this instance does not compute (pass mrope_sections="),
+    "spatial": ("spatial", 3, "mrope_interleaved='spatial' (ERNIE 4.5 VL's M-RoPE) is not exported"),
 }
 
 
 @pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
 @pytest.mark.parametrize("case", list(REFUSED))
 def test_positions_that_do_not_fit_the_instance_are_refused(case, dynamo):
-    """Checked before the op is recorded, as an eager call checks them, with what to pass."""
+    """Checked before the op is recorded, as an eager call checks them, with what to pass; ERNIE 4.5 VL's spatial
+    M-RoPE, which the op does not carry, is refused."""
     assignment, n_axes, message = REFUSED[case]
-    mod = module(assignment) if assignment else Attention(arrayrope.RotaryEmbedding(HEAD_DIM))
+    if assignment == "spatial":  # ERNIE 4.5 VL's: computed eagerly, not written by the export layer
+        mod = module("qwen2vl", mrope_interleaved="spatial")
+    else:
+        mod = module(assignment) if assignment else Attention(arrayrope.RotaryEmbedding(HEAD_DIM))
     args = (*(torch.randn(s) for s in shapes("bhsd", 2, 5)), torch.zeros(n_axes, 2, 5, dtype=torch.int64))
     chain = []
     with warnings.catch_warnings():
