@@ -16,7 +16,7 @@ from .._lib import checks
 from .._lib.types import Array, Axes
 from .mrope import Interleaving, interleaving, pair_axes
 
-__all__ = ["MRope", "check_positions", "mrope_of"]
+__all__ = ["Interleaving", "MRope", "check_positions", "mrope_of"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

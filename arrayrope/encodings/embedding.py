@@ -16,9 +16,8 @@ from ..frequencies import RopeFrequencies, rope_frequencies
 from ..scaling import rope_type
 from ._cache import TableCache
 from ._call import check_inputs, check_outs, exported, positions_of, tables
-from ._mrope_call import MRope, mrope_of
+from ._mrope_call import Interleaving, MRope, mrope_of
 from ._resize import Resizer
-from .mrope import Interleaving
 
 __all__ = ["RotaryEmbedding"]
 
@@ -54,10 +53,8 @@ class RotaryEmbedding:
         also take positions of shape ``(len(mrope_sections), B, S)`` (see :func:`mrope_tables`).
         Kept as the attribute ``mrope_sections`` (a tuple; None for 1-D RoPE).
     mrope_interleaved : bool or "spatial"
-        Whether the axes take turns pair by pair (Qwen3-VL) rather than holding consecutive
-        sections (Qwen2-VL, GLM-4V), or ``"spatial"``: the axes after the first take turns over the
-        leading pairs, axis 0 holds the trailing ones (ERNIE 4.5 VL; see :func:`mrope_tables`);
-        the attribute ``mrope_interleaved``.
+        Whether the axes take turns pair by pair (Qwen3-VL), hold consecutive sections (False: Qwen2-VL,
+        GLM-4V), or ``"spatial"`` (ERNIE 4.5 VL; :func:`mrope_tables`); the attribute ``mrope_interleaved``.
 
     Notes
     -----
@@ -249,8 +246,7 @@ axes='bhsd', rotary_features='trailing')
 
     @property
     def mrope_interleaved(self) -> Interleaving:
-        """Whether the M-RoPE axes take turns pair by pair (Qwen3-VL), or ``"spatial"`` (ERNIE 4.5 VL); False for
-        1-D RoPE."""
+        """Whether the M-RoPE axes take turns (Qwen3-VL), or ``"spatial"`` (ERNIE 4.5 VL); False for 1-D RoPE."""
         return False if self._mrope is None else self._mrope.interleaved
 
     def __repr__(self) -> str:
