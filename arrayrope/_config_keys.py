@@ -293,6 +293,11 @@ def mrope(
     ):
         raise ValueError(f"{where}: mrope_section must be a list of positive ints (pairs per axis), got {stated!r}")
     form = interleaving(fam.mrope["interleaved"], "the table's interleaved")
+    if form == "spatial" and len(set(stated[:-1])) > 1:
+        raise ValueError(
+            f"{where}: mrope_section={list(stated)} states [h, w, t] (ERNIE 4.5 VL's order): h and w must be equal, "
+            "as its rotary module takes their pairs in turns"
+        )
     return stated_sections(stated, form), form
 
 

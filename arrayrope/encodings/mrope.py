@@ -47,7 +47,8 @@ def mrope_tables(
       ERNIE's config states its ``mrope_section`` as ``[h, w, t]``; these sections are ``(t, h, w)``.
 
     Text tokens carry the same position on every axis, which makes this plain 1-D RoPE.
-    The tables are meant for the half-split layout, as Qwen applies them.
+    The tables have a column per rotary pair: Qwen applies them in the half-split layout, ERNIE 4.5 VL in
+    the interleaved one.
 
     Parameters
     ----------
@@ -150,9 +151,9 @@ def pair_axes(sections: Sequence[int], interleaved: Interleaving, pairs: int, na
     if interleaved == "spatial":
         if n < 2 or len(set(sections[1:])) != 1 or sum(sections) != pairs:
             raise ValueError(
-                f"{name}={list(sections)}: spatial sections (ERNIE 4.5 VL's) give axis 0 the trailing pairs and the "
-                f"other axes equal sections taking turns over the leading ones, summing to rotary_dim // 2 = {pairs}"
-                " pairs"
+                f"{name}={list(sections)}: spatial sections (ERNIE 4.5 VL's, per axis t, h, w; its config states "
+                "[h, w, t]) give axis 0 the trailing pairs and the other axes equal sections taking turns over the "
+                f"leading ones, summing to rotary_dim // 2 = {pairs} pairs"
             )
         spatial = np.arange(pairs - sections[0], dtype=np.int64) % (n - 1) + 1
         return np.concatenate([spatial, np.zeros(sections[0], dtype=np.int64)])

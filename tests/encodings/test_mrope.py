@@ -94,6 +94,20 @@ def test_mrope_spatial_assignment_rule():
     assert rope.mrope_interleaved == "spatial" and "mrope_interleaved='spatial'" in repr(rope)
 
 
+def test_mrope_sections_of_ernie_vl_are_stated_h_w_t():
+    """ERNIE 4.5 VL's mrope_section [h, w, t] (its default [22, 22, 20]) are the sections (t, h, w) of its spatial
+    M-RoPE; h and w must be equal (its rotary module takes their pairs in turns)."""
+    from arrayrope.config import settings
+
+    text = {"hidden_size": 2560, "num_attention_heads": 20}
+    assert settings({"model_type": "ernie4_5_vl_moe", "text_config": text}).mrope == ((20, 22, 22), "spatial")
+    stated = {**text, "rope_parameters": {"rope_theta": 5e5, "mrope_section": [21, 21, 22]}}
+    assert settings({"model_type": "ernie4_5_vl_moe_text", **stated}).mrope == ((22, 21, 21), "spatial")
+    uneven = {**text, "rope_parameters": {"rope_theta": 5e5, "mrope_section": [22, 21, 21]}}
+    with pytest.raises(ValueError, match=r"mrope_section=\[22, 21, 21\] states \[h, w, t\].*h and w must be equal"):
+        settings({"model_type": "ernie4_5_vl_moe_text", **uneven})
+
+
 @pytest.mark.parametrize("interleaved,sections", [(False, (2, 3, 3)), (True, (3, 3, 2))])
 def test_mrope_matches_qwen(xp, backend, interleaved, sections):
     dim = 2 * sum(sections)
