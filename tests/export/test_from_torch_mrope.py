@@ -202,9 +202,16 @@ def check_nodes(model, written):
     return found
 
 
-@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
-@pytest.mark.parametrize("assignment", list(ASSIGNMENTS))
-@pytest.mark.parametrize("target,opset,written", TARGETS)
+#: every target with both exporters on the interleaved assignment; the consecutive one on a target of each kind
+#: of graph (fused standard, portable, contrib), which share the selection of pairs with the interleaved ones
+COVER = [(*t, "qwen3vl", dynamo) for t in TARGETS for dynamo in (True, False)] + [
+    (*TARGETS[0], "qwen2vl", True),
+    (*TARGETS[1], "qwen2vl", True),
+    (*TARGETS[3], "qwen2vl", False),
+]
+
+
+@pytest.mark.parametrize("target,opset,written,assignment,dynamo", COVER)
 def test_every_target_and_exporter_writes_the_mrope_rotation(target, opset, written, assignment, dynamo):
     """Consecutive and interleaved sections, each target, both exporters, caches of max_position_embeddings rows
     (one row more, of NaN, for ids outside them)."""
