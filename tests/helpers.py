@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from fractions import Fraction
 from typing import Any
@@ -249,3 +250,25 @@ __all__ = [
     "ulps",
     "xp_assert_close",
 ]
+
+
+@functools.cache
+def dynamo_cannot_write(opset: int) -> str:
+    """Why this PyTorch's dynamo exporter cannot write a dynamic-shape graph at ``opset``, or "" where it can."""
+    import warnings
+
+    import torch
+
+    class Shape(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * x.shape[1]
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dims = {"x": {1: torch.export.Dim("S")}}
+            torch.onnx.export(Shape(), (torch.ones(2, 3),), dynamo=True, opset_version=opset, dynamic_shapes=dims)
+    except Exception as exc:
+        name = type(exc).__name__
+        return f"PyTorch {torch.__version__}'s dynamo exporter writes no dynamic graph at opset {opset}: {name}"
+    return ""

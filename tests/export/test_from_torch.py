@@ -8,7 +8,6 @@ their caches and any float64.
 from __future__ import annotations
 
 import collections
-import functools
 import io
 import sys
 import warnings
@@ -26,7 +25,7 @@ from onnx import numpy_helper  # noqa: E402
 import arrayrope  # noqa: E402
 from arrayrope.export import torch_options  # noqa: E402
 from arrayrope.export.torch import _after_import, _bridge  # noqa: E402
-from helpers import double_uses, inv_freq_formula, rope_by_matrix  # noqa: E402
+from helpers import double_uses, dynamo_cannot_write, inv_freq_formula, rope_by_matrix  # noqa: E402
 
 HEAD_DIM, HQ, HK = 16, 4, 2  # grouped-query: 4 query heads, 2 key heads
 ROWS = 64
@@ -51,35 +50,10 @@ def shapes(axes, batch, seq):
     return (batch, seq, HQ, HEAD_DIM), (batch, seq, HK, HEAD_DIM)
 
 
-@functools.cache
-def _dynamo_cannot_write(opset):
-    """Why this PyTorch's dynamo exporter cannot write a dynamic-shape graph at ``opset``, or "" where it can."""
-
-    class Shape(torch.nn.Module):
-        def forward(self, x):
-            return x * x.shape[1]
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                Shape(),
-                (torch.ones(2, 3),),
-                dynamo=True,
-                opset_version=opset,
-                verbose=False,
-                dynamic_shapes={"x": {1: torch.export.Dim("S")}},
-            )
-    except Exception as exc:
-        name = type(exc).__name__
-        return f"PyTorch {torch.__version__}'s dynamo exporter writes no dynamic graph at opset {opset}: {name}"
-    return ""
-
-
 def export(module, axes="bhsd", with_positions=True, opset=23, dynamo=True):
     """The ONNX model of ``module`` with dynamic batch and sequence (skipped where the exporter cannot write it)."""
-    if dynamo and _dynamo_cannot_write(opset):
-        pytest.skip(_dynamo_cannot_write(opset))
+    if dynamo and dynamo_cannot_write(opset):
+        pytest.skip(dynamo_cannot_write(opset))
     sq, sk = shapes(axes, 2, 5)
     args = (torch.randn(sq), torch.randn(sk))
     seq = 2 if axes == "bhsd" else 1

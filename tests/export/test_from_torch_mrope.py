@@ -10,7 +10,6 @@ any float64. Each export has dynamic batch and sequence and runs at a batch and 
 from __future__ import annotations
 
 import collections
-import functools
 import importlib
 import io
 import warnings
@@ -26,7 +25,7 @@ pytest.importorskip("onnxscript", reason="torch.onnx.export(dynamo=True) needs o
 import arrayrope  # noqa: E402
 from arrayrope.export import torch_options  # noqa: E402
 from arrayrope.testing import tolerance_at  # noqa: E402
-from helpers import double_uses  # noqa: E402
+from helpers import double_uses, dynamo_cannot_write  # noqa: E402
 
 HEAD_DIM, HQ, HK, ROWS = 16, 4, 2, 64
 #: name -> (sections of the 8 pairs, interleaved): consecutive sections (Qwen2-VL), axes taking turns (Qwen3-VL)
@@ -91,28 +90,10 @@ def ids_of(kind, n_axes, batch, seq, *, rng, high=ROWS):
     return rng.integers(0, high, (n_axes, batch, seq))
 
 
-@functools.cache
-def _dynamo_cannot_write(opset):
-    """Why this PyTorch's dynamo exporter cannot write a dynamic-shape graph at ``opset``, or "" where it can."""
-
-    class Shape(torch.nn.Module):
-        def forward(self, x):
-            return x * x.shape[1]
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            dims = {"x": {1: torch.export.Dim("S")}}
-            torch.onnx.export(Shape(), (torch.ones(2, 3),), dynamo=True, opset_version=opset, dynamic_shapes=dims)
-    except Exception as exc:
-        return f"PyTorch {torch.__version__}'s dynamo exporter writes no dynamic graph at opset {opset}: {exc!r}"
-    return ""
-
-
 def export(mod, *, dynamo, opset, axes="bhsd", head_dim=HEAD_DIM, dtype=torch.float32):
     """The ONNX model of ``mod`` with dynamic batch and sequence, exported at image-like ids (3, 2, 5)."""
-    if dynamo and _dynamo_cannot_write(opset):
-        pytest.skip(_dynamo_cannot_write(opset))
+    if dynamo and dynamo_cannot_write(opset):
+        pytest.skip(dynamo_cannot_write(opset))
     n_axes = len(mod.rope.mrope_sections)
     sq, sk = shapes(axes, 2, 5, head_dim)
     ids = torch.from_numpy(image_ids(n_axes, 2, 5, rng=np.random.default_rng(0)))
