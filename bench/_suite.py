@@ -160,8 +160,11 @@ def embedding_decode(lib: Lib, step: tuple[int, int, int], layout: Layout, confi
 
     steps = iter(range(1 << 62))
 
+    def both(pair: tuple[Any, Any]) -> tuple[Any, Any]:  # waited for as the naive variants wait for theirs
+        return ready(pair[0]), ready(pair[1])
+
     def next_offset() -> tuple[Any, ...]:  # a new step every call (positions 1000..1999 stay in the cache)
-        return tuple(ready(a) for a in rope(q, k, offset=1000 + next(steps) % 1000))
+        return both(rope(q, k, offset=1000 + next(steps) % 1000))
 
     def naive_lookup() -> tuple[Any, Any]:
         looked: Tables = (
@@ -176,7 +179,7 @@ def embedding_decode(lib: Lib, step: tuple[int, int, int], layout: Layout, confi
         "copy q and k": lambda: (ready(ops.copy(q)), ready(ops.copy(k))),
         "naive q and k": lambda: (ready(naive(ops, layout, q, rows, 128)), ready(naive(ops, layout, k, rows, 128))),
         "naive twice": naive_lookup,
-        "RotaryEmbedding": lambda: tuple(ready(a) for a in rope(q, k, offset=off)),
+        "RotaryEmbedding": lambda: both(rope(q, k, offset=off)),
         "RotaryEmbedding, new step": next_offset,
         "apply_rotary twice": lambda: (
             ready(arrayrope.apply_rotary(q, cx[off : off + 1], sx[off : off + 1], layout=layout)),
@@ -185,9 +188,7 @@ def embedding_decode(lib: Lib, step: tuple[int, int, int], layout: Layout, confi
     }
     if ops.copy_into is not None:  # the step's q and k written into buffers (a KV cache's slot for k)
         q_buf, k_buf = ops.copy(q), ops.copy(k)
-        variants["RotaryEmbedding out="] = lambda: tuple(
-            ready(a) for a in rope(q, k, offset=off, q_out=q_buf, k_out=k_buf)
-        )
+        variants["RotaryEmbedding out="] = lambda: both(rope(q, k, offset=off, q_out=q_buf, k_out=k_buf))
     times = measure(variants, sync=lib.sync, rounds=config.rounds, batch_s=config.batch_s)
     return record(
         "embedding",

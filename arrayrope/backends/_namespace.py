@@ -93,6 +93,8 @@ def default_namespace() -> Namespace:
 
 
 #: NumPy's real floating dtypes in native byte order (their dtype objects are singletons: identity tests)
+#: Array type -> its library's plain_floating (PyTorch's tensor types, as they are met).
+_plain_of_type: dict[type, Callable[[tuple[Array, ...]], Namespace | None]] = {}
 _NP_F16, _NP_F32, _NP_F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 
 
@@ -104,11 +106,14 @@ def plain_floating(arrays: tuple[Array, ...]) -> Namespace | None:
     a = arrays[0]
     t = type(a)
     if t is not np.ndarray:
-        if t.__module__ != "torch":
-            return None
-        from . import torch as backend
+        check = _plain_of_type.get(t)
+        if check is None:
+            if t.__module__ != "torch":
+                return None
+            from . import torch as backend
 
-        return backend.plain_floating(arrays)
+            check = _plain_of_type.setdefault(t, backend.plain_floating)
+        return check(arrays)
     dt = a.dtype
     for b in arrays:
         if type(b) is not t or b.dtype is not dt:

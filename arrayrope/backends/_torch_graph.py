@@ -29,7 +29,7 @@ def tracing() -> bool:
 
 def concrete(x: torch.Tensor) -> bool:
     """A plain tensor outside any trace, with storage: not a fake, functional or meta tensor of a tracer."""
-    return type(x) is torch.Tensor and x.device.type != "meta" and not tracing()
+    return type(x) is torch.Tensor and not x.is_meta and not tracing()
 
 
 def plain_floating(arrays: tuple[Any, ...]) -> Any:
@@ -38,13 +38,14 @@ def plain_floating(arrays: tuple[Any, ...]) -> Any:
     first = arrays[0]
     if type(first) is not torch.Tensor:
         return None
-    dtype, device = first.dtype, first.device
+    dtype = first.dtype
     if not (dtype is torch.float32 or dtype is torch.bfloat16 or dtype is torch.float16 or dtype is torch.float64):
         return None
+    cpu = first.is_cpu  # CPU tensors share one device: a flag each instead of comparing device objects
     for other in arrays:
-        if other is not first and (
-            type(other) is not torch.Tensor or other.dtype is not dtype or other.device != device
-        ):
+        if type(other) is not torch.Tensor or other.dtype is not dtype:
+            return None
+        if (not other.is_cpu) if cpu else other.device != first.device:
             return None
     return _xp
 

@@ -188,8 +188,8 @@ def rotate_prepared(
         # [x1, x2] cos + [x2, x1] [-sin, sin]; both operands are fresh, so out may be x
         if out is not None and out.dtype == cf.dtype:
             return torch.addcmul(x * cf, x.roll(d // 2, -1), sf, out=out)
-        y = torch.addcmul(x * cf, x.roll(d // 2, -1), sf)
-        return _result(y, x, out)
+        y = (x * cf).addcmul_(x.roll(d // 2, -1), sf)  # the product is fresh: its sum is taken in place
+        return y if out is None and y.dtype is x.dtype else _result(y, x, out)
     if x.dtype != _REAL.get(t.dtype) or x.shape[-1] != 2 * t.shape[-1] or not _complex_view_ok(x):
         return None
     if out is not None and _complex_view_ok(out):  # pair by pair: out may be x
@@ -215,8 +215,9 @@ def _small(
     if layout == "half" and r == d:  # the products promote to the work dtype
         x1, x2 = x.chunk(2, -1)
         # value=-1 rounds as the prepared tables' negated sine on the CPU (one op fewer), not on CUDA
-        first = torch.addcmul(x1 * cos, x2, sin, value=-1) if x.is_cpu else torch.addcmul(x1 * cos, x2, -sin)
-        both = (first, torch.addcmul(x2 * cos, x1, sin))
+        # the products are fresh tensors: each takes its second term in place (no third allocation)
+        first = (x1 * cos).addcmul_(x2, sin, value=-1) if x.is_cpu else (x1 * cos).addcmul_(x2, -sin)
+        both = (first, (x2 * cos).addcmul_(x1, sin))
         if out is not None and both[0].dtype == out.dtype:
             return torch.cat(both, -1, out=out)
         return _result(torch.cat(both, -1), x, out)

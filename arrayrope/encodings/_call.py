@@ -30,21 +30,25 @@ def check_inputs(
 ) -> tuple[Any, Any]:
     """Check ``q`` and ``k`` (dtypes, shapes, device, shared batch and sequence); the dtypes of their tables.
     ``plain``: :func:`arrayrope.backends.plain_floating` found them of one real floating dtype and device."""
+    qs = q.shape  # each shape read once (a decode step is microseconds)
     if plain:
-        _check_shape(q, "q", head_dim, axes)
+        if len(qs) != 4 or qs[-1] != head_dim:
+            _check_shape(q, "q", head_dim, axes)
         q_dtype = table_dtype_for(xp, q.dtype)
     else:
         q_dtype = _check_input(xp, q, "q", head_dim, axes)
     k_dtype = q_dtype
     if k is not None:
+        ks = k.shape
         if k.dtype == q.dtype:  # the dtype is checked already
-            _check_shape(k, "k", head_dim, axes)
+            if len(ks) != 4 or ks[-1] != head_dim:
+                _check_shape(k, "k", head_dim, axes)
         else:
             k_dtype = _check_input(xp, k, "k", head_dim, axes)
         if not plain:
             backends.same_device(q, k, "q", "k")
         s_ax, other = (2, 1) if axes == "bhsd" else (1, 2)
-        if q.shape[0] != k.shape[0] or q.shape[s_ax] != k.shape[s_ax]:
+        if qs[0] != ks[0] or qs[s_ax] != ks[s_ax]:
             flip = "bshd" if axes == "bhsd" else "bhsd"
             hint = (
                 f"; these shapes fit axes={flip!r} (sequence on axis {other}), pass that"
@@ -165,8 +169,9 @@ def positions_of(
     ``backends.tracing(xp)``, as the caller found it; ``mrope``: the instance's multimodal RoPE, whose
     positions may also be ``(axes, B, S)``; ``mrope_refused``: why an instance of a family whose multimodal RoPE
     arrayrope does not compute refuses them."""
-    batch = q.shape[0]
-    seq = q.shape[2] if axes == "bhsd" else q.shape[1]
+    qs = q.shape
+    batch = qs[0]
+    seq = qs[2] if axes == "bhsd" else qs[1]
     device = backends.device_of(q)
     if seq_len is not None:
         seq_len = checks.positive_int(seq_len, "seq_len")
@@ -253,8 +258,7 @@ def tables(
     elif where.array is not None:
         cos, sin = rope_tables(freqs, where.array, dtype=dtype)
     elif not where.traced and cache is not None and where.length <= MAX_CACHE:
-        shape = functools.partial(to_axes, axes=axes)
-        return cache.rows(xp, x, where.device, dtype, where.start, where.seq, layout, shape)
+        return cache.rows(xp, x, where.device, dtype, where.start, where.seq, layout, _TO_AXES[axes])
     else:  # other frequencies, or positions beyond the cache: the tables of these positions only
         # start + arange(seq): the stop of arange(start, start + seq) is one past the last position, which
         # overflows (PyTorch raises) when the last position is the largest integer of the index dtype
@@ -270,6 +274,13 @@ def to_axes(cos: Array, sin: Array, axes: Axes) -> tuple[Array, Array]:
     if axes == "bhsd":
         return cos[:, None, :, :], sin[:, None, :, :]
     return cos[:, :, None, :], sin[:, :, None, :]
+
+
+#: to_axes for each value of ``axes``, made once (a decode step's rows are shaped through it).
+_TO_AXES: dict[str, Callable[[Array, Array], tuple[Array, Array]]] = {
+    "bhsd": functools.partial(to_axes, axes="bhsd"),
+    "bshd": functools.partial(to_axes, axes="bshd"),
+}
 
 
 def _positions_mismatch(q_shape: tuple[int, ...], pos_shape: tuple[int, ...], axes: str) -> str:

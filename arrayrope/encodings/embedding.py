@@ -417,7 +417,8 @@ axes='bhsd', rotary_features='trailing')
             checks.boolean(return_freqs, "return_freqs")
         if q_out is not None or k_out is not None:
             check_outs(q, k, q_out, k_out)
-        tracing = backends.tracing(xp)  # asked once per call
+        module = backends.module_of(q)  # k's library too (one namespace)
+        tracing = module.tracing() if module is not None else backends.tracing(xp)  # asked once per call
         graph = backends.graph_rotary(q) if tracing else None  # registered for graphs of q's library (ONNX export)
         fused = None if graph is None else exported(graph, self, q, k, positions, offset, seq_len, (q_out, k_out))
         if fused is not None:
@@ -430,7 +431,6 @@ axes='bhsd', rotary_features='trailing')
         # The tables are built here to broadcast against q and k: no need to check them again.
         cache = self._cache if freqs is self._start_freqs else None  # it holds the starting frequencies' tables
         cos, sin, prepared = tables(xp, q, freqs, where, q_dtype, cache=cache, layout=self.layout, axes=self.axes)
-        module = backends.module_of(q)  # k's library too (one namespace)
         q_rot = rotate_features(module, xp, q, cos, sin, self.layout, self.rotary_features, prepared, q_out)
         if k is None:
             return (q_rot, freqs) if return_freqs else q_rot
