@@ -569,13 +569,26 @@ def _init_arguments(cls: type, config: Any, layer_idx: int) -> dict[str, Any]:
 def _fixed_parameters(layer: Any) -> None:
     """Deterministic weights: random matrices, and ones for every vector (norm weights, biases, scales), so that
     per-feature factors after the rotation (a norm's weight, a learned query scale) are the same for every feature."""
-    gen = torch.Generator().manual_seed(0)
+    start = 0
     with torch.no_grad():
         for p in layer.parameters():
-            if p.ndim >= 2:
-                p.normal_(0.0, max(1, p.shape[-1]) ** -0.5, generator=gen)
-            else:
+            if p.ndim < 2:
                 p.fill_(1.0)
+                continue
+            n = p.numel()
+            if start + n > _NORMAL.numel():
+                start = 0  # the pool's values again, from its start: another layout of them for this matrix
+            if n > _NORMAL.numel():
+                p.normal_(0.0, 1.0, generator=torch.Generator().manual_seed(start))
+            else:
+                p.copy_(_NORMAL[start : start + n].view(p.shape))
+                start += n
+            p.mul_(max(1, p.shape[-1]) ** -0.5)
+
+
+#: Standard normal values the layers' matrices are filled from, one after another (drawing them for every
+#: matrix of every probed layer was most of a family sweep's time).
+_NORMAL = torch.randn(1 << 22, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
 
 
 def _layer_type(config: Any, layer_idx: int, rotary: Any) -> str | None:
