@@ -285,6 +285,12 @@ def mrope(
         return None
     if fam.mrope.get("refused"):  # M-RoPE arrayrope does not model (its text positions are 1-D RoPE)
         return None
+    if stated is None and fam.mrope.get("required"):  # the family's code has no default sections (HunYuan-VL)
+        raise ValueError(
+            f"{where}: this model type's rotary module needs rope_parameters['mrope_section'] (the rotary pairs "
+            "each position axis drives, summing to rotary_dim // 2), which the config does not state; a "
+            "checkpoint's config states it"
+        )
     if stated is None or fam.mrope.get("stated") is False:  # none stated, or the family's code ignores them
         sections = (fam.mrope.get("layer_types") or {}).get(layer_type or "", fam.mrope["sections"])
         return tuple(sections), interleaving(fam.mrope["interleaved"], "the table's interleaved")

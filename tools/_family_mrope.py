@@ -26,7 +26,13 @@ __all__ = ["measure_mrope"]
 
 
 class MixedPair(Exception):
-    """The two features of a rotary pair turn by the positions of different axes."""
+    """The two features of a rotary pair turn by the positions of different axes; ``features``: the axis of
+    each column of the module's tables (its half-split order: the pairs' first features, then their second),
+    where every column matched."""
+
+    def __init__(self, message: str, features: np.ndarray | None = None) -> None:
+        super().__init__(message)
+        self.features = features
 
 
 def _mrope_run(
@@ -85,6 +91,7 @@ def _mrope_axes(use: hp.Use, p: Probe, sections: list[int] | None, label: str | 
     if c.size != c1.size or not freqs.size:
         return None
     axes_of: dict[int, set[int]] = {}
+    column_axes = np.full(c.size, -1)
     for j in range(c.size):
         f, scale = math.atan2(s1[j], c1[j]), math.hypot(s1[j], c1[j])  # the attention factor scales both
         if abs(f) < 1e-12:
@@ -97,13 +104,15 @@ def _mrope_axes(use: hp.Use, p: Probe, sections: list[int] | None, label: str | 
         if np.min(error) > 1e-3:
             return None
         axes_of.setdefault(k, set()).add(int(np.argmin(error)))
+        column_axes[j] = int(np.argmin(error))
     if len(axes_of) != freqs.size:
         return None
     mixed = [k for k, a in axes_of.items() if len(a) > 1]
     if mixed:
         raise MixedPair(
             f"the two features of its rotary pairs {mixed[:4]}... turn by the positions of different axes "
-            f"({sorted(axes_of[mixed[0]])} for pair {mixed[0]}), which is no rotation of a pair by one position"
+            f"({sorted(axes_of[mixed[0]])} for pair {mixed[0]}), which is no rotation of a pair by one position",
+            column_axes if np.all(column_axes >= 0) and column_axes.size == 2 * freqs.size else None,
         )
     axes = np.array([next(iter(axes_of[k])) for k in range(freqs.size)])
     return axes if n != 3 or np.any(axes) else None  # one axis driving every pair: 1-D RoPE given 3 ids
@@ -113,6 +122,8 @@ def measure_mrope(use: hp.Use, p: Probe, labels: list[str]) -> dict[str, Any]:
     """:func:`_mrope_one` of each rope set (``labels``: the layer types it keeps frequencies for, or none), with
     the sections of each layer type where they differ (NeoMME's turns over its full and sliding layers)."""
     found = {label: _mrope_one(use, p, label or None) for label in labels or [""]}
+    if _states_sections(p.values):  # probed as a checkpoint states it: the family's code has no default sections
+        found = {label: {**f, "required": True} if "sections" in f else f for label, f in found.items()}
     first = next(iter(found.values()))
     if all(f == first for f in found.values()) or "sections" not in first:
         return first
@@ -132,7 +143,7 @@ def _mrope_one(use: hp.Use, p: Probe, label: str | None) -> dict[str, Any]:
     try:
         axes = _mrope_axes(use, p, None, label)
     except MixedPair as exc:
-        return {"refused": f"its multimodal rope: {exc}"}
+        return _full_width(use, p, label, exc)
     if axes is None or not np.any(axes):
         return {}
     n = int(axes.max()) + 1
@@ -187,3 +198,44 @@ def _valid(rule: Any, sections: list[int], form: Any, pairs: int) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _full_width(use: hp.Use, p: Probe, label: str | None, mixed: MixedPair) -> dict[str, Any]:
+    """A module whose pairs' two features turn by different axes: HunYuan-VL's sections over the whole rotary
+    width (``"full_width"``) where its columns are exactly those, with the sections it uses and checked to
+    follow other stated ones; else refused with the reason."""
+    from arrayrope.encodings.mrope import half_axes
+
+    refused = {"refused": f"its multimodal rope: {mixed}"}
+    columns = mixed.features
+    if columns is None:
+        return refused
+    counts = [int(k) // 2 for k in np.bincount(columns)]
+    pairs = columns.size // 2
+
+    def follows(sections: list[int], found: np.ndarray | None) -> bool:
+        try:
+            first, second = half_axes(sections, "full_width", pairs)
+        except ValueError:
+            return False
+        return found is not None and bool(np.array_equal(np.concatenate([first, second]), found))
+
+    if not follows(counts, columns):
+        return refused
+    other = [counts[0] + 1, counts[1] - 1, *counts[2:]]  # sections that would drive the features otherwise
+    try:
+        _mrope_axes(use, p, other, label)
+        again = None  # one axis per pair with these: not full-width sections
+    except MixedPair as exc:
+        again = exc.features
+    if min(other) < 1 or not follows(other, again):
+        return {"refused": f"its multimodal rope does not follow a stated mrope_section {other}"}
+    return {"sections": counts, "interleaved": "full_width"}
+
+
+def _states_sections(values: Mapping[str, Any]) -> bool:
+    """Whether the probe's config values (``PUBLISHED``) state ``mrope_section``."""
+    rope = values.get("rope_parameters")
+    return isinstance(rope, Mapping) and (
+        "mrope_section" in rope or any(isinstance(v, Mapping) and "mrope_section" in v for v in rope.values())
+    )

@@ -17,7 +17,7 @@ from ..frequencies import RopeFrequencies
 from ..tables import rope_tables
 from ._cache import MAX_CACHE, TableCache
 from ._mrope_call import MRope, check_positions
-from .mrope import mrope_tables
+from .mrope import half_tables
 
 if TYPE_CHECKING:
     from .embedding import RotaryEmbedding
@@ -126,12 +126,8 @@ def exported(
     # positions (axes, B, S): M-RoPE's, checked (an instance without sections refuses them, saying what to do)
     refused = getattr(rope, "_mrope_refused", "")
     if getattr(positions, "ndim", 0) == 3 and check_positions(positions, m, q.shape[0], seq, rope.axes, refused) and m:
-        if m.interleaved == "spatial":  # the export layer's op and options carry sections and a bool
-            raise ValueError(
-                "mrope_interleaved='spatial' (ERNIE 4.5 VL's M-RoPE) is not exported: the exported rotation takes "
-                "consecutive or interleaved (Qwen3-VL) sections; call the RotaryEmbedding eagerly, or export text "
-                "positions (B, S)"
-            )
+        if m.interleaved == "spatial" or m.interleaved == "full_width":
+            return None  # the export layer's op takes consecutive or turning sections: the computation is traced
         extra["mrope"] = (m.sections, m.interleaved)
     fused = graph(
         q,
@@ -254,7 +250,12 @@ def tables(
     where ``freqs`` are the ones it holds tables of (its starting frequencies), else None."""
     if where.array is not None and where.mrope is not None:  # M-RoPE positions (axes, B, S)
         m = where.mrope
-        cos, sin = mrope_tables(freqs, where.array, sections=m.sections, interleaved=m.interleaved, dtype=dtype)
+        (cos, sin), second = half_tables(
+            freqs, where.array, sections=m.sections, interleaved=m.interleaved, dtype=dtype
+        )
+        if second is not None:  # the pairs' second features turn by other axes (HunYuan-VL): both, on axis -2
+            (c1, s1), (c2, s2) = to_axes(cos, sin, axes), to_axes(*second, axes)
+            return xp.stack([c1, c2], axis=-2), xp.stack([s1, s2], axis=-2), None
     elif where.array is not None:
         cos, sin = rope_tables(freqs, where.array, dtype=dtype)
     elif not where.traced and cache is not None and where.length <= MAX_CACHE:

@@ -13,10 +13,12 @@ import dataclasses
 from typing import Any
 
 from .._lib import checks
-from .._lib.types import Array, Axes
-from .mrope import Interleaving, interleaving, pair_axes
+from .._lib.types import Array, Axes, Namespace
+from ..apply import rotate_features
+from ..backends import Library
+from .mrope import Interleaving, half_axes, interleaving
 
-__all__ = ["Interleaving", "MRope", "check_positions", "mrope_of"]
+__all__ = ["Interleaving", "MRope", "check_positions", "mrope_of", "rotate_halves"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -29,10 +31,15 @@ class MRope:
     interleaved: Interleaving
 
 
-def mrope_of(sections: Any, interleaved: Any, rotary_dim: int, name: str) -> MRope | None:
+def mrope_of(sections: Any, interleaved: Any, rotary_dim: int, name: str, layout: str = "half") -> MRope | None:
     """M-RoPE's ``sections`` (``name``: how the caller calls them; None: 1-D RoPE) and interleaving, checked
-    against the ``rotary_dim // 2`` pairs that rotate."""
+    against the ``rotary_dim // 2`` pairs that rotate and the instance's ``layout``."""
     interleaved = interleaving(interleaved, "mrope_interleaved")
+    if interleaved == "full_width" and layout != "half":
+        raise ValueError(
+            f"mrope_interleaved='full_width' (HunYuan-VL's sections over the whole rotary width) splits the "
+            f"half-split layout's features; with layout={layout!r} pass consecutive sections (False) instead"
+        )
     if sections is None:
         if interleaved:
             raise ValueError(
@@ -41,8 +48,32 @@ def mrope_of(sections: Any, interleaved: Any, rotary_dim: int, name: str) -> MRo
             )
         return None
     sections = checks.int_sequence(sections, name, positive=True)
-    pair_axes(sections, interleaved, rotary_dim // 2, name)
+    half_axes(sections, interleaved, rotary_dim // 2, name)
     return MRope(tuple(sections), interleaved)
+
+
+def rotate_halves(
+    module: Library | None,
+    xp: Namespace,
+    x: Array,
+    cos: Array,
+    sin: Array,
+    layout: str,
+    features: str,
+    prepared: object = None,
+    out: Array | None = None,
+) -> Array:
+    """:func:`~arrayrope.apply.rotate_features` with tables of full-width sections (HunYuan-VL's), whose
+    axis -2 holds the tables of the pairs' first features, then of their second: the first features of one
+    rotation joined to the rest of the other (each feature rounded once, as a rotation's)."""
+    half = cos.shape[-1]
+    first = rotate_features(module, xp, x, cos[..., 0, :], sin[..., 0, :], layout, features)
+    y = rotate_features(module, xp, x, cos[..., 1, :], sin[..., 1, :], layout, features, out=out)
+    lo = 0 if features == "leading" else x.shape[-1] - 2 * half
+    if out is not None:
+        out[..., lo : lo + half] = first[..., lo : lo + half]
+        return out
+    return xp.concat([y[..., :lo], first[..., lo : lo + half], y[..., lo + half :]], axis=-1)
 
 
 def check_positions(pos: Array, mrope: MRope | None, batch: int, seq: int, axes: Axes, refused: str = "") -> bool:

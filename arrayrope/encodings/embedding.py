@@ -16,7 +16,7 @@ from ..frequencies import RopeFrequencies, rope_frequencies
 from ..scaling import rope_type
 from ._cache import TableCache
 from ._call import check_inputs, check_outs, exported, positions_of, tables
-from ._mrope_call import Interleaving, MRope, mrope_of
+from ._mrope_call import Interleaving, MRope, mrope_of, rotate_halves
 from ._resize import Resizer
 
 __all__ = ["RotaryEmbedding"]
@@ -52,9 +52,12 @@ class RotaryEmbedding:
         rotary pairs each position axis drives (consecutive: summing to ``rotary_dim // 2``); calls
         also take positions of shape ``(len(mrope_sections), B, S)`` (see :func:`mrope_tables`).
         Kept as the attribute ``mrope_sections`` (a tuple; None for 1-D RoPE).
-    mrope_interleaved : bool or "spatial"
+    mrope_interleaved : bool or {"spatial", "full_width"}
         Whether the axes take turns pair by pair (Qwen3-VL), hold consecutive sections (False: Qwen2-VL,
-        GLM-4V), or ``"spatial"`` (ERNIE 4.5 VL; :func:`mrope_tables`); the attribute ``mrope_interleaved``.
+        GLM-4V), or ``"spatial"`` (ERNIE 4.5 VL; :func:`mrope_tables`), or ``"full_width"`` (HunYuan-VL,
+        ``layout="half"``): axis ``a`` turns ``2 * mrope_sections[a]`` consecutive features of the whole
+        rotary width, the two halves one after the other, so a pair's two features may turn by different
+        axes. The attribute ``mrope_interleaved``.
 
     Notes
     -----
@@ -128,7 +131,7 @@ class RotaryEmbedding:
         freqs = rope_frequencies(
             head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling, max_position_embeddings=max_position_embeddings
         )
-        mrope = mrope_of(mrope_sections, mrope_interleaved, freqs.rotary_dim, "mrope_sections")
+        mrope = mrope_of(mrope_sections, mrope_interleaved, freqs.rotary_dim, "mrope_sections", layout)
         self._start(freqs, scaling, max_position_embeddings, layout, axes, rotary_features, mrope)
 
     def _start(
@@ -226,7 +229,7 @@ axes='bhsd', rotary_features='trailing')
         if s.nope:  # a layer without RoPE: every pair turns by 0 (s.freqs), at any length
             rope._start(s.freqs, None, None, chosen, axes, features)
         else:  # the frequencies the config was read with: computed once, each warning given once
-            mrope = None if s.mrope is None else mrope_of(*s.mrope, s.freqs.rotary_dim, "mrope_section")
+            mrope = None if s.mrope is None else mrope_of(*s.mrope, s.freqs.rotary_dim, "mrope_section", chosen)
             rope._start(s.freqs, s.scaling, s.max_position_embeddings, chosen, axes, features, mrope)
             rope._mrope_refused = s.mrope_refused  # positions (axes, B, S) of such a family are refused with why
         return rope
@@ -431,12 +434,13 @@ axes='bhsd', rotary_features='trailing')
         # The tables are built here to broadcast against q and k: no need to check them again.
         cache = self._cache if freqs is self._start_freqs else None  # it holds the starting frequencies' tables
         cos, sin, prepared = tables(xp, q, freqs, where, q_dtype, cache=cache, layout=self.layout, axes=self.axes)
-        q_rot = rotate_features(module, xp, q, cos, sin, self.layout, self.rotary_features, prepared, q_out)
+        rotate = rotate_features if where.mrope is None or where.mrope.interleaved != "full_width" else rotate_halves
+        q_rot = rotate(module, xp, q, cos, sin, self.layout, self.rotary_features, prepared, q_out)
         if k is None:
             return (q_rot, freqs) if return_freqs else q_rot
         if k_dtype != q_dtype:  # each input is rotated by tables of its own dtype
             cos, sin, prepared = tables(xp, k, freqs, where, k_dtype, cache=cache, layout=self.layout, axes=self.axes)
-        k_rot = rotate_features(module, xp, k, cos, sin, self.layout, self.rotary_features, prepared, k_out)
+        k_rot = rotate(module, xp, k, cos, sin, self.layout, self.rotary_features, prepared, k_out)
         return (q_rot, k_rot, freqs) if return_freqs else (q_rot, k_rot)
 
     def _select(self, xp: Namespace, length: int | None) -> RopeFrequencies:

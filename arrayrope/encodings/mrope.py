@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 
@@ -16,8 +16,9 @@ from ..tables import rope_tables
 
 __all__ = ["mrope_tables"]
 
-#: How the axes share the pairs: consecutive sections (False), turns (True), or "spatial" (ERNIE 4.5 VL)
-Interleaving: TypeAlias = bool | Literal["spatial"]
+#: How the axes share the pairs: consecutive sections (False), turns (True), "spatial" (ERNIE 4.5 VL), or
+#: "full_width" (HunYuan-VL: sections of features over the whole rotary width, halves included)
+Interleaving: TypeAlias = bool | Literal["spatial", "full_width"]
 
 
 def mrope_tables(
@@ -63,6 +64,8 @@ def mrope_tables(
         Qwen3-VL slices them.
     interleaved : bool or "spatial"
         Qwen3-VL's assignment (True) or ERNIE 4.5 VL's ("spatial") instead of consecutive sections.
+        HunYuan-VL's ``"full_width"`` sections turn the two features of a pair by different axes: no
+        table of pairs holds them, and they are refused (:class:`RotaryEmbedding` applies them).
     xp : namespace, optional
         Array namespace for int or tuple positions (default NumPy); inferred from an array.
     dtype : dtype or str, optional
@@ -89,11 +92,38 @@ def mrope_tables(
     >>> bool(np.all(sin[..., :16] == 0))  # temporal section: position 0 everywhere
     True
     """
-    if not isinstance(freqs, RopeFrequencies):
-        raise TypeError(f"freqs must be a RopeFrequencies from rope_frequencies(), got {type(freqs).__name__}")
     sections = checks.int_sequence(sections, "sections", positive=True)
     interleaved = interleaving(interleaved, "interleaved")
-    pair_axes(sections, interleaved, freqs.rotary_dim // 2, "sections")  # checked before anything is computed
+    (cos, sin), _ = _tables(freqs, positions, sections, (interleaved,), xp, dtype, device)
+    return cos, sin
+
+
+def half_tables(
+    freqs: RopeFrequencies, positions: Array, *, sections: Sequence[int], interleaved: Interleaving, dtype: DType
+) -> tuple[tuple[Array, Array], tuple[Array, Array] | None]:
+    """:func:`mrope_tables` for any form: the tables of the first features of the pairs, and those of the
+    second features where they differ (``"full_width"``, HunYuan-VL's), else None."""
+    if interleaved != "full_width":
+        return _tables(freqs, positions, sections, (interleaved,), None, dtype, None)
+    return _tables(freqs, positions, sections, ("first", "second"), None, dtype, None)
+
+
+def _tables(
+    freqs: RopeFrequencies,
+    positions: Array,
+    sections: Sequence[int],
+    forms: tuple[object, ...],
+    xp: Namespace | None,
+    dtype: DType | None,
+    device: Device,
+) -> tuple[tuple[Array, Array], Any]:
+    """cos/sin of the pairs whose axes ``forms[0]`` gives (an :data:`Interleaving`, or ``"first"``: the first
+    features of full-width sections), and of ``forms[1]``'s (``"second"``) where given, else None."""
+    if not isinstance(freqs, RopeFrequencies):
+        raise TypeError(f"freqs must be a RopeFrequencies from rope_frequencies(), got {type(freqs).__name__}")
+    pairs = freqs.rotary_dim // 2
+    for form in forms:  # checked before anything is computed
+        _axes(tuple(sections), form, pairs)
     n = len(sections)
     if isinstance(positions, (int, float)):
         raise TypeError(f"positions must be an array of shape ({n}, ...), got {positions!r}")
@@ -105,25 +135,36 @@ def mrope_tables(
         )
     cos_all, sin_all = rope_tables(freqs, positions, xp=xp, dtype=dtype, device=device)
     ns = backends.namespace(cos_all)
-    cos, sin = cos_all[0, ...], sin_all[0, ...]
     dev = backends.device_of(cos_all) if device is None else device
-    axis_of = backends.constant(ns, pair_axes, (tuple(sections), interleaved, freqs.rotary_dim // 2), dev)
-    for a in range(1, n):
-        mask = axis_of == a
-        cos = ns.where(mask, cos_all[a, ...], cos)
-        sin = ns.where(mask, sin_all[a, ...], sin)
-    return cos, sin
+    found = []
+    for form in forms:
+        cos, sin = cos_all[0, ...], sin_all[0, ...]
+        axis_of = backends.constant(ns, _axes, (tuple(sections), form, pairs), dev)
+        for a in range(1, n):
+            mask = axis_of == a
+            cos = ns.where(mask, cos_all[a, ...], cos)
+            sin = ns.where(mask, sin_all[a, ...], sin)
+        found.append((cos, sin))
+    return found[0], (found[1] if len(found) > 1 else None)
+
+
+def _axes(sections: tuple[int, ...], form: object, pairs: int) -> np.ndarray:
+    """:func:`pair_axes` of ``form``, or of the first or second features of full-width sections."""
+    if form == "first" or form == "second":
+        return half_axes(sections, "full_width", pairs)[0 if form == "first" else 1]
+    return pair_axes(sections, form, pairs)  # type: ignore[arg-type]  # an Interleaving
 
 
 def interleaving(value: object, name: str) -> Interleaving:
     """``value`` checked as an :data:`Interleaving`: True, False (NumPy's ``bool_`` too) or ``"spatial"``."""
-    if isinstance(value, str) and value == "spatial":
-        return "spatial"
+    if isinstance(value, str) and value in ("spatial", "full_width"):
+        return "spatial" if value == "spatial" else "full_width"
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     raise TypeError(
-        f"{name} must be True (Qwen3-VL's turns), False (consecutive sections) or 'spatial' (ERNIE 4.5 VL's "
-        f"turns of the spatial axes, then the temporal section), got {value!r} ({type(value).__name__})"
+        f"{name} must be True (Qwen3-VL's turns), False (consecutive sections), 'spatial' (ERNIE 4.5 VL's "
+        "turns of the spatial axes, then the temporal section) or 'full_width' (HunYuan-VL's sections of "
+        f"features over the whole rotary width), got {value!r} ({type(value).__name__})"
     )
 
 
@@ -148,6 +189,13 @@ def pair_axes(sections: Sequence[int], interleaved: Interleaving, pairs: int, na
     ``name``: what the caller calls the sections, for the error.
     """
     n = len(sections)
+    if interleaved == "full_width":
+        half_axes(sections, interleaved, pairs, name)  # its sections checked first
+        raise ValueError(
+            f"{name}={list(sections)} with interleaved='full_width' (HunYuan-VL's sections over the whole rotary "
+            "width) turn the two features of a pair by the positions of different axes: no table of pairs holds "
+            "them; RotaryEmbedding(..., mrope_interleaved='full_width') applies them"
+        )
     if interleaved == "spatial":
         if n < 2 or len(set(sections[1:])) != 1 or sum(sections) != pairs:
             raise ValueError(
@@ -169,3 +217,26 @@ def pair_axes(sections: Sequence[int], interleaved: Interleaving, pairs: int, na
     for a in range(1, n):
         axis_of[(k % n == a) & (k < n * sections[a])] = a
     return axis_of
+
+
+def half_axes(
+    sections: Sequence[int], interleaved: Interleaving, pairs: int, name: str = "sections"
+) -> tuple[np.ndarray, np.ndarray]:
+    """The axis whose position turns the first feature of each of the ``pairs`` pairs, and the second's.
+
+    Both are :func:`pair_axes` except for ``"full_width"`` sections (HunYuan-VL's), which split the whole
+    rotary width, the half-split layout's two halves one after the other: axis ``a`` drives
+    ``2 * sections[a]`` consecutive features, so the sections sum to ``pairs`` and the two features of a
+    pair (``i`` and ``i + pairs``) turn by different axes.
+    """
+    if interleaved != "full_width":
+        axes = pair_axes(sections, interleaved, pairs, name)
+        return axes, axes
+    if len(sections) < 2 or sum(sections) != pairs:
+        raise ValueError(
+            f"{name}={list(sections)}: full-width sections (HunYuan-VL's) give each of at least two axes "
+            f"2 * section consecutive features of the rotary width, summing to rotary_dim // 2 = {pairs} pairs; "
+            f"these sum to {sum(sections)}"
+        )
+    features = np.repeat(np.arange(len(sections), dtype=np.int64), 2 * np.asarray(sections, dtype=np.int64))
+    return features[:pairs], features[pairs:]

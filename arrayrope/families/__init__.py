@@ -78,10 +78,13 @@ class Family:
     mrope : mapping
         Multimodal RoPE (M-RoPE): ``{"sections": [16, 24, 24], "interleaved": False}``, the rotary pairs
         each position axis drives where a config states no ``mrope_section``, and whether the axes take
-        turns pair by pair (Qwen3-VL) rather than holding consecutive sections; empty for 1-D RoPE. With
-        ``"stated": False`` where the family's code ignores a stated ``mrope_section`` (NeoMME), ``"layer_types"``
-        where the sections differ per layer type, or only ``"refused"``: why arrayrope does not model the
-        family's multimodal rope (its text positions, the same on every axis, are read as 1-D RoPE).
+        turns pair by pair (Qwen3-VL) rather than holding consecutive sections (``"spatial"``: ERNIE 4.5 VL's
+        turns; ``"full_width"``: HunYuan-VL's sections over the whole rotary width); empty for 1-D RoPE. With
+        ``"stated": False`` where the family's code ignores a stated ``mrope_section`` (NeoMME), ``"required":
+        True`` where its code has no default and a config must state them (the sections are then a published
+        checkpoint's), ``"layer_types"`` where the sections differ per layer type, or only ``"refused"``: why
+        arrayrope does not model the family's multimodal rope (its text positions, the same on every axis, are
+        read as 1-D RoPE).
     output_order : str or None
         ``"half"`` where the apply function writes half-split order from interleaved input.
     config_path : tuple of str

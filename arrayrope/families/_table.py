@@ -1769,9 +1769,7 @@ FAMILIES: dict[str, dict[str, Any]] = {'afmoe': {'defaults': {'head_dim': 128,
                      'legacy': {'partial_rotary_factor': [['', 'partial_rotary_factor']],
                                 'rope_theta': [['', 'rope_theta']]},
                      'legacy_stated': ['rope_theta'],
-                     'mrope': {'refused': 'its multimodal rope: the two features of its rotary pairs [0, 1, 2, '
-                                          '3]... turn by the positions of different axes ([0, 2] for pair 0), '
-                                          'which is no rotation of a pair by one position'},
+                     'mrope': {'interleaved': 'full_width', 'required': True, 'sections': [16, 16, 16, 16]},
                      'rotary_features': 'leading',
                      'variants': {'dynamic+alpha': 'ntk_alpha'}},
  'hy_v3': {'defaults': {'head_dim': 128,

@@ -312,12 +312,16 @@ def _compare_layer(use: hp.Use, probe: Any, config: Any, cfg: dict[str, Any], id
     try:
         f, rope = _arrayrope(cfg, layer_type, idx, seq)
     except Refused as exc:
-        return f"refused: {exc}"
+        refused = f"refused: {exc}"
+    else:
+        refused = ""
     try:
         _, rotating = hp.rotating_features(att)
         att.run(SCORE_POSITIONS[SCORE_POSITIONS < 2048], batch=1)
-    except Exception as exc:
+    except Exception as exc:  # a refusal of a config transformers cannot run either counts as its failure
         raise TransformersFails(f"{type(exc).__name__}: {exc}") from None
+    if refused:
+        return refused
     if not rotating.size:  # a layer without RoPE: arrayrope gives the identity there
         assert not np.any(f.inv_freq), (idx, f)
         _scores(att, rope, f, SCORE_POSITIONS)
@@ -421,6 +425,8 @@ def _composite(model_type: str, entry: dict[str, Any], record: Any) -> None:
         )
     except ValueError as exc:
         outcome, note = "refused", str(exc)
+        if fam.mrope.get("required") and "needs rope_parameters['mrope_section']" in note:
+            outcome = "transformers fails"  # the table's "required": its rotary module fails without them too
     _record_sweep(record, model_type, "composite", layout="", dtype="", outcome=outcome, note=note)
 
 

@@ -295,15 +295,23 @@ def test_mrope_sections(model_type, layer_type):
     assert np.allclose(c.reshape(-1), theirs_c, atol=2e-4) and np.allclose(z.reshape(-1), theirs_s, atol=2e-4)
 
 
-@pytest.mark.parametrize("model_type", ["hunyuan_vl_text"])
-def test_mrope_arrayrope_does_not_model_is_recorded(model_type):
-    """HunYuan-VL turns the two features of a pair by different axes: no sections arrayrope's M-RoPE takes. The
-    table says so; text is 1-D RoPE. (ERNIE 4.5 VL's height and width taking turns before its temporal pairs are
-    ``interleaved="spatial"``, compared above.)"""
-    fam = family(model_type)
-    assert fam is not None
-    reason = fam.mrope.get("refused", "")
-    assert "multimodal rope" in reason
-    config = next(hp.tiny_configs(_use(model_type).config_cls, **CHECKPOINT_KEYS.get(model_type, {})))
-    cfg = {"model_type": model_type, **config.probe_kwargs}
-    assert arrayrope.config.settings(cfg).mrope is None
+def test_mrope_full_width_sections_are_the_module_s_columns():
+    """HunYuan-VL's sections split the whole rotary width, so the two features of a pair turn by different axes:
+    the tables of the pairs' first features and of their second are its module's two halves of columns."""
+    from arrayrope.encodings.mrope import half_tables
+
+    model_type = "hunyuan_vl_text"
+    config = next(hp.tiny_configs(_use(model_type).config_cls, **CHECKPOINT_KEYS[model_type]))
+    module = _module(model_type, config)
+    ids = np.array([3, 50, 900, 200])
+    with torch.no_grad():
+        cos, sin = module(torch.zeros(1, 1, 8), torch.from_numpy(ids).reshape(4, 1, 1))
+    s = arrayrope.config.settings({"model_type": model_type, **config.probe_kwargs})
+    assert s.mrope == ((16, 16, 16, 16), "full_width")
+    first, second = half_tables(s.freqs, ids[:, None], sections=s.mrope[0], interleaved="full_width", dtype="float64")
+    assert second is not None
+    ours_c = np.concatenate([first[0], second[0]], axis=-1).reshape(-1)
+    ours_s = np.concatenate([first[1], second[1]], axis=-1).reshape(-1)
+    assert np.allclose(ours_c, cos.double().numpy().reshape(-1), atol=2e-4)
+    assert np.allclose(ours_s, sin.double().numpy().reshape(-1), atol=2e-4)
+    assert not np.allclose(first[0], second[0], atol=1e-2)  # the halves differ: no rotation of pairs by one axis

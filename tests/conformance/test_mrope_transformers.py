@@ -2,7 +2,8 @@
 
 For every model type of arrayrope's family table with M-RoPE facts (``Family.mrope``: Qwen2-VL, Qwen2.5-VL,
 Qwen2.5-Omni, Qwen3-VL and its MoE, Qwen3.5, Qwen3-Omni, GLM-4V and its MoE, GLM-Image, GLM-OCR,
-PaddleOCR-VL, Cosmos3-Edge, HY-V4-VL, NeoMME, Cohere Compass, ERNIE 4.5 VL, and any family the table gains), the
+PaddleOCR-VL, Cosmos3-Edge, HY-V4-VL, HunYuan-VL, NeoMME, Cohere Compass, ERNIE 4.5 VL, and any family the
+table gains), the
 family's
 rotary module and attention layer are built from a small config of that family (two heads, few layers, the
 family's head dim and rope parameters, ``tools/_hf_probe.py``; each layer type apart where its rope parameters
@@ -22,9 +23,12 @@ transformers saves. Compared with
   float64 by transformers, its apply function replaced by the identity for the unrotated ones);
 * float32: the family's rotary module and apply function run in float32.
 
-Families whose M-RoPE the table records as refused (HunYuan-VL turns the two features of a pair by different
-axes) are not compared: their
-positions ``(axes, B, S)`` must be refused with that reason, their text positions computed as 1-D RoPE.
+HunYuan-VL's sections split the whole rotary width (the two features of a pair turn by different axes), and
+its layer normalizes q and k after rotating them, which commutes with no such turn: its float64 queries and
+keys are compared where its apply function takes and returns them. Its code has no default sections: a config
+that states none is refused by both. Families whose M-RoPE the table records as refused (none in this
+release) are not compared: their positions ``(axes, B, S)`` must be refused with that reason, their text
+positions computed as 1-D RoPE.
 
 Tolerance (``_conformance``): transformers' tables come from float32 angles ``position * inv_freq``
 with its float32 ``inv_freq`` (``table_bound``, at the largest position of the token on any axis), and
@@ -122,6 +126,24 @@ class MRopeAttention(hp.Attention):
 
     def position_embeddings(self, x: Any, positions: np.ndarray) -> Any:
         return _cos_sin(self.rotary, x, self.ids, self.layer_type)
+
+    def applied(self) -> tuple[Any, Any, Any, Any] | None:
+        """The query and key the layer's apply function receives and returns (its first call, float64); None
+        where it rotates one tensor per call (Qwen4-exp)."""
+        seen: list[tuple[Any, ...]] = []
+
+        def wrap(name: str, fn: Any) -> Any:
+            def record(*args: Any, **kwargs: Any) -> Any:
+                out = fn(*args, **kwargs)
+                if len(args) >= 2 and isinstance(out, tuple) and len(out) >= 2:
+                    seen.append((args[0], args[1], out[0], out[1]))
+                return out
+
+            return record
+
+        with hp._patched(self.use.module, self.use.apply_names, wrap):
+            self.run(np.arange(SEQ), batch=BATCH)
+        return seen[0] if seen else None
 
 
 def _cos_sin(rot: Any, x: Any, ids: np.ndarray, layer_type: str | None) -> Any:
@@ -311,8 +333,23 @@ def test_rotation_is_the_family_s_own(model_type, variant, kind, record):
         pytest.skip("consecutive and spatial sections must cover the rotary pairs: transformers splits by them")
     use, probe_config = _family(model_type)
     config, cfg = _config(use, probe_config, variant)
+    if variant == "family default" and FAMILIES[model_type]["mrope"].get("required"):
+        _both_refuse(use, config, cfg, model_type)
+        return
     for layer_type in _per_type(config):  # each layer type with its own rope parameters (NeoMME), else once
         _check(use, config, cfg, model_type, variant, kind, layer_type, record)
+
+
+def _both_refuse(use: hp.Use, config: Any, cfg: dict[str, Any], model_type: str) -> None:
+    """A family whose code has no default sections (the table's ``required``: HunYuan-VL), given a config that
+    states none: its rotary module fails on position ids, and arrayrope refuses the config, saying what to state."""
+    ids = position_ids("text", len(_sections(model_type, None)))
+    with hp.quiet():
+        rot = use.rotary(config)
+    with hp.quiet(), pytest.raises(Exception):  # noqa: B017  # transformers' own failure, whatever it is
+        _cos_sin(rot, torch.zeros(1), ids, None)
+    with pytest.raises(ValueError, match=r"needs rope_parameters\['mrope_section'\]"):
+        arrayrope.RotaryEmbedding.from_config(cfg)
 
 
 def _check(use: hp.Use, config: Any, cfg: dict[str, Any], model_type: str, variant: str, kind: str, layer_type, record):
@@ -333,9 +370,14 @@ def _check(use: hp.Use, config: Any, cfg: dict[str, Any], model_type: str, varia
     q1, k1 = att.run(np.arange(SEQ), batch=BATCH)
     inv_lib, factor = hp.module_frequencies(att.rotary, att.layer_type)
     assert inv_lib is not None and factor == pytest.approx(f.attention_factor, rel=4 * EPS["float32"])
-    qa, ka = rope(q0, k0, positions=torch.from_numpy(ids))
     rot = _rotary(use, config)
     lib64 = "float32" if _apply_rounds_to_float32(use, rot, len(sections), att.layer_type) else "float64"
+    applied = att.applied()
+    if applied is not None and applied[0].shape == q0.shape and not torch.equal(applied[0], q0):
+        # the layer changes q after rotating it (HunYuan-VL's norm of q and k, which commutes with no rotation of
+        # pairs by different axes): compared where it rotates
+        q0, k0, q1, k1 = applied
+    qa, ka = rope(q0, k0, positions=torch.from_numpy(ids))
     worst = _compare(q0, k0, q1, k1, qa, ka, ids, inv_lib, f, "float64", rope, lib64)
 
     # float32: the family's rotary module and apply function, in float32

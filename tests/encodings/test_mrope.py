@@ -168,5 +168,10 @@ def test_mrope_bad_input():
         arrayrope.mrope_tables(f, pos, sections=(4, 6, 5), interleaved="spatial")
     with pytest.raises(ValueError, match=r"sections=\[4, 5, 5\]: spatial sections .* 16"):
         arrayrope.mrope_tables(f, pos, sections=(4, 5, 5), interleaved="spatial")
-    with pytest.raises(TypeError, match=r"interleaved must be True .* or 'spatial'.*got 'ernie'"):
+    with pytest.raises(TypeError, match=r"interleaved must be True .* 'spatial' .* or 'full_width' .*got 'ernie'"):
         arrayrope.mrope_tables(f, pos, sections=(4, 6, 6), interleaved="ernie")
+    # HunYuan-VL's full-width sections: no table of pairs holds them (RotaryEmbedding applies them)
+    with pytest.raises(ValueError, match=r"sections=\[4, 4, 4, 3\]: full-width sections .* 16 pairs; these sum to 15"):
+        arrayrope.mrope_tables(f, np.zeros((4, 1, 2), int), sections=(4, 4, 4, 3), interleaved="full_width")
+    with pytest.raises(ValueError, match=r"different axes: no table of pairs .* mrope_interleaved='full_width'"):
+        arrayrope.mrope_tables(f, np.zeros((4, 1, 2), int), sections=(4, 4, 4, 4), interleaved="full_width")

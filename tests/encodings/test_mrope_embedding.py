@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import arrayrope as ar
-from helpers import inv_freq_formula, rotation_matrix
+from arrayrope.testing import to_numpy
+from helpers import check_like, inv_freq_formula, rotation_matrix
 
 LAYOUTS = ("half", "interleaved")
 
@@ -208,3 +209,94 @@ def test_torch_compile_and_torch_export_compute_mrope():
         for a, e in zip(got, eager, strict=True):
             assert a.dtype == torch.float32
             torch.testing.assert_close(a, e, rtol=0, atol=4e-7 * float(args[0].abs().max()))
+
+
+# ---- HunYuan-VL's full-width sections: a pair's two features turn by different axes ----
+
+
+def _full_width_oracle(x, ids, inv_freq, sections, features):
+    """x (B, H, S, D) float64 times the explicit matrix of ``x * cos + rotate_half(x) * sin`` over its rotary
+    features, each feature's angle from the axis its section of the whole rotary width (``2 * sections[a]``
+    features for axis ``a``) gives it."""
+    r = 2 * sum(sections)
+    h, d = r // 2, x.shape[-1]
+    lo = 0 if features == "leading" else d - r
+    axis = np.repeat(np.arange(len(sections)), 2 * np.asarray(sections))
+    out = np.array(x, dtype=np.float64)
+    for b in range(x.shape[0]):
+        for s in range(x.shape[2]):
+            angle = ids[axis, b, s] * np.concatenate([inv_freq, inv_freq])
+            m = np.diag(np.cos(angle))
+            m[np.arange(h), np.arange(h) + h] = -np.sin(angle[:h])
+            m[np.arange(h) + h, np.arange(h)] = np.sin(angle[h:])
+            out[b, :, s, lo : lo + r] = x[b, :, s, lo : lo + r].astype(np.float64) @ m.T
+    return out
+
+
+@pytest.mark.parametrize("features", ["leading", "trailing"])
+def test_full_width_sections_turn_each_feature_by_its_axis(xp, backend, features):
+    """Every backend, q and k (fewer heads), partial rotary (leading or trailing features), float32 against the
+    float64 matrix; text positions, the same on every axis, are 1-D RoPE."""
+    sections, rotary, d = (2, 1, 3, 2), 16, 20
+    rope = ar.RotaryEmbedding(
+        d, rotary_dim=rotary, rotary_features=features, mrope_sections=sections, mrope_interleaved="full_width"
+    )
+    assert (rope.mrope_sections, rope.mrope_interleaved) == (sections, "full_width")
+    rng = np.random.default_rng(5)
+    q, k = rng.standard_normal((2, 3, 6, d)), rng.standard_normal((2, 1, 6, d))
+    ids = _ids(4, 2, 6, seed=6)
+    inv = inv_freq_formula(rotary, 1e4)
+    qa, ka = rope(
+        backend.asarray(q.astype(np.float32)), backend.asarray(k.astype(np.float32)), positions=backend.asarray(ids)
+    )
+    for got, x in ((qa, q), (ka, k)):
+        check_like(got, backend, "float32", x.shape)
+        want = _full_width_oracle(x.astype(np.float32), ids, inv, sections, features)
+        np.testing.assert_allclose(to_numpy(got), want, rtol=0, atol=8 * 2.0**-23 * np.abs(x).max())
+    assert np.abs(to_numpy(qa) - _oracle_text(q, ids, rope)).max() > 0.1  # the axes matter
+    text = np.broadcast_to(ids[:1], ids.shape).copy()
+    plain = ar.RotaryEmbedding(d, rotary_dim=rotary, rotary_features=features)
+    x = backend.asarray(q.astype(np.float32))
+    np.testing.assert_array_equal(
+        to_numpy(rope(x, positions=backend.asarray(text))), to_numpy(plain(x, positions=backend.asarray(text[0])))
+    )
+
+
+def _oracle_text(q, ids, rope):
+    """q rotated as 1-D RoPE by the first axis's positions alone (what ignoring the other axes would give)."""
+    plain = ar.RotaryEmbedding(rope.head_dim, rotary_dim=rope.rotary_dim, rotary_features=rope.rotary_features)
+    return plain(q.astype(np.float32), positions=ids[0]).astype(np.float64)
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+def test_full_width_sections_into_the_callers_arrays(lib):
+    """q rotated in place and k into a cache slice: the values of a fresh call."""
+    rope = ar.RotaryEmbedding(16, mrope_sections=(1, 3, 2, 2), mrope_interleaved="full_width")
+    rng = np.random.default_rng(7)
+    q, k = rng.standard_normal((1, 2, 3, 16)).astype(np.float32), rng.standard_normal((1, 1, 3, 16)).astype(np.float32)
+    ids = _ids(4, 1, 3, seed=8)
+    if lib == "torch":
+        torch = pytest.importorskip("torch")
+        q, k, ids = torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(ids)
+        cache = torch.zeros((1, 1, 8, 16))
+    else:
+        cache = np.zeros((1, 1, 8, 16), dtype=np.float32)
+    fresh = [to_numpy(a) for a in rope(q, k, positions=ids)]
+    q_rot, _ = rope(q, k, positions=ids, q_out=q, k_out=cache[:, :, 2:5])
+    assert q_rot is q
+    np.testing.assert_array_equal(to_numpy(q), fresh[0])
+    np.testing.assert_array_equal(to_numpy(cache[:, :, 2:5]), fresh[1])
+
+
+def test_full_width_sections_are_checked_by_name():
+    with pytest.raises(ValueError, match=r"mrope_sections=\[16, 16, 16\]: full-width sections .* these sum to 48"):
+        ar.RotaryEmbedding(128, mrope_sections=(16, 16, 16), mrope_interleaved="full_width")
+    with pytest.raises(ValueError, match=r"'full_width' .* with layout='interleaved' pass consecutive sections"):
+        ar.RotaryEmbedding(128, layout="interleaved", mrope_sections=(16,) * 4, mrope_interleaved="full_width")
+    cfg = {"model_type": "hunyuan_vl_text", "head_dim": 128, "num_attention_heads": 2, "hidden_size": 256}
+    with pytest.raises(ValueError, match=r"needs rope_parameters\['mrope_section'\]"):
+        ar.RotaryEmbedding.from_config({**cfg, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}})
+    rope = ar.RotaryEmbedding.from_config(
+        {**cfg, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [8, 24, 16, 16]}}
+    )
+    assert (rope.mrope_sections, rope.mrope_interleaved) == ((8, 24, 16, 16), "full_width")

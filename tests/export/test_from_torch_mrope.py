@@ -74,7 +74,7 @@ def image_ids(n_axes, batch, seq, *, rng):
         start = int(rng.integers(0, 8)) + 3 * b
         ids = [np.full(n_axes, start + i) for i in range(2)]
         base = start + 2
-        ids += [np.array([base, base + r, base + c][:n_axes]) for r in range(2) for c in range(3)]
+        ids += [np.array([base, base + r, base + c, base + r + c][:n_axes]) for r in range(2) for c in range(3)]
         top = int(np.max(ids)) + 1
         ids += [np.full(n_axes, top + i) for i in range(seq - len(ids))]
         rows.append(np.stack(ids[:seq], axis=1))
@@ -124,7 +124,16 @@ def run(model, q, k, ids):
 
 
 def oracle(rope, x, ids):
-    """The core's M-RoPE tables and rotation in float64."""
+    """The core's M-RoPE tables and rotation in float64; HunYuan-VL's full-width sections written out (the angle of
+    each feature, by the axis its section of the rotary width gives it, in ``x * cos + rotate_half(x) * sin``)."""
+    if rope.mrope_interleaved == "full_width":
+        inv, d = np.asarray(rope.freqs.inv_freq), rope.freqs.rotary_dim
+        axis = np.repeat(np.arange(len(rope.mrope_sections)), 2 * np.asarray(rope.mrope_sections))
+        angles = np.moveaxis(ids[axis], 0, -1) * np.concatenate([inv, inv])  # (B, S, d)
+        angles = np.expand_dims(angles, 1 if rope.axes == "bhsd" else 2)
+        x = np.asarray(x, np.float64)
+        half = np.concatenate([-x[..., d // 2 : d], x[..., : d // 2]], axis=-1)
+        return np.concatenate([x[..., :d] * np.cos(angles) + half * np.sin(angles), x[..., d:]], axis=-1)
     cos, sin = arrayrope.mrope_tables(
         rope.freqs, ids, sections=rope.mrope_sections, interleaved=rope.mrope_interleaved, dtype=np.float64
     )
@@ -298,20 +307,15 @@ def test_the_op_recorded_without_mrope_keeps_its_meaning():
 REFUSED = {  # the instance, the number of position axes passed, what the ValueError says
     "other axes": ("qwen2vl", 2, "give 2 position axes, but mrope_sections=(2, 3, 3) drive 3"),
     "no sections": (None, 3, "multimodal RoPE's, which this instance does not compute (pass mrope_sections="),
-    "spatial": ("spatial", 3, "mrope_interleaved='spatial' (ERNIE 4.5 VL's M-RoPE) is not exported"),
 }
 
 
 @pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
 @pytest.mark.parametrize("case", list(REFUSED))
 def test_positions_that_do_not_fit_the_instance_are_refused(case, dynamo):
-    """Checked before the op is recorded, as an eager call checks them, with what to pass; ERNIE 4.5 VL's spatial
-    M-RoPE, which the op does not carry, is refused."""
+    """Checked before the op is recorded, as an eager call checks them, with what to pass."""
     assignment, n_axes, message = REFUSED[case]
-    if assignment == "spatial":  # ERNIE 4.5 VL's: computed eagerly, not written by the export layer
-        mod = module("qwen2vl", mrope_interleaved="spatial")
-    else:
-        mod = module(assignment) if assignment else Attention(arrayrope.RotaryEmbedding(HEAD_DIM))
+    mod = module(assignment) if assignment else Attention(arrayrope.RotaryEmbedding(HEAD_DIM))
     args = (*(torch.randn(s) for s in shapes("bhsd", 2, 5)), torch.zeros(n_axes, 2, 5, dtype=torch.int64))
     chain = []
     with warnings.catch_warnings():
@@ -324,6 +328,25 @@ def test_positions_that_do_not_fit_the_instance_are_refused(case, dynamo):
                 chain.append(error)
                 error = error.__cause__ or error.__context__
     assert any(isinstance(e, ValueError) and message in str(e) for e in chain), chain
+
+
+#: forms the op does not carry: ERNIE 4.5 VL's spatial turns (its interleaved pairs) and HunYuan-VL's full-width
+#: sections over four axes (a pair's two features turning by different axes)
+TRACED = {
+    "spatial": {"mrope_sections": (2, 3, 3), "mrope_interleaved": "spatial", "layout": "interleaved"},
+    "full_width": {"mrope_sections": (2, 2, 2, 2), "mrope_interleaved": "full_width"},
+}
+
+
+@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
+@pytest.mark.parametrize("form", list(TRACED))
+def test_forms_the_op_does_not_carry_export_their_computation(form, dynamo):
+    """The exporter traces the RotaryEmbedding's own computation: standard ops, no Cos, Sin or float64 (the exact
+    float32 method), right at ids far beyond any cache."""
+    mod = Attention(arrayrope.RotaryEmbedding(HEAD_DIM, **TRACED[form]))
+    model = export(mod, dynamo=dynamo, opset=18)
+    check_nodes(model, "portable")
+    check_runs(model, mod, high=1 << 20)
 
 
 # --- modules built from the configs of transformers' families -----------------------------------------------------
