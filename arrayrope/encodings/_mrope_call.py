@@ -10,6 +10,7 @@ writes arrayrope's own rotation (``torch.onnx.export``), M-RoPE positions reach 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from .._lib import checks
@@ -18,7 +19,7 @@ from ..apply import rotate_features
 from ..backends import Library
 from .mrope import Interleaving, half_axes, interleaving
 
-__all__ = ["Interleaving", "MRope", "check_positions", "mrope_of", "rotate_halves"]
+__all__ = ["Interleaving", "MRope", "check_positions", "mrope_of", "rotate_halves", "rotation"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -50,6 +51,12 @@ def mrope_of(sections: Any, interleaved: Any, rotary_dim: int, name: str, layout
     sections = checks.int_sequence(sections, name, positive=True)
     half_axes(sections, interleaved, rotary_dim // 2, name)
     return MRope(tuple(sections), interleaved)
+
+
+def rotation(mrope: MRope | None) -> Callable[..., Array]:
+    """The rotation of a call at positions of ``mrope`` (None: 1-D): :func:`rotate_halves` for full-width sections,
+    else :func:`~arrayrope.apply.rotate_features`."""
+    return rotate_halves if mrope is not None and mrope.interleaved == "full_width" else rotate_features
 
 
 def rotate_halves(

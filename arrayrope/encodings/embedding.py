@@ -10,13 +10,12 @@ from typing import Any, Literal, overload
 from .. import backends
 from .._lib import checks
 from .._lib.types import AXES, ROTARY_FEATURES, Array, Axes, Layout, Namespace, RotaryFeatures
-from ..apply import rotate_features
 from ..config import settings
 from ..frequencies import RopeFrequencies, rope_frequencies
 from ..scaling import rope_type
 from ._cache import TableCache
 from ._call import check_inputs, check_outs, exported, positions_of, tables
-from ._mrope_call import Interleaving, MRope, mrope_of, rotate_halves
+from ._mrope_call import Interleaving, MRope, mrope_of, rotation
 from ._resize import Resizer
 
 __all__ = ["RotaryEmbedding"]
@@ -53,25 +52,22 @@ class RotaryEmbedding:
         also take positions of shape ``(len(mrope_sections), B, S)`` (see :func:`mrope_tables`).
         Kept as the attribute ``mrope_sections`` (a tuple; None for 1-D RoPE).
     mrope_interleaved : bool or {"spatial", "full_width"}
-        Whether the axes take turns pair by pair (Qwen3-VL), hold consecutive sections (False: Qwen2-VL,
-        GLM-4V), or ``"spatial"`` (ERNIE 4.5 VL; :func:`mrope_tables`), or ``"full_width"`` (HunYuan-VL,
-        ``layout="half"``): axis ``a`` turns ``2 * mrope_sections[a]`` consecutive features of the whole
-        rotary width, the two halves one after the other, so a pair's two features may turn by different
-        axes. The attribute ``mrope_interleaved``.
+        Axes taking turns pair by pair (Qwen3-VL), consecutive sections (False: Qwen2-VL, GLM-4V),
+        ``"spatial"`` (ERNIE 4.5 VL; :func:`mrope_tables`) or ``"full_width"`` (HunYuan-VL, half-split:
+        axis ``a`` turns ``2 * mrope_sections[a]`` consecutive features of the rotary width, so a pair's
+        two features may turn by different axes). The attribute ``mrope_interleaved``.
 
     Notes
     -----
-    Tables for positions ``0..N-1`` are computed on the host in float64 and kept
-    per (namespace, device, dtype); ``N`` doubles when a call needs more, up to
-    ``2**17`` positions. A call beyond that computes the tables of its own positions
-    only (a decode step at position ``2**31`` costs what one at position 10 does, and
-    is as exact). The cache is guarded by a lock, so one instance serves several
-    threads. Explicit ``positions``, per-batch ``offset`` arrays and traced 0-d offsets
-    compute their tables directly from the positions (no cache lookup, exact at every
-    position), which also holds under ``jax.jit``; offsets plus steps are added in
-    int64 (int32 where the device has no int64), never in the offsets' own dtype. Tables are float32, or float64 for
-    float64 inputs; float16 and bfloat16 inputs are rotated in float32 and rounded
-    once. ``q`` and ``k`` of different dtypes each get the tables of their own.
+    Tables for positions ``0..N-1`` are computed on the host in float64 and kept per (namespace, device,
+    dtype); ``N`` doubles when a call needs more, up to ``2**17`` positions. A call beyond that computes the
+    tables of its own positions only (a decode step at position ``2**31`` costs what one at position 10 does,
+    and is as exact). The cache is guarded by a lock, so one instance serves several threads. Explicit
+    ``positions``, per-batch ``offset`` arrays and traced 0-d offsets compute their tables directly from the
+    positions (no cache lookup, exact at every position), which also holds under ``jax.jit``; offsets plus
+    steps are added in int64 (int32 where the device has no int64), never in the offsets' own dtype. Tables
+    are float32, or float64 for float64 inputs; float16 and bfloat16 inputs are rotated in float32 and
+    rounded once. ``q`` and ``k`` of different dtypes each get the tables of their own.
 
     Rope types that depend on the sequence length change ``freqs`` during calls,
     as Hugging Face transformers does. The length ``L`` of a call is
@@ -434,7 +430,7 @@ axes='bhsd', rotary_features='trailing')
         # The tables are built here to broadcast against q and k: no need to check them again.
         cache = self._cache if freqs is self._start_freqs else None  # it holds the starting frequencies' tables
         cos, sin, prepared = tables(xp, q, freqs, where, q_dtype, cache=cache, layout=self.layout, axes=self.axes)
-        rotate = rotate_features if where.mrope is None or where.mrope.interleaved != "full_width" else rotate_halves
+        rotate = rotation(where.mrope)  # rotate_features, or M-RoPE's of full-width sections
         q_rot = rotate(module, xp, q, cos, sin, self.layout, self.rotary_features, prepared, q_out)
         if k is None:
             return (q_rot, freqs) if return_freqs else q_rot
