@@ -279,6 +279,14 @@ def mrope(
 
     stated = params.pop("mrope_section", None)
     params.pop("mrope_interleaved", None)
+    for alias in fam.mrope.get("aliases", ()) if fam is not None and fam.mrope else ():  # HunYuan-VL's xdrope
+        older = params.pop(alias, None)
+        if older is not None and stated is not None and _sections_of(older) != _sections_of(stated):
+            raise ValueError(
+                f"{where}: rope_parameters states mrope_section={stated!r} and its older name {alias}={older!r}, "
+                "which differ (transformers refuses them too); state one"
+            )
+        stated = stated if stated is not None else older
     if fam is None or not fam.mrope:
         if stated is not None:  # read as 1-D RoPE, as before: the sections go to mrope_tables
             params["mrope_section"] = stated
@@ -305,6 +313,14 @@ def mrope(
             "as its rotary module takes their pairs in turns"
         )
     return stated_sections(stated, form), form
+
+
+def _sections_of(value: Any) -> Any:
+    """Sections as a tuple of floats (transformers compares a section's older name so), else as given."""
+    try:
+        return tuple(float(n) for n in value)
+    except (TypeError, ValueError):
+        return value
 
 
 def sub_config(cfg: Mapping[str, Any], path: tuple[str, ...]) -> Any:

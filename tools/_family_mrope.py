@@ -10,9 +10,12 @@ axis 0's trailing section, ERNIE 4.5 VL's, whose config states ``[h, w, t]``), c
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import copy
 import inspect
 import math
+import textwrap
 from collections.abc import Mapping
 from typing import Any
 
@@ -124,6 +127,9 @@ def measure_mrope(use: hp.Use, p: Probe, labels: list[str]) -> dict[str, Any]:
     found = {label: _mrope_one(use, p, label or None) for label in labels or [""]}
     if _states_sections(p.values):  # probed as a checkpoint states it: the family's code has no default sections
         found = {label: {**f, "required": True} if "sections" in f else f for label, f in found.items()}
+    aliases = _section_aliases(use, p) if any("sections" in f for f in found.values()) else []
+    if aliases:
+        found = {label: {**f, "aliases": aliases} if "sections" in f else f for label, f in found.items()}
     first = next(iter(found.values()))
     if all(f == first for f in found.values()) or "sections" not in first:
         return first
@@ -239,3 +245,40 @@ def _states_sections(values: Mapping[str, Any]) -> bool:
     return isinstance(rope, Mapping) and (
         "mrope_section" in rope or any(isinstance(v, Mapping) and "mrope_section" in v for v in rope.values())
     )
+
+
+def _section_aliases(use: hp.Use, p: Probe) -> list[str]:
+    """Older names of ``mrope_section`` in a rope dict that the config class turns into it (HunYuan-VL's
+    ``xdrope_section``): the ``*_section`` keys its code pops or gets, each stated alone with sections of its
+    own and found again as ``mrope_section``."""
+    names: set[str] = set()
+    for klass in use.config_cls.__mro__:
+        if not klass.__module__.startswith("transformers.models."):
+            continue
+        with contextlib.suppress(OSError, TypeError, SyntaxError):
+            for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(klass)))):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("pop", "get")
+                    and node.args
+                    and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, str)
+                    and node.args[0].value.endswith("_section")
+                    and node.args[0].value != "mrope_section"
+                ):
+                    names.add(node.args[0].value)
+    found = []
+    for name in sorted(names):
+        rope = copy.deepcopy(dict(p.values.get("rope_parameters") or getattr(p.config, "rope_parameters", None) or {}))
+        sections = rope.pop("mrope_section", None)
+        if not isinstance(sections, list) or len(sections) < 2:
+            continue
+        moved = [sections[0] + 1, sections[1] - 1, *sections[2:]]  # other sections than the probe's own
+        try:
+            config = hp.tiny_config(use.config_cls, **{**p.values, "rope_parameters": {**rope, name: moved}})
+        except Exception:
+            continue
+        if (getattr(config, "rope_parameters", None) or {}).get("mrope_section") == moved:
+            found.append(name)
+    return found

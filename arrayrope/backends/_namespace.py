@@ -93,8 +93,6 @@ def default_namespace() -> Namespace:
 
 
 #: NumPy's real floating dtypes in native byte order (their dtype objects are singletons: identity tests)
-#: Array type -> its library's plain_floating (PyTorch's tensor types, as they are met).
-_plain_of_type: dict[type, Callable[[tuple[Array, ...]], Namespace | None]] = {}
 _NP_F16, _NP_F32, _NP_F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 
 
@@ -106,14 +104,11 @@ def plain_floating(arrays: tuple[Array, ...]) -> Namespace | None:
     a = arrays[0]
     t = type(a)
     if t is not np.ndarray:
-        check = _plain_of_type.get(t)
-        if check is None:
-            if t.__module__ != "torch":
-                return None
-            from . import torch as backend
+        if t.__module__ != "torch":
+            return None
+        from . import torch as backend  # an import statement, not a lookup torch.compile would guard
 
-            check = _plain_of_type.setdefault(t, backend.plain_floating)
-        return check(arrays)
+        return backend.plain_floating(arrays)
     dt = a.dtype
     for b in arrays:
         if type(b) is not t or b.dtype is not dt:

@@ -127,7 +127,8 @@ def exported(
     refused = getattr(rope, "_mrope_refused", "")
     if getattr(positions, "ndim", 0) == 3 and check_positions(positions, m, q.shape[0], seq, rope.axes, refused) and m:
         if m.interleaved == "spatial" or m.interleaved == "full_width":
-            return None  # the export layer's op takes consecutive or turning sections: the computation is traced
+            _no_outs(outs)  # the export layer's op takes consecutive or turning sections: the computation is traced
+            return None
         extra["mrope"] = (m.sections, m.interleaved)
     fused = graph(
         q,
@@ -140,12 +141,17 @@ def exported(
         max_positions=rope.max_position_embeddings,
         **extra,
     )
-    if fused is not None and (outs[0] is not None or outs[1] is not None):
+    if fused is not None:
+        _no_outs(outs)
+    return fused
+
+
+def _no_outs(outs: tuple[Array | None, Array | None]) -> None:
+    if outs[0] is not None or outs[1] is not None:
         raise ValueError(
             "q_out= and k_out= are not exported (an ONNX graph's outputs are fresh tensors): pass "
             "none while torch.onnx.export traces the model, and write the returned keys into the cache"
         )
-    return fused
 
 
 def positions_of(

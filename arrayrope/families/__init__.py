@@ -82,7 +82,8 @@ class Family:
         turns; ``"full_width"``: HunYuan-VL's sections over the whole rotary width); empty for 1-D RoPE. With
         ``"stated": False`` where the family's code ignores a stated ``mrope_section`` (NeoMME), ``"required":
         True`` where its code has no default and a config must state them (the sections are then a published
-        checkpoint's), ``"layer_types"`` where the sections differ per layer type, or only ``"refused"``: why
+        checkpoint's), ``"aliases"``: older names of ``mrope_section`` the config class converts (HunYuan-VL's
+        ``xdrope_section``), ``"layer_types"`` where the sections differ per layer type, or only ``"refused"``: why
         arrayrope does not model the family's multimodal rope (its text positions, the same on every axis, are
         read as 1-D RoPE).
     output_order : str or None

@@ -315,3 +315,22 @@ def test_mrope_full_width_sections_are_the_module_s_columns():
     assert np.allclose(ours_c, cos.double().numpy().reshape(-1), atol=2e-4)
     assert np.allclose(ours_s, sin.double().numpy().reshape(-1), atol=2e-4)
     assert not np.allclose(first[0], second[0], atol=1e-2)  # the halves differ: no rotation of pairs by one axis
+
+
+def test_mrope_section_under_its_older_name_is_read_as_transformers_converts_it():
+    """HunYuan-VL's config class turns ``xdrope_section`` (older checkpoints) into ``mrope_section``, and refuses
+    both where they differ: arrayrope reads the same sections, and refuses the same config."""
+    model_type = "hunyuan_vl_text"
+    fam = family(model_type)
+    assert fam is not None and fam.mrope.get("aliases") == ["xdrope_section"]
+    config = next(hp.tiny_configs(_use(model_type).config_cls, **CHECKPOINT_KEYS[model_type]))
+    rope = {k: v for k, v in config.probe_kwargs["rope_parameters"].items() if k != "mrope_section"}
+    older = {**config.probe_kwargs, "rope_parameters": {**rope, "xdrope_section": [8, 24, 16, 16]}}
+    theirs = next(hp.tiny_configs(_use(model_type).config_cls, **older))
+    cfg = {"model_type": model_type, **older}
+    assert arrayrope.config.settings(cfg).mrope == (tuple(theirs.rope_parameters["mrope_section"]), "full_width")
+    both = {**rope, "xdrope_section": [8, 24, 16, 16], "mrope_section": [16] * 4}
+    with pytest.raises(ValueError, match="differ"):
+        next(hp.tiny_configs(_use(model_type).config_cls, **{**config.probe_kwargs, "rope_parameters": both}))
+    with pytest.raises(ValueError, match=r"mrope_section=\[16, 16, 16, 16\] and its older name xdrope_section"):
+        arrayrope.config.settings({**cfg, "rope_parameters": both})

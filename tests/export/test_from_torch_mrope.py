@@ -349,6 +349,31 @@ def test_forms_the_op_does_not_carry_export_their_computation(form, dynamo):
     check_runs(model, mod, high=1 << 20)
 
 
+@pytest.mark.parametrize("form", list(TRACED))
+def test_forms_the_op_does_not_carry_refuse_out_while_exporting(form):
+    """q_out= and k_out= are refused while torch.onnx.export traces, as for the forms the op carries: an ONNX
+    graph's outputs are fresh tensors."""
+    rope = arrayrope.RotaryEmbedding(HEAD_DIM, **TRACED[form])
+
+    class Into(torch.nn.Module):
+        def forward(self, q, k, position_ids):
+            return rope(q, k, positions=position_ids, q_out=q)
+
+    n_axes = len(rope.mrope_sections)
+    args = (*(torch.randn(s) for s in shapes("bhsd", 2, 5)), torch.zeros(n_axes, 2, 5, dtype=torch.int64))
+    chain = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            torch.onnx.export(Into(), args, dynamo=True, opset_version=18)
+        except Exception as exc:
+            error: BaseException | None = exc
+            while error is not None:
+                chain.append(error)
+                error = error.__cause__ or error.__context__
+    assert any(isinstance(e, ValueError) and "q_out= and k_out= are not exported" in str(e) for e in chain), chain
+
+
 # --- modules built from the configs of transformers' families -----------------------------------------------------
 
 
