@@ -42,7 +42,9 @@ def library_of(x: object) -> str | None:
     Decided by the module of the array's type alone: the one place where a module name tells which
     library an object comes from.
     """
-    return _MODULES.get(type(x).__module__.split(".", 1)[0])
+    module = type(x).__module__
+    found = _MODULES.get(module)  # a top-level module's own types (numpy.ndarray, torch.Tensor) without a split
+    return found if found is not None else _MODULES.get(module.split(".", 1)[0])
 
 
 def _type_key(t: type) -> str:

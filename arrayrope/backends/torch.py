@@ -132,13 +132,13 @@ def rotate(
     if _recorded(x, cos, sin) or (out is not None and out.requires_grad and torch.is_grad_enabled()):
         ref: torch.Tensor = rotate_reference(xp, x, cos, sin, layout, out)
         return ref
-    dt = x.dtype
-    if dt is cos.dtype and dt is sin.dtype and (dt is torch.float32 or dt is torch.float64):
+    dt, cd = x.dtype, cos.dtype
+    if dt is cd and dt is sin.dtype and (dt is torch.float32 or dt is torch.float64):
         work = dt  # the common case, without the rule's comparisons (a decode step is microseconds)
     else:  # float16 and bfloat16 arithmetic runs in float32, rounded once at the end
-        work = dtypes.rotation_dtype(_xp, dt, cos.dtype, sin.dtype)
-    if cos.dtype != work or sin.dtype != work:
-        cos, sin = cos.to(work), sin.to(work)
+        work = dtypes.rotation_dtype(_xp, dt, cd, sin.dtype)
+        if cd != work or sin.dtype != work:
+            cos, sin = cos.to(work), sin.to(work)
     n = x.numel()
     if n <= GRAIN or (
         work == dt
