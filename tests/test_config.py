@@ -767,9 +767,15 @@ def test_rope_parameters_of_one_layer_type_need_no_layer_type():
         settings({**cfg, "num_hidden_layers": 2, "layer_types": ["full_attention", "sliding_attention"]})
 
 
-def test_mrope_of_a_refused_family_refuses_its_positions_with_the_reason():
-    """HunYuan-VL turns the two features of a pair by different axes: positions (axes, B, S) are refused saying
-    why; text positions are 1-D RoPE."""
+def test_mrope_of_a_refused_family_refuses_its_positions_with_the_reason(monkeypatch):
+    """A family whose multimodal RoPE the table records as refused (none in this release; HunYuan-VL's once,
+    given here as such an entry): positions (axes, B, S) are refused saying why; text positions are 1-D RoPE."""
+    from arrayrope import families
+
+    why = "its multimodal rope: the two features of its rotary pairs turn by the positions of different axes"
+    entry = {**families.FAMILIES["hunyuan_vl_text"], "mrope": {"refused": why}}
+    monkeypatch.setitem(families.FAMILIES, "hunyuan_vl_text", entry)
+    monkeypatch.setattr(families, "_CACHE", {})
     rope = arrayrope.RotaryEmbedding.from_config(
         {"model_type": "hunyuan_vl_text", "hidden_size": 256, "num_attention_heads": 2}
     )

@@ -50,10 +50,10 @@ def plain_floating(arrays: tuple[Any, ...]) -> Any:
     return _xp
 
 
-#: Host constants kept on their devices (digit rotations, turns), per maker, arguments and device; the oldest
-#: goes when a new one would exceed this many.
+#: Host constants kept on their devices (digit rotations, turns), per maker, arguments and device; the least
+#: recently used goes when a new one would exceed this many (its slot then names the new one).
 CONSTANTS_KEPT = 64
-#: key -> (slot, tensor), oldest first; a slot names the function that hands the tensor to a graph
+#: key -> (slot, tensor), least recently used first; a slot names the function that hands the tensor to a graph
 _constants: dict[tuple[Any, ...], tuple[int, torch.Tensor]] = {}
 _constants_lock = threading.Lock()
 
@@ -89,6 +89,10 @@ def _slot(make: Callable[..., np.ndarray], args: tuple[Hashable, ...], device: A
     and the constant's shape."""
     key = (make, args, device)
     entry = _constants.get(key)
+    if entry is not None:  # the most recently used last: the one that goes is the least recently used, never
+        with _constants_lock:  # one that the graph being traced took a moment ago
+            if key in _constants and next(reversed(_constants)) != key:
+                _constants[key] = _constants.pop(key)
     if entry is None:
         tensor = torch.tensor(make(*args), device=device)
         if type(tensor) is not torch.Tensor or tensor.device.type == "meta":  # a tracer's fake (non-strict export)

@@ -530,3 +530,25 @@ def test_the_first_tensor_may_be_met_inside_torch_compile():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["1", "(3,", "16)"]  # one graph for the three calls
+
+
+def _filled(value: int) -> np.ndarray:
+    return np.full(3, float(value))
+
+
+def test_a_graph_keeps_its_constants_when_the_kept_ones_overflow():
+    """A graph that reads a kept constant, then one new when the store is full: the one that goes to make room is
+    the least recently used, not the one the graph holds (two tensors under one name fail the compiler)."""
+    from arrayrope.backends import torch as backend
+    from arrayrope.backends._torch_graph import CONSTANTS_KEPT
+
+    xp = arrayrope.backends.namespace(torch.zeros(1))
+    backend.constant(xp, _filled, (-1,), None)
+    for i in range(1, CONSTANTS_KEPT):
+        backend.constant(xp, _filled, (-1 - i,), None)
+
+    def f(x):
+        return x + backend.constant(xp, _filled, (-1,), None) + backend.constant(xp, _filled, (10**6,), None)
+
+    got = torch.compile(f, backend="aot_eager", fullgraph=True)(torch.zeros(3, dtype=torch.float64))
+    assert got.tolist() == [10**6 - 1.0] * 3
