@@ -300,3 +300,20 @@ def test_full_width_sections_are_checked_by_name():
         {**cfg, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [8, 24, 16, 16]}}
     )
     assert (rope.mrope_sections, rope.mrope_interleaved) == ((8, 24, 16, 16), "full_width")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_full_width_sections_in_low_precision_eager_and_compiled(dtype):
+    """float16 and bfloat16 q: the float64 rotation of the same values rounded once (within one ulp of the
+    result's scale), eagerly and under torch.compile, in q's dtype."""
+    torch = pytest.importorskip("torch")
+    dt = getattr(torch, dtype)
+    rope = ar.RotaryEmbedding(16, mrope_sections=(1, 3, 2, 2), mrope_interleaved="full_width")
+    ids = _ids(4, 2, 5, seed=9)
+    x = torch.from_numpy(np.random.default_rng(10).standard_normal((2, 3, 5, 16))).to(dt)
+    want = _full_width_oracle(x.double().numpy(), ids, inv_freq_formula(16, 1e4), (1, 3, 2, 2), "leading")
+    tol = float(torch.finfo(dt).eps) * np.abs(want).max()
+    compiled = torch.compile(lambda a, p: rope(a, positions=p), fullgraph=True, backend="aot_eager")
+    for got in (rope(x, positions=torch.from_numpy(ids)), compiled(x, torch.from_numpy(ids))):
+        assert got.dtype == dt
+        assert np.abs(got.double().numpy() - want).max() <= tol
