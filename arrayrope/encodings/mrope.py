@@ -211,7 +211,7 @@ def pair_axes(sections: Sequence[int], interleaved: Interleaving, pairs: int, na
                 f"{name}={list(sections)} sum to {sum(sections)}, but rotary_dim // 2 = {pairs} pairs rotate; "
                 "consecutive sections must sum to it (interleaved ones bound the pairs of each axis)"
             )
-        return np.repeat(np.arange(n, dtype=np.int64), sections)
+        return np.array([a for a, s in enumerate(sections) for _ in range(s)], dtype=np.int64)
     k = np.arange(pairs, dtype=np.int64)
     axis_of = np.zeros_like(k)
     for a in range(1, n):
@@ -238,5 +238,6 @@ def half_axes(
             f"2 * section consecutive features of the rotary width, summing to rotary_dim // 2 = {pairs} pairs; "
             f"these sum to {sum(sections)}"
         )
-    features = np.repeat(np.arange(len(sections), dtype=np.int64), 2 * np.asarray(sections, dtype=np.int64))
+    # each axis's features listed in Python: a traced np.repeat by counts has a data-dependent shape
+    features = np.array([a for a, s in enumerate(sections) for _ in range(2 * s)], dtype=np.int64)
     return features[:pairs], features[pairs:]
