@@ -86,8 +86,8 @@ CONFIG_KEYS.update(
 )
 #: Keys that change RoPE in transformers and that arrayrope does not read: refused, with the reason.
 _REFUSED_KEYS = {
-    "layer_rope_theta": "a base per layer index (Granite SWA, Muse), which arrayrope has no layer_type for",
-    "rope_scaling_layers": "scaling applied to some layers only (Molmo 2)",
+    "layer_rope_theta": "a base per layer index, read for the model types whose model reads it (Granite SWA, Muse)",
+    "rope_scaling_layers": "scaling of some layers only, read for the model types whose model reads it (Molmo 2)",
     "rotary_embedding_base": "the relative rotary position of speech conformers (Wav2Vec2-Conformer, SeamlessM4T)",
 }
 # keys that mention rope but change no frequency: the vision/memory encoders' own settings live in sub-configs
@@ -226,6 +226,8 @@ def refuse_unknown(cfg: Mapping[str, Any], where: str, fam: Family | None) -> No
     for key in cfg:
         if cfg[key] is None:
             continue
+        if fam is not None and key == fam.per_layer.get("key"):
+            continue  # read layer by layer (arrayrope._config_layers.per_layer)
         if key == "layer_rope_theta" and _one_base(cfg):
             continue  # transformers 5 saves the base of every layer; one base for all is the base
         if key in _REFUSED_KEYS:

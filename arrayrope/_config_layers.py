@@ -8,6 +8,7 @@ reads the rest of a config.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,7 +16,7 @@ from ._config_keys import View, legacy_parameters
 from ._lib import checks
 from .families import Family
 
-__all__ = ["layer_type_of", "layer_types", "parameters", "per_type"]
+__all__ = ["layer_type_of", "layer_types", "parameters", "per_layer", "per_type", "zero_layers"]
 
 
 def per_type(cfg: Mapping[str, Any], fam: Family | None) -> bool:
@@ -64,6 +65,60 @@ def layer_type_of(
     if layer_type is not None and layer_type != own:
         raise ValueError(f"{where}: layer_type={layer_type!r} but layer {layer_idx} is {own!r} in layer_types")
     return str(own)
+
+
+def per_layer(cfg: Mapping[str, Any], fam: Family | None, where: str, layer_idx: int | None, base: float) -> Any:
+    """``(base, scaled, nope)`` of layer ``layer_idx`` where the family's model reads a list layer by layer
+    (:attr:`Family.per_layer`): its base, whether the rope parameters' scaling applies and whether it has no
+    RoPE. Without ``layer_idx``, the one setting every rotating layer shares, or a ValueError saying to pass
+    ``layer_idx=``."""
+    rule = fam.per_layer if fam is not None else {}
+    key = rule.get("key", "")
+    values = cfg.get(key) if key else None
+    if values is None:  # what the family's config class fills in: every layer scales, or its zeros
+        zeros = rule.get("zeros")
+        if not zeros or layer_idx is None:
+            return base, True, False
+        return base, True, layer_idx in zero_layers(zeros, View(cfg, fam, where).size("num_hidden_layers"))
+    if not isinstance(values, (list, tuple)) or any(
+        isinstance(x, bool) or not isinstance(x, numbers.Real) for x in values
+    ):
+        raise ValueError(f"{where}: {key} must be a list of numbers, one per layer, got {values!r}")
+    if rule["sets"] == "scaling":  # layer indices
+        listed = {int(x) for x in values}
+        if layer_idx is not None:
+            return base, layer_idx in listed, False
+        if not listed or listed >= set(range(View(cfg, fam, where).size("num_hidden_layers"))):
+            return base, bool(listed), False
+        raise ValueError(
+            f"{where}: {key}={list(values)}: transformers' {fam.model_type} scales these layers only and turns "  # type: ignore[union-attr]
+            "the others by the unscaled base; pass layer_idx= to read one layer"
+        )
+    if layer_idx is not None and layer_idx >= len(values):
+        raise ValueError(f"{where}: {key} lists {len(values)} layers, so it has no layer_idx={layer_idx}")
+    bases = {checks.positive_real(x, f"{where}: {key}[{i}]") for i, x in enumerate(values) if x != 0}
+    nope = layer_idx is not None and values[layer_idx] == 0
+    if rule["sets"] != "rope_theta":  # only its zeros are read
+        if bases - {base}:
+            raise ValueError(
+                f"{where}: {key} states the bases {sorted(bases - {base})}, but transformers' {fam.model_type} "  # type: ignore[union-attr]
+                f"reads only its zeros (layers without RoPE) and turns every other layer by rope_theta={base}; "
+                f"state {base} (or 0) for every layer, or the base as rope_theta"
+            )
+        return base, True, nope
+    if layer_idx is not None:
+        return (float(values[layer_idx]) if not nope else base), True, nope
+    if len(bases) > 1:
+        raise ValueError(
+            f"{where}: {key} gives the layers the bases {sorted(bases)}; pass layer_idx= to read one layer"
+        )
+    return (bases.pop() if bases else base), True, False
+
+
+def zero_layers(rule: Mapping[str, Any], n: int) -> list[int]:
+    """The layers, of ``n``, without RoPE by a ``zeros`` rule of :attr:`Family.per_layer`: those ``i`` with
+    ``i % every == at`` counted ``from`` the first layer, or ``(n - 1 - i) % every == at`` from the last."""
+    return [i for i in range(n) if ((n - 1 - i) if rule["from"] == "last" else i) % rule["every"] == rule["at"]]
 
 
 def parameters(v: View, layer_type: str | None) -> tuple[dict[str, Any] | None, str | None]:

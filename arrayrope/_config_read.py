@@ -28,7 +28,7 @@ from ._config_keys import (
     sub_config,
     switched,
 )
-from ._config_layers import layer_type_of, layer_types, parameters, per_type
+from ._config_layers import layer_type_of, layer_types, parameters, per_layer, per_type
 from ._lib import checks
 from .families import TRANSFORMERS_VERSION, Family, family
 from .frequencies import RopeFrequencies, rope_frequencies
@@ -134,8 +134,13 @@ def read(
     if entry.name == "default" and not (set(stated) - {"rope_type", "type"}):
         scaling = None
     layout, why = _layout(cfg, fam, model_type)
-    nope = (layer_idx is not None and _no_rope(v, fam, layer_idx)) or bool(
-        fam is not None and layer_type is not None and layer_type in fam.nope.get("layer_types", ())
+    base, scaled, layer_nope = per_layer(cfg, fam, where, layer_idx, base)
+    if not scaled:  # a layer the family's model turns by the unscaled base (Molmo 2's rope_scaling_layers)
+        scaling = None
+    nope = (
+        layer_nope
+        or (layer_idx is not None and _no_rope(v, fam, layer_idx))
+        or bool(fam is not None and layer_type is not None and layer_type in fam.nope.get("layer_types", ()))
     )
     max_len = None if max_len is None else int(max_len)
     freqs = (

@@ -26,7 +26,9 @@ reads configs with come from those runs, never from a hand-written list:
 * for multimodal RoPE (M-RoPE), the sections of rotary pairs each position axis drives when a config
   states no ``mrope_section``, and whether the axes hold consecutive sections or take turns pair by pair,
   measured on position ids that differ per axis (two, three or four axes; each column of the module's
-  tables matched to its frequency), or why they are no sections of pairs.
+  tables matched to its frequency), or why they are no sections of pairs;
+* a per-layer list the family's model reads to choose each layer's tables (a base per layer, layers that
+  scale), from the tables its decoder layers receive when the whole model runs (``_family_layers``).
 
 A default config whose attention cannot run is probed as a checkpoint's config is made (``PUBLISHED``:
 keys every checkpoint states; sizes that agree with each other). A model type whose facts cannot be
@@ -57,6 +59,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import _hf_probe as hp
 import torch
+from _family_layers import measure_per_layer
 from _family_mrope import measure_mrope
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -992,6 +995,11 @@ def facts(use: hp.Use) -> dict[str, Any]:
         return {"refused": nope_rule}
     if nope_rule:
         entry["nope"] = nope_rule
+    per_layer = measure_per_layer(use, p)
+    if isinstance(per_layer, str):
+        return {"refused": per_layer}
+    if per_layer:
+        entry["per_layer"] = per_layer
     switches = _switches(use, p, per_type)
     if switches:
         entry["switches"] = switches

@@ -70,6 +70,13 @@ class Family:
     nope : mapping
         How a config marks layers without RoPE: ``{"key": "no_rope_layers", "rope": 1, "interval_key": ...,
         "interval": 4}``, or ``{"layer_types": [...]}`` for layer types without rope parameters.
+    per_layer : mapping
+        A list in the config that the family's model reads layer by layer to choose its tables:
+        ``{"key": "layer_rope_theta", "sets": "rope_theta"}`` (Granite SWA: each layer's base, 0 for no RoPE),
+        ``"sets": ""`` (Muse: 0 for no RoPE, other values unread), ``{"key": "rope_scaling_layers", "sets":
+        "scaling"}`` (Molmo 2: the layers listed scale, the others turn by the unscaled base; a config that
+        lists none scales every layer). ``"zeros"``: the layers without RoPE where a config states no list,
+        ``{"every": 4, "at": 0, "from": "last"}`` (every fourth layer counted from the last).
     switches : mapping
         Boolean config keys that change the rotation: key -> {value: facts that change}.
     variants : mapping
@@ -113,6 +120,7 @@ class Family:
     layer_pattern: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     rope_sets: Mapping[str, str] = dataclasses.field(default_factory=dict)
     nope: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    per_layer: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     switches: Mapping[str, Mapping[str, Mapping[str, Any]]] = dataclasses.field(default_factory=dict)
     variants: Mapping[str, str] = dataclasses.field(default_factory=dict)
     mrope: Mapping[str, Any] = dataclasses.field(default_factory=dict)
