@@ -16,7 +16,16 @@ from ._config_keys import View, legacy_parameters
 from ._lib import checks
 from .families import Family
 
-__all__ = ["layer_type_of", "layer_types", "parameters", "per_layer", "per_type", "zero_layers"]
+__all__ = [
+    "layer_count",
+    "layer_type_of",
+    "layer_types",
+    "parameters",
+    "pattern_types",
+    "per_layer",
+    "per_type",
+    "zero_layers",
+]
 
 
 def per_type(cfg: Mapping[str, Any], fam: Family | None) -> bool:
@@ -34,14 +43,36 @@ def layer_types(cfg: Mapping[str, Any], fam: Family | None, where: str) -> list[
     """The config's ``layer_types``, or the ones its family's config class fills in from its pattern key."""
     types = cfg.get("layer_types")
     if isinstance(types, (list, tuple)) and types:
-        return list(types)
+        return list(types[::2] if _blocks(cfg, fam) else types)
     rule = fam.layer_pattern if fam is not None else {}
     if not rule:
         return []
-    v = View(cfg, fam, where)
-    n = v.size("num_hidden_layers")
-    period = checks.positive_int(cfg.get(rule["key"], rule["default"]), f"{where}: {rule['key']}")
-    return [rule["every"] if (i + 1) % period == 0 else rule["else"] for i in range(n)]
+    n = layer_count(cfg, fam, where)
+    key = rule.get("key")
+    period = checks.positive_int(cfg.get(key, rule["default"]), f"{where}: {key}") if key else rule["default"]
+    return pattern_types(rule, n, period)
+
+
+def pattern_types(rule: Mapping[str, Any], n: int, period: int) -> list[Any]:
+    """The layer types of ``n`` layers by a :attr:`Family.layer_pattern`: layer ``i`` is of type ``every`` when
+    ``i % period == at`` (``at`` defaults to ``period - 1``: every ``period``-th layer), ``i < first`` or, with
+    ``last``, ``i == n - 1``; of type ``else`` otherwise."""
+    at, first, last = rule.get("at", period - 1), rule.get("first", 0), rule.get("last", False)
+    return [rule["every"] if i % period == at or i < first or (last and i == n - 1) else rule["else"] for i in range(n)]
+
+
+def _blocks(cfg: Mapping[str, Any], fam: Family | None) -> bool:
+    """Whether the config's ``layer_types`` lists each layer's type and then its family's other block (Dory's
+    released configs: attention, ``"mlp"``), counting both in ``num_hidden_layers``."""
+    types = cfg.get("layer_types")
+    return bool(fam is not None and fam.layer_blocks and isinstance(types, (list, tuple)) and fam.layer_blocks in types)
+
+
+def layer_count(cfg: Mapping[str, Any], fam: Family | None, where: str) -> int:
+    """The config's number of layers (``num_hidden_layers``, which counts two blocks per layer where
+    ``layer_types`` lists them)."""
+    n = View(cfg, fam, where).size("num_hidden_layers")
+    return n // 2 if _blocks(cfg, fam) else n
 
 
 def layer_type_of(
@@ -52,6 +83,8 @@ def layer_type_of(
     if not types:
         return layer_type
     layers = View(cfg, fam, where).get("num_hidden_layers")
+    if layers is not None and _blocks(cfg, fam):
+        layers = layer_count(cfg, fam, where)
     if layers is not None and layers != len(types):
         raise ValueError(
             f"{where}: layer_types names {len(types)} entries for num_hidden_layers={layers}, which "
@@ -79,7 +112,7 @@ def per_layer(cfg: Mapping[str, Any], fam: Family | None, where: str, layer_idx:
         zeros = rule.get("zeros")
         if not zeros or layer_idx is None:
             return base, True, False
-        return base, True, layer_idx in zero_layers(zeros, View(cfg, fam, where).size("num_hidden_layers"))
+        return base, True, layer_idx in zero_layers(zeros, layer_count(cfg, fam, where))
     if not isinstance(values, (list, tuple)) or any(
         isinstance(x, bool) or not isinstance(x, numbers.Real) for x in values
     ):
@@ -88,7 +121,7 @@ def per_layer(cfg: Mapping[str, Any], fam: Family | None, where: str, layer_idx:
         listed = {int(x) for x in values}
         if layer_idx is not None:
             return base, layer_idx in listed, False
-        if not listed or listed >= set(range(View(cfg, fam, where).size("num_hidden_layers"))):
+        if not listed or listed >= set(range(layer_count(cfg, fam, where))):
             return base, bool(listed), False
         raise ValueError(
             f"{where}: {key}={list(values)}: transformers' {fam.model_type} scales these layers only and turns "  # type: ignore[union-attr]

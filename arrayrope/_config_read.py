@@ -10,6 +10,7 @@ refused, are in :mod:`arrayrope._config_keys`.
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from collections.abc import Mapping
 from typing import Any
@@ -155,10 +156,24 @@ def read(
             max_position_embeddings=max_len,
         )
     )
+    if fam is not None and fam.direction != 1 and not nope:
+        freqs = _turned_back(freqs, scaling, fam, where)
     fields = (head_dim, float(base), rotary_dim, prf, scaling, max_len, features, layout, nope, model_type, why, m)
     refused = (fam.mrope or {}).get("refused") if fam is not None else None
     why_not = f"model type {model_type!r}: {refused}" if refused else ""
     return Settings(*fields, mrope_refused=why_not, freqs=freqs)
+
+
+def _turned_back(freqs: RopeFrequencies, scaling: dict[str, Any] | None, fam: Family, where: str) -> RopeFrequencies:
+    """The frequencies of a family whose pairs turn the other way (nanochat's ``rotate_half`` is ``(x2, -x1)``):
+    negated, so that pair ``i`` turns by ``-position * inv_freq[i]`` in every arrayrope function."""
+    if scaling is not None and rope_type(scaling).length is not None:
+        raise ValueError(
+            f"{where}: transformers' {fam.model_type} turns each pair the other way (its rotate_half is (x2, -x1)), "
+            f"which arrayrope gives as negative frequencies; rope type {rope_type(scaling).name!r} recomputes them "
+            "for each sequence length turning the usual way, so arrayrope does not read it for this family"
+        )
+    return dataclasses.replace(freqs, inv_freq=-freqs.inv_freq)
 
 
 def no_rope(head_dim: int) -> RopeFrequencies:
@@ -282,12 +297,6 @@ def _layout(cfg: Mapping[str, Any], fam: Family | None, model_type: Any) -> tupl
         )
     if fam.layout is None:
         return None, f"arrayrope has no facts for model type {fam.model_type!r}: {fam.refused}"
-    if fam.direction != 1:
-        return None, (
-            f"transformers' {fam.model_type} turns each pair the other way (its rotate_half is "
-            "(x2, -x1)); swap the two halves of the rotary features of its q and k rows "
-            "(arrayrope.permute_rotary_rows) and pass layout='half'"
-        )
     layout = fam.layout
     for key, cases in fam.switches.items():
         value = cfg.get(key, fam.defaults.get(key))

@@ -163,6 +163,11 @@ def rope_config(
         raise ValueError(
             f"layer {layer_idx} of this config has no RoPE; rope_frequencies_from_config gives its identity frequencies"
         )
+    if s.freqs.inv_freq.size and s.freqs.inv_freq[0] < 0:
+        raise ValueError(
+            f"model type {s.model_type!r} turns each pair the other way, which rope_frequencies cannot be asked "
+            "for; rope_frequencies_from_config gives its (negative) frequencies"
+        )
     return {
         "head_dim": s.head_dim,
         "base": s.base,

@@ -625,24 +625,44 @@ class HeadsDiffer(Exception):
 def rotating_features(att: Attention, positions: tuple[int, ...] = (1, 3, 1000, 100_000)) -> tuple[int, np.ndarray]:
     """The kernel's head dim and the features of its queries that the layer changes at ``positions``
     (the queries with the apply functions against those without them; float64, a batch of one)."""
-    for upto in range(len(positions), 0, -1):
-        pos = np.array(positions[:upto], dtype=np.int64)
+
+    def changed(pos: tuple[int, ...]) -> np.ndarray | None:
         try:
-            q0, _ = att.run(pos, identity=True, batch=1)
-            q1, _ = att.run(pos, batch=1)
+            q0, _ = att.run(np.array(pos, dtype=np.int64), identity=True, batch=1)
+            q1, _ = att.run(np.array(pos, dtype=np.int64), batch=1)
         except Exception:
-            continue
+            return None
         att.head_dim = int(q0.shape[-1])
         scale = float(q0.abs().max())
-        per_head = (q1 - q0).abs().amax(dim=(0, 2)).numpy() > 1e-6 * max(scale, 1.0)  # (heads, features)
-        if not np.all(per_head == per_head[:1]):
-            raise HeadsDiffer(
-                f"{type(att.layer).__name__} rotates features of some heads only "
-                f"({int(per_head.any(axis=1).sum())} of {per_head.shape[0]})"
-            )
-        return att.head_dim, np.flatnonzero(per_head[0])
-    q0, _ = att.run(np.zeros(1, dtype=np.int64), identity=True, batch=1)  # raises what keeps it from running
-    raise RuntimeError(f"{type(att.layer).__name__} does not run at position 1")
+        found: np.ndarray = (q1 - q0).abs().amax(dim=(0, 2)).numpy() > 1e-6 * max(scale, 1.0)  # (heads, features)
+        return found
+
+    per_head = next((m for upto in range(len(positions), 1, -1) if (m := changed(positions[:upto])) is not None), None)
+    if per_head is None:  # a layer that runs one token at a time: what any one position changes (at position 1
+        # alone, the slowest pairs turn too little to tell)
+        runs = [m for p in positions if (m := changed((p,))) is not None]
+        per_head = np.any(runs, axis=0) if runs else None
+    if per_head is None:
+        att.run(np.zeros(1, dtype=np.int64), identity=True, batch=1)  # raises what keeps it from running
+        raise RuntimeError(f"{type(att.layer).__name__} does not run at position 1")
+    if not np.all(per_head == per_head[:1]):
+        raise HeadsDiffer(
+            f"{type(att.layer).__name__} rotates features of some heads only "
+            f"({int(per_head.any(axis=1).sum())} of {per_head.shape[0]})"
+        )
+    return att.head_dim, np.flatnonzero(per_head[0])
+
+
+def run_tokens(att: Attention, positions: np.ndarray, *, identity: bool = False) -> tuple[Any, Any]:
+    """:meth:`Attention.run` (a batch of one) at ``positions``, or, for a layer that runs one token at a time
+    (ZAYA's), one position per run, joined along the sequence axis."""
+    try:
+        return att.run(positions, identity=identity, batch=1)
+    except Exception:
+        if len(positions) == 1:
+            raise
+    runs = [att.run(positions[i : i + 1], identity=identity, batch=1) for i in range(len(positions))]
+    return torch.cat([q for q, _ in runs], dim=2), torch.cat([k for _, k in runs], dim=2)
 
 
 def applied_rotations(att: Attention, positions: np.ndarray) -> Applied | None:
@@ -698,7 +718,12 @@ class Layer:
             self._measure(positions)
         except Exception:
             splits = [2 * PROBE_SEQ, *range(2 * PROBE_SEQ + 4, len(positions), 4)]
-            for block in np.split(positions, splits):
+            blocks = np.split(positions, splits)
+            try:
+                self._measure(blocks[0])
+            except Exception:  # a layer that runs one token at a time: one position per run
+                blocks = np.split(positions, len(positions))
+            for block in blocks:
                 try:
                     self._measure(block)
                 except Exception as exc:

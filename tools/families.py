@@ -28,7 +28,9 @@ reads configs with come from those runs, never from a hand-written list:
   measured on position ids that differ per axis (two, three or four axes; each column of the module's
   tables matched to its frequency), or why they are no sections of pairs;
 * a per-layer list the family's model reads to choose each layer's tables (a base per layer, layers that
-  scale), from the tables its decoder layers receive when the whole model runs (``_family_layers``).
+  scale), from the tables its decoder layers receive when the whole model runs (``_family_layers``);
+* the layer types the config class fills in where a config states none (from a pattern key, or a fixed
+  pattern found over several layer counts), and the blocks a saved ``layer_types`` lists besides them.
 
 A default config whose attention cannot run is probed as a checkpoint's config is made (``PUBLISHED``:
 keys every checkpoint states; sizes that agree with each other). A model type whose facts cannot be
@@ -298,7 +300,30 @@ def _scope(use: hp.Use) -> str:
         return "the 2-D (axial) rope of a vision encoder's patch grid (arrayrope.axial_rope_tables)"
     if "position_ids" not in params:
         return f"its rotary module takes ({', '.join(params)}), no 1-D positions"
+    if _head_positions(use):
+        return "its model turns each head by its head index (position ids arange(num_heads)), not by sequence positions"
     return ""
+
+
+_HEAD_IDS = re.compile(r"position_ids\s*=\s*torch\.arange\(\s*self\.num_(attention_)?heads\b")
+
+
+def _head_positions(use: hp.Use) -> bool:
+    """Whether a method of the family's module builds its rotary module's position ids from the head count (the
+    codecs NeuCodec and X-Codec 2 rotate each head by its index)."""
+    for cls in vars(use.module).values():
+        if not inspect.isclass(cls) or cls.__module__ != use.module.__name__:
+            continue
+        for fn in vars(cls).values():
+            if not inspect.isfunction(fn):
+                continue
+            try:
+                source = inspect.getsource(fn)
+            except (OSError, TypeError):  # made at run time (a dataclass's __init__)
+                continue
+            if "rotary_emb(" in source and _HEAD_IDS.search(source):
+                return True
+    return False
 
 
 # ---- reading facts: what a config.json says, checked against the module on variants of the config ----
@@ -532,6 +557,69 @@ def _layer_pattern(use: hp.Use, p: Probe) -> dict[str, Any]:
             default = fields.get(key, popped.get(key))
             if isinstance(default, int):
                 return {"key": key, "default": default, "every": found[0][0], "else": found[0][1]}
+    return _fixed_pattern(use, p, layers_key)
+
+
+def _token_keys(att: hp.Attention) -> str:
+    """Why a layer that runs one token at a time cannot be compared with a rotation of its queries and keys
+    (more keys than queries: a draft model's context states), or ''."""
+    try:
+        att.run(np.arange(3, dtype=np.int64), identity=True, batch=1)
+        return ""
+    except Exception:
+        pass
+    q, k = att.run(np.array([1], dtype=np.int64), identity=True, batch=1)
+    if k.shape[2] != q.shape[2]:
+        return (
+            f"{type(att.layer).__name__} runs one token at a time with {k.shape[2]} keys for {q.shape[2]} query "
+            "(a draft model's context states), whose positions arrayrope cannot pair with its queries'"
+        )
+    return ""
+
+
+def _layer_blocks(p: Probe) -> str:
+    """The block a saved ``layer_types`` lists after each layer's type (Dory's ``"mlp"``: released configs list
+    attention and MLP blocks, and count both in ``num_hidden_layers``), '' where it lists the layers' types;
+    a string starting "its " says why it is neither."""
+    with hp.quiet():
+        saved = p.config.to_dict()
+    listed, types = saved.get("layer_types"), list(getattr(p.config, "layer_types", None) or [])
+    if not listed or list(listed) == types:
+        return ""
+    others = set(listed[1::2])
+    n = _layer_count(p.config)
+    paired = list(listed[::2]) == types and len(listed) == 2 * n and saved.get("num_hidden_layers") == 2 * n
+    if paired and len(others) == 1 and others.isdisjoint(types):
+        return str(others.pop())
+    return f"its config class saves layer_types {listed} for its layers' types {types} by a rule arrayrope lacks"
+
+
+def _fixed_pattern(use: hp.Use, p: Probe, layers_key: str) -> dict[str, Any]:
+    """A pattern of no key: the layer types the config class fills in for several layer counts, as the simplest
+    rule of :func:`arrayrope._config_layers.layer_types` that gives them all."""
+    from arrayrope._config_layers import pattern_types
+
+    seen: dict[int, list[Any]] = {}
+    for n in range(6, 14):
+        try:
+            config = hp.tiny_config(use.config_cls, **{**p.values, layers_key: n, "layer_types": None})
+        except Exception:
+            continue
+        types = list(getattr(config, "layer_types", None) or [])
+        if len(types) == n:
+            seen[n] = types
+    kinds = sorted({str(t) for types in seen.values() for t in types})
+    if len(seen) < 4 or len(kinds) != 2:
+        return {}
+    for every, other in (kinds, kinds[::-1]):
+        for period in range(2, 9):
+            for first in range(4):
+                for last in (False, True):
+                    for at in range(period):
+                        rule = {"default": period, "at": at, "first": first, "last": last}
+                        rule.update(every=every, **{"else": other})
+                        if all(pattern_types(rule, n, period) == types for n, types in seen.items()):
+                            return {k: v for k, v in rule.items() if v or k in ("default", "at")}
     return {}
 
 
@@ -710,8 +798,9 @@ def _differs(
             return f"{form} config {values}: {type(exc).__name__}: {exc}"
         if head != d:
             return f"{form} config {values}: head dim {head}, transformers {d}"
-        # the module's buffer may hold them in another order (Ernie 4.5 VL's sections): compare the sets
-        a, b = np.sort(ours[ours != 0]), np.sort(inv[inv != 0])
+        # the module's buffer may hold them in another order (Ernie 4.5 VL's sections): compare the sets; a family
+        # whose pairs turn the other way has them negated (the module's are magnitudes)
+        a, b = np.sort(fam.direction * ours[ours != 0]), np.sort(inv[inv != 0])
         if a.shape != b.shape or not np.allclose(a, b, rtol=4 * 2**-23 * (2 + math.log(max(base, 1e6))), atol=1e-12):
             return f"{form} config {values}: {a.size} frequencies {a[-3:]}..., transformers {b.size} {b[-3:]}..."
     return ""
@@ -928,6 +1017,9 @@ def facts(use: hp.Use) -> dict[str, Any]:
     rotating = {t: e for t, e in per_type.items() if not e.get("nope")}
     if not rotating:
         return {"refused": "none of its attention layers rotates its queries in the default config"}
+    why = _token_keys(p.attention(next(iter(rotating.values()))["index"]))
+    if why:
+        return {"refused": why}
     learned = sorted(name for name, _ in p.attention(next(iter(rotating.values()))["index"]).rotary.named_parameters())
     if learned:
         return {
@@ -979,6 +1071,11 @@ def facts(use: hp.Use) -> dict[str, Any]:
     pattern = _layer_pattern(use, p) if nested or nope_layers_by_type(per_type, p) else {}
     if pattern:
         entry["layer_pattern"] = pattern
+    blocks = _layer_blocks(p)
+    if blocks.startswith("its "):
+        return {"refused": blocks}
+    if blocks:
+        entry["layer_blocks"] = blocks
     sets = _rope_sets(p)
     if sets:
         entry["rope_sets"] = sets

@@ -175,11 +175,11 @@ class RotaryEmbedding:
         features, the pair layout and the direction are those transformers' attention of the
         config's ``model_type`` applies (:mod:`arrayrope.families`): MLA families (DeepSeek)
         rotate the trailing features, GLM, GPT-J, Cohere, Llama 4, DeepSeek-V2 pair features
-        ``(2i, 2i + 1)``, and a family's switches count (DeepSeek-V3's ``rope_interleave``,
-        default true). For a config of a model type transformers lacks (or of none), pass
-        ``layout=``; a config that states ``rope_interleave`` gives it. An explicit ``layout=``
-        wins over the family's (a checkpoint whose q/k rows were permuted to the other layout,
-        :func:`arrayrope.permute_rotary_rows`). ``layer_idx`` picks one layer: a layer without
+        ``(2i, 2i + 1)``, nanochat's pairs turn the other way (negative frequencies), and a
+        family's switches count (DeepSeek-V3's ``rope_interleave``, default true). A config of
+        a model type transformers lacks (or of none) needs ``layout=`` unless it states
+        ``rope_interleave``. An explicit ``layout=`` wins over the family's (q/k rows permuted
+        to the other layout, :func:`arrayrope.permute_rotary_rows`). ``layer_idx`` picks one layer: a layer without
         RoPE gets the identity. Multimodal RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V...) takes
         ``mrope_section`` from the config, or the family's default, and the family's interleaving
         (``mrope_sections``, ``mrope_interleaved``); calls then take positions ``(axes, B, S)``.
@@ -189,8 +189,7 @@ class RotaryEmbedding:
         ValueError
             Everything :func:`~arrayrope.rope_frequencies_from_config` refuses, and a config
             whose layout arrayrope does not know without ``layout=`` (the message says what to
-            pass: a model type transformers lacks, or none, or a family whose pairs turn the
-            other way).
+            pass: a model type transformers lacks, or none).
 
         Examples
         --------

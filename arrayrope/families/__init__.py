@@ -63,7 +63,12 @@ class Family:
     layer_pattern : mapping
         How the config class fills in ``layer_types`` a config leaves out: ``{"key":
         "sliding_window_pattern", "default": 6, "every": "full_attention", "else": "sliding_attention"}``
-        (every ``key``-th layer, 1-based, of one type).
+        (every ``key``-th layer, 1-based, of one type); without a key, a fixed pattern: ``{"default": 4, "at":
+        1, "first": 2, "last": True, ...}`` (layer ``i`` is of type ``every`` when ``i % default == at``, ``i <
+        first`` or it is the last layer).
+    layer_blocks : str
+        The block a saved ``layer_types`` lists after each layer's type, counted in ``num_hidden_layers`` too
+        (Dory's ``"mlp"``); '' where it lists only the layers' types.
     rope_sets : mapping
         The rope set (a key of ``rope_parameters``) each layer type turns by, where a family names its sets
         otherwise than its layer types (DeepSeek-V4: ``{"sliding_attention": "main", ...}``).
@@ -118,6 +123,7 @@ class Family:
     legacy_stated: tuple[str, ...] = ()
     scaling_to: tuple[str, ...] = ()
     layer_pattern: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    layer_blocks: str = ""
     rope_sets: Mapping[str, str] = dataclasses.field(default_factory=dict)
     nope: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     per_layer: Mapping[str, Any] = dataclasses.field(default_factory=dict)

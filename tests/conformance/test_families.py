@@ -317,7 +317,7 @@ def _compare_layer(use: hp.Use, probe: Any, config: Any, cfg: dict[str, Any], id
         refused = ""
     try:
         _, rotating = hp.rotating_features(att)
-        att.run(SCORE_POSITIONS[SCORE_POSITIONS < 2048], batch=1)
+        hp.run_tokens(att, SCORE_POSITIONS[SCORE_POSITIONS < 2048])
     except Exception as exc:  # a refusal of a config transformers cannot run either counts as its failure
         raise TransformersFails(f"{type(exc).__name__}: {exc}") from None
     if refused:
@@ -344,10 +344,13 @@ def _tables(att: hp.Attention, f: Any, layer_type: str | None, seq: int) -> None
     if inv_t is None:  # GPT-J, CodeGen: a fixed table; its frequencies are its first row's angles
         c1, s1 = hp.module_tables(rot, np.array([0, 1]), layer_type)
         inv_t = np.unique(np.round(np.arctan2(s1[1], c1[1]), 12))[::-1]
-    # the same frequencies (a module may keep them in another order: Ernie 4.5 VL's sections), as many zeros
-    ours, theirs = np.sort(inv[inv != 0]), np.sort(inv_t[inv_t != 0])
+    # the same frequencies (a module may keep them in another order: Ernie 4.5 VL's sections), as many zeros;
+    # negated where the family's pairs turn the other way (the module's are magnitudes)
+    fam = family(att.use.model_type)
+    direction = fam.direction if fam is not None else 1
+    ours, theirs = np.sort(direction * inv[inv != 0]), np.sort(inv_t[inv_t != 0])
     assert ours.shape == theirs.shape, (inv_t, inv)
-    rel = float(np.max(np.abs(theirs - ours) / ours)) if ours.size else 0.0
+    rel = float(np.max(np.abs(theirs - ours) / np.abs(ours))) if ours.size else 0.0
     assert rel <= inv_freq_rtol(f.base * 4), rel
     # transformers' tables against float64 ones from its own inv_freq; arrayrope's against its own
     angles_t = positions[:, None].astype(np.float64) * np.concatenate([inv_t, [0.0]])
@@ -360,6 +363,15 @@ def _tables(att: hp.Attention, f: Any, layer_type: str | None, seq: int) -> None
     angles_a = positions[:, None].astype(np.float64) * inv
     assert np.all(np.abs(cos_a - f.attention_factor * np.cos(angles_a)) <= 2 * EPS32 * f.attention_factor)
     assert np.all(np.abs(sin_a - f.attention_factor * np.sin(angles_a)) <= 2 * EPS32 * f.attention_factor)
+
+
+def _one_token_at_a_time(att: hp.Attention, positions: np.ndarray) -> bool:
+    """Whether the layer runs only one position per call (ZAYA's), as ``hp.run_tokens`` then runs it."""
+    try:
+        hp.Attention(att.use, att.config, att.layer_idx).run(positions, identity=True, batch=1)
+        return False
+    except Exception:
+        return True
 
 
 def _columns(cos_t: np.ndarray, sin_t: np.ndarray, ref_c: np.ndarray, ref_s: np.ndarray) -> np.ndarray:
@@ -375,14 +387,21 @@ def _scores(att: hp.Attention, rope: Any, f: Any, positions: np.ndarray) -> None
     if table is not None:  # GPT-J, CodeGen: a table of its n_positions rows
         positions = positions[positions < table.shape[0]]
     att = hp.Attention(att.use, att.config, att.layer_idx)  # fresh: length-dependent modules keep their longest
-    q0, k0 = att.run(positions, identity=True, batch=1)
-    q1, k1 = att.run(positions, batch=1)
+    q0, k0 = hp.run_tokens(att, positions, identity=True)
+    q1, k1 = hp.run_tokens(att, positions)
     s = len(positions)
     k0, k1 = k0[:, :, :s], k1[:, :, :s]  # merged self and cross attention (T5Gemma 2): the self part
     pos = torch.from_numpy(positions)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        qa, ka = rope(q0, k0, positions=pos, seq_len=int(positions.max()) + 1)
+        if _one_token_at_a_time(att, positions):  # each run has its own length: so has each rotation
+            runs = [
+                rope(q0[:, :, i : i + 1], k0[:, :, i : i + 1], positions=pos[i : i + 1], seq_len=int(p) + 1)
+                for i, p in enumerate(positions)
+            ]
+            qa, ka = torch.cat([q for q, _ in runs], dim=2), torch.cat([k for _, k in runs], dim=2)
+        else:
+            qa, ka = rope(q0, k0, positions=pos, seq_len=int(positions.max()) + 1)
     if positions[0] == 0 and f.attention_factor != 1.0:
         # a norm after the rotation (Hunyuan's query_layernorm) takes the factor out again: so does the reference
         seen = float(q1[:, :, 0].norm() / q0[:, :, 0].norm())
@@ -393,7 +412,7 @@ def _scores(att: hp.Attention, rope: Any, f: Any, positions: np.ndarray) -> None
         return torch.einsum("bhsd,bgtd->bhgst", q, k).numpy()
 
     s_t, s_a = scores(q1, k1), scores(qa, ka)
-    angle = float(np.max(f.inv_freq)) * float(positions.max())
+    angle = float(np.max(np.abs(f.inv_freq))) * float(positions.max())  # negative: pairs turning the other way
     delta = f.attention_factor * (4 * EPS32 + angle * 4 * EPS32) + 1e-12
     bound = 2 * delta * scores(q0.abs(), k0.abs()) * max(1.0, f.attention_factor)
     worst = float(np.max(np.abs(s_t - s_a) - bound))

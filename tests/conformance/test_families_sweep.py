@@ -334,3 +334,52 @@ def test_mrope_section_under_its_older_name_is_read_as_transformers_converts_it(
         next(hp.tiny_configs(_use(model_type).config_cls, **{**config.probe_kwargs, "rope_parameters": both}))
     with pytest.raises(ValueError, match=r"mrope_section=\[16, 16, 16, 16\] and its older name xdrope_section"):
         arrayrope.config.settings({**cfg, "rope_parameters": both})
+
+
+# ---- nanochat: its rotate_half is (x2, -x1), so its pairs turn the other way ----
+
+NANOCHAT = {"model_type": "nanochat", "hidden_size": 128, "num_attention_heads": 2, "num_hidden_layers": 2}
+NANOCHAT_POSITIONS = np.array([0, 1, 2, 7, 100, 1000, 4097, 65535])
+
+
+def _nanochat_oracle(x: np.ndarray, inv_freq: np.ndarray) -> np.ndarray:
+    """transformers' own nanochat apply function, given float64 tables of the magnitudes ``inv_freq``."""
+    from transformers.models.nanochat import modeling_nanochat
+
+    angles = NANOCHAT_POSITIONS[:, None] * np.abs(inv_freq)[None, :]
+    emb = torch.from_numpy(np.concatenate([angles, angles], axis=-1))[None]
+    t = torch.from_numpy(x)
+    q, _ = modeling_nanochat.apply_rotary_pos_emb(t, t, emb.cos(), emb.sin())
+    return q.numpy()
+
+
+def test_nanochat_turns_the_other_way():
+    """Its frequencies are transformers' module's, negated; RotaryEmbedding.from_config rotates as its apply
+    function does (float64), and so does the ONNX model of those frequencies on ONNX Runtime (float32)."""
+    rope = arrayrope.RotaryEmbedding.from_config(NANOCHAT)
+    theirs, _ = _frequencies("nanochat", NANOCHAT)
+    assert np.all(rope.freqs.inv_freq < 0)
+    assert np.allclose(-rope.freqs.inv_freq, theirs, rtol=inv_freq_rtol(1e4), atol=0)
+    x = np.random.default_rng(0).standard_normal((1, 2, len(NANOCHAT_POSITIONS), 64))
+    want = _nanochat_oracle(x, rope.freqs.inv_freq)
+    got = rope(x, positions=NANOCHAT_POSITIONS)
+    assert np.max(np.abs(got - want)) < 1e-9 * np.abs(x).max() * NANOCHAT_POSITIONS.max()
+    with pytest.raises(ValueError, match="turns each pair the other way"):
+        arrayrope.config.rope_config(NANOCHAT)  # rope_frequencies cannot be asked for them
+    with pytest.raises(ValueError, match="'dynamic' recomputes them"):
+        _ours({**NANOCHAT, "rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4}})
+
+
+@pytest.mark.parametrize(("target", "tables"), [("portable", "computed"), ("portable", "stored"), ("ort", "stored")])
+def test_nanochat_exported_turns_the_other_way(target, tables):
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
+    from arrayrope.export import rotary_model
+
+    f = arrayrope.rope_frequencies_from_config(NANOCHAT)
+    rows = {"max_positions": 1 << 16} if tables == "stored" else {}
+    model = rotary_model(f, target=target, tables=tables, **rows)
+    x = np.random.default_rng(1).standard_normal((1, 2, len(NANOCHAT_POSITIONS), 64)).astype(np.float32)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {"x": x, "position_ids": NANOCHAT_POSITIONS[None].astype(np.int64)})
+    want = _nanochat_oracle(x.astype(np.float64), f.inv_freq)
+    assert np.max(np.abs(got - want)) <= 8 * 2.0**-23 * np.abs(x).max(), np.max(np.abs(got - want))

@@ -1,9 +1,10 @@
-"""Families whose model chooses each layer's tables from a per-layer list, against the whole transformers model.
+"""Configs read layer by layer (``layer_idx=``), against transformers' own model and attention layers.
 
 Granite SWA builds a rotary module per base of ``layer_rope_theta`` (0: no RoPE), Muse reads that key for
 its zeros only, Molmo 2 gives the layers of ``rope_scaling_layers`` the scaled tables. The oracle is what
 each decoder layer of the family's own model receives as ``position_embeddings`` when the model runs
-(``tools/_family_layers.py``), against ``from_config(cfg, layer_idx=i)``.
+(``tools/_family_layers.py``), against ``from_config(cfg, layer_idx=i)``. Flint, Kolibri and Dory fill in
+the layer types a config leaves out by a fixed pattern; Dory saves an ``"mlp"`` block after each layer's type.
 """
 
 from __future__ import annotations
@@ -42,7 +43,16 @@ def _use(model_type: str) -> Any:
     return _uses()[model_type]
 
 
-MODEL_TYPES = ("granite_swa", "granitemoe_swa", "muse_spark_text", "muse_glimmer_text", "molmo2_text")
+MODEL_TYPES = (
+    "granite_swa",
+    "granitemoe_swa",
+    "muse_spark_text",
+    "muse_glimmer_text",
+    "molmo2_text",
+    "flint",
+    "kolibri1",
+    "dory",
+)
 
 
 def _layers(model_type: str, **values: Any) -> tuple[dict[str, Any], list[Any]]:
@@ -133,3 +143,33 @@ def test_rope_scaling_layers_scale_the_layers_listed():
         _ours(cfg)
     assert _ours({**cfg, "rope_scaling_layers": [0, 1, 2, 3]}).rope_type == "linear"
     assert _ours({**cfg, "rope_scaling_layers": []}).rope_type == "default"
+
+
+# ---- layer types a config leaves out, by a fixed pattern of its config class; Dory's saved block list ----
+
+
+@pytest.mark.parametrize("model_type", ["flint", "kolibri1", "dory"])
+@pytest.mark.parametrize("n", [7, 9])
+def test_each_layer_as_the_config_class_fills_in_its_types(model_type, n):
+    """A config that states no layer_types (as a checkpoint's may not), and the one transformers saves (Dory's
+    lists an "mlp" block after each layer's type and counts both): each layer rotates as transformers' attention
+    layer of that index does, NoPE layers included."""
+    use = _use(model_type)
+    config = hp.tiny_config(use.config_cls, num_hidden_layers=n)
+    with hp.quiet():
+        saved = config.to_dict()
+    hub = {"model_type": model_type, **config.probe_kwargs}
+    assert "layer_types" not in hub
+    for i in range(n):
+        att = hp.Attention(use, config, i)
+        _, rotating = hp.rotating_features(att)
+        inv, _ = hp.module_frequencies(att.rotary, config.layer_types[i])
+        for cfg in (hub, saved):
+            f = _ours(cfg, layer_idx=i)
+            if not rotating.size:
+                assert f.rope_type == "none", (i, config.layer_types[i])
+                continue
+            assert f.rope_type != "none", (i, config.layer_types[i])
+            assert inv is not None and np.allclose(f.inv_freq, inv, rtol=1e-6 * (2 + np.log(f.base)), atol=0), i
+    with pytest.raises(ValueError, match=r"layer_idx=.* names"):
+        _ours(hub, layer_idx=n)

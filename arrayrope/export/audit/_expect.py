@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from arrayrope._config_keys import Settings, View
+from arrayrope._config_keys import Settings
+from arrayrope._config_layers import layer_count
 from arrayrope._config_read import text_config
 from arrayrope.config import load_config, rope_frequencies_from_config, settings
 from arrayrope.frequencies import RopeFrequencies
@@ -25,7 +26,6 @@ class Layer:
 
     index: int
     settings: Settings
-    direction: int
     #: shared by the layers of one config: layers of the same settings compute each answer once
     cache: dict[Any, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
@@ -42,9 +42,7 @@ class Layer:
         key = ("matrices", repr(self.settings), positions.tobytes())
         if key not in self.cache:
             freqs = self.frequencies(config, int(positions.max()) + 1)
-            self.cache[key] = rotation_matrices(
-                freqs, positions, self.layout, self.settings.rotary_features, self.direction
-            )
+            self.cache[key] = rotation_matrices(freqs, positions, self.layout, self.settings.rotary_features)
         found: npt.NDArray[np.float64] = self.cache[key]
         return found
 
@@ -58,12 +56,11 @@ def rotation_matrices(
     positions: npt.NDArray[np.int64],
     layout: str,
     features: str = "leading",
-    direction: int = 1,
 ) -> npt.NDArray[np.float64]:
     """``M[s][:, j]``: what the rotation of ``freqs`` makes of unit vector ``j`` at ``positions[s]``, in float64."""
     d, r = freqs.head_dim, freqs.rotary_dim
     angle = np.asarray(positions, np.float64)[:, None] * np.asarray(freqs.inv_freq, np.float64)[None, : r // 2]
-    cos, sin = np.cos(angle) * freqs.attention_factor, direction * np.sin(angle) * freqs.attention_factor
+    cos, sin = np.cos(angle) * freqs.attention_factor, np.sin(angle) * freqs.attention_factor
     start = 0 if features == "leading" else d - r
     first = start + (np.arange(r // 2) if layout == "half" else 2 * np.arange(r // 2))
     second = first + (r // 2 if layout == "half" else 1)
@@ -137,12 +134,11 @@ def expected(config: Mapping[str, Any] | str | os.PathLike[str]) -> Expected:
             f"{text_where}: model type {text.get('model_type')!r} uses no rotary embedding in transformers; "
             "there is nothing to audit"
         )
-    layers_count = View(text, fam, text_where).size("num_hidden_layers")
+    layers_count = layer_count(text, fam, text_where)
     if layers_count > 4096:
         raise ValueError(f"{text_where}: num_hidden_layers={layers_count} is not a model's layer count")
     cache: dict[Any, Any] = {}
-    direction = fam.direction if fam is not None else 1
-    layers = tuple(Layer(i, settings(cfg, layer_idx=i), direction, cache) for i in range(layers_count))
+    layers = tuple(Layer(i, settings(cfg, layer_idx=i), cache) for i in range(layers_count))
     if not any(not layer.settings.nope for layer in layers):
         raise ValueError(f"{text_where}: no layer of this config uses RoPE; there is nothing to audit")
     return Expected(cfg, layers, text.get("model_type"), where)

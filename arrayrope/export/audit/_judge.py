@@ -264,7 +264,7 @@ class _Judge:
         return float(ratio.max()), float(err.max()), f"position {positions[s]}, features ({min(i, j)}, {max(i, j)})"
 
     def _fits(self, m: npt.NDArray[np.float64], freqs: RopeFrequencies, positions: npt.NDArray[np.int64]) -> bool:
-        e = rotation_matrices(freqs, positions, self.layer.layout, self.s.rotary_features, self.layer.direction)
+        e = rotation_matrices(freqs, positions, self.layer.layout, self.s.rotary_features)
         return e.shape == m.shape and bool(np.all(np.abs(m - e) <= self._tolerance(freqs, positions, m.shape[-1])))
 
     def _unscaled(self, m: npt.NDArray[np.float64], positions: npt.NDArray[np.int64]) -> bool:
