@@ -108,20 +108,26 @@ def per_layer(cfg: Mapping[str, Any], fam: Family | None, where: str, layer_idx:
     rule = fam.per_layer if fam is not None else {}
     key = rule.get("key", "")
     values = cfg.get(key) if key else None
-    if values is None:  # what the family's config class fills in: every layer scales, or its zeros
-        zeros = rule.get("zeros")
-        if not zeros or layer_idx is None:
-            return base, True, False
-        return base, True, layer_idx in zero_layers(zeros, layer_count(cfg, fam, where))
+    if not key:
+        return base, True, False
+    n = layer_count(cfg, fam, where)
+    if layer_idx is not None and layer_idx >= n:
+        raise ValueError(f"{where}: layer_idx={layer_idx} but the config has num_hidden_layers={n}")
+    if values is None and not rule.get("zeros"):  # the config class's default: every layer scales, or rotates
+        return base, True, False
+    if values is None:  # the zeros the family's config class fills in
+        return base, True, layer_idx is not None and layer_idx in zero_layers(rule["zeros"], n)
     if not isinstance(values, (list, tuple)) or any(
         isinstance(x, bool) or not isinstance(x, numbers.Real) for x in values
     ):
         raise ValueError(f"{where}: {key} must be a list of numbers, one per layer, got {values!r}")
     if rule["sets"] == "scaling":  # layer indices
+        if any(not isinstance(x, numbers.Integral) for x in values):
+            raise ValueError(f"{where}: {key} must list layer indices (ints), got {values!r}")
         listed = {int(x) for x in values}
         if layer_idx is not None:
             return base, layer_idx in listed, False
-        if not listed or listed >= set(range(layer_count(cfg, fam, where))):
+        if not listed or listed >= set(range(n)):
             return base, bool(listed), False
         raise ValueError(
             f"{where}: {key}={list(values)}: transformers' {fam.model_type} scales these layers only and turns "  # type: ignore[union-attr]
@@ -145,7 +151,9 @@ def per_layer(cfg: Mapping[str, Any], fam: Family | None, where: str, layer_idx:
         raise ValueError(
             f"{where}: {key} gives the layers the bases {sorted(bases)}; pass layer_idx= to read one layer"
         )
-    return (bases.pop() if bases else base), True, False
+    if not bases:  # all zeros: no layer rotates
+        return base, True, True
+    return bases.pop(), True, False
 
 
 def zero_layers(rule: Mapping[str, Any], n: int) -> list[int]:

@@ -568,7 +568,10 @@ def _token_keys(att: hp.Attention) -> str:
         return ""
     except Exception:
         pass
-    q, k = att.run(np.array([1], dtype=np.int64), identity=True, batch=1)
+    try:
+        q, k = att.run(np.array([1], dtype=np.int64), identity=True, batch=1)
+    except Exception:
+        return ""  # what keeps it from running is reported where its rotation is measured
     if k.shape[2] != q.shape[2]:
         return (
             f"{type(att.layer).__name__} runs one token at a time with {k.shape[2]} keys for {q.shape[2]} query "
@@ -594,11 +597,39 @@ def _layer_blocks(p: Probe) -> str:
     return f"its config class saves layer_types {listed} for its layers' types {types} by a rule arrayrope lacks"
 
 
+def _from_layer_count(config_cls: type) -> bool:
+    """Whether every list the config class assigns to ``self.layer_types`` is made from the layer count alone
+    (no other attribute, keyword or local: ModernBERT's ``global_attn_every_n_layers`` is a key)."""
+    method = next((c.__dict__["__post_init__"] for c in config_cls.__mro__ if "__post_init__" in c.__dict__), None)
+    if method is None:
+        return False
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    made = [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Attribute) and t.attr == "layer_types" for t in node.targets)
+        and isinstance(node.value, ast.ListComp)
+    ]
+    for value in made:
+        bound = {n.id for g in value.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+        names = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)} - bound - {"self", "range", "len"}
+        attrs = {n.attr for n in ast.walk(value) if isinstance(n, ast.Attribute)}
+        if names or attrs - {"num_hidden_layers"}:
+            return False
+    return bool(made)
+
+
 def _fixed_pattern(use: hp.Use, p: Probe, layers_key: str) -> dict[str, Any]:
     """A pattern of no key: the layer types the config class fills in for several layer counts, as the simplest
     rule of :func:`arrayrope._config_layers.layer_types` that gives them all."""
     from arrayrope._config_layers import pattern_types
 
+    if not _from_layer_count(use.config_cls):
+        return {}
     seen: dict[int, list[Any]] = {}
     for n in range(6, 14):
         try:

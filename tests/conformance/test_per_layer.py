@@ -44,6 +44,8 @@ def _use(model_type: str) -> Any:
 
 
 MODEL_TYPES = (
+    "modernbert",
+    "embedding_gemma2_text",
     "granite_swa",
     "granitemoe_swa",
     "muse_spark_text",
@@ -173,3 +175,32 @@ def test_each_layer_as_the_config_class_fills_in_its_types(model_type, n):
             assert inv is not None and np.allclose(f.inv_freq, inv, rtol=1e-6 * (2 + np.log(f.base)), atol=0), i
     with pytest.raises(ValueError, match=r"layer_idx=.* names"):
         _ours(hub, layer_idx=n)
+
+
+def test_per_layer_lists_refuse_what_they_cannot_answer():
+    """A layer index beyond the config's layers, indices that are not ints, and a list of zeros only (no layer
+    rotates: the identity, as transformers gives every layer)."""
+    muse = {"model_type": "muse_spark_text", "num_hidden_layers": 8, "head_dim": 64, "hidden_size": 512}
+    with pytest.raises(ValueError, match=r"layer_idx=8 but the config has num_hidden_layers=8"):
+        _ours(muse, layer_idx=8)
+    molmo = {"model_type": "molmo2_text", "num_hidden_layers": 4, "head_dim": 64, "hidden_size": 512}
+    with pytest.raises(ValueError, match=r"layer_idx=4 but"):
+        _ours(molmo, layer_idx=4)
+    with pytest.raises(ValueError, match=r"rope_scaling_layers must list layer indices"):
+        _ours({**molmo, "rope_scaling_layers": [0.5]}, layer_idx=0)
+    granite = {"model_type": "granite_swa", "num_hidden_layers": 4, "head_dim": 64, "hidden_size": 512}
+    assert _ours({**granite, "layer_rope_theta": [0, 0, 0, 0]}).rope_type == "none"
+
+
+@pytest.mark.parametrize(
+    ("model_type", "key", "value"),
+    [("modernbert", "global_attn_every_n_layers", 2), ("embedding_gemma2_text", "sliding_window_pattern", 3)],
+)
+def test_layer_types_from_a_key_arrayrope_does_not_model_are_not_guessed(model_type, key, value):
+    """Their config classes fill in layer_types from a key, by a rule no pattern of the table holds: a layer index
+    is refused (pass layer_type=) rather than read by the pattern of the key's default."""
+    config = hp.tiny_config(_use(model_type).config_cls, **{key: value, "num_hidden_layers": 6})
+    cfg = {"model_type": model_type, **config.probe_kwargs}
+    assert "layer_types" not in cfg and len(set(config.layer_types)) == 2  # transformers' layers differ
+    with pytest.raises(ValueError, match=r"pass layer_type="):
+        _ours(cfg, layer_idx=2)
