@@ -100,7 +100,9 @@ def layer_type_of(
     return str(own)
 
 
-def per_layer(cfg: Mapping[str, Any], fam: Family | None, where: str, layer_idx: int | None, base: float) -> Any:
+def per_layer(
+    cfg: Mapping[str, Any], fam: Family | None, where: str, layer_idx: int | None, base: float
+) -> tuple[float, bool, bool]:
     """``(base, scaled, nope)`` of layer ``layer_idx`` where the family's model reads a list layer by layer
     (:attr:`Family.per_layer`): its base, whether the rope parameters' scaling applies and whether it has no
     RoPE. Without ``layer_idx``, the one setting every rotating layer shares, or a ValueError saying to pass

@@ -437,6 +437,7 @@ class Attention:
         if isinstance(label, str) and label in rotary_labels(self.rotary):
             self.layer_type = label
         self.head_dim = 0
+        self.one_token = False  # set by run_tokens where the layer runs one position per call
 
     def _build(self) -> Any:
         errors = []
@@ -661,6 +662,7 @@ def run_tokens(att: Attention, positions: np.ndarray, *, identity: bool = False)
     except Exception:
         if len(positions) == 1:
             raise
+    att.one_token = True
     runs = [att.run(positions[i : i + 1], identity=identity, batch=1) for i in range(len(positions))]
     return torch.cat([q for q, _ in runs], dim=2), torch.cat([k for _, k in runs], dim=2)
 

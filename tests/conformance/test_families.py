@@ -365,15 +365,6 @@ def _tables(att: hp.Attention, f: Any, layer_type: str | None, seq: int) -> None
     assert np.all(np.abs(sin_a - f.attention_factor * np.sin(angles_a)) <= 2 * EPS32 * f.attention_factor)
 
 
-def _one_token_at_a_time(att: hp.Attention, positions: np.ndarray) -> bool:
-    """Whether the layer runs only one position per call (ZAYA's), as ``hp.run_tokens`` then runs it."""
-    try:
-        hp.Attention(att.use, att.config, att.layer_idx).run(positions, identity=True, batch=1)
-        return False
-    except Exception:
-        return True
-
-
 def _columns(cos_t: np.ndarray, sin_t: np.ndarray, ref_c: np.ndarray, ref_s: np.ndarray) -> np.ndarray:
     """For each column of transformers' tables, the pair it holds (the nearest reference column)."""
     err = np.max(np.abs(cos_t[:, :, None] - ref_c[:, None, :]) + np.abs(sin_t[:, :, None] - ref_s[:, None, :]), axis=0)
@@ -394,7 +385,7 @@ def _scores(att: hp.Attention, rope: Any, f: Any, positions: np.ndarray) -> None
     pos = torch.from_numpy(positions)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if _one_token_at_a_time(att, positions):  # each run has its own length: so has each rotation
+        if att.one_token:  # each run had its own length: so has each rotation
             runs = [
                 rope(q0[:, :, i : i + 1], k0[:, :, i : i + 1], positions=pos[i : i + 1], seq_len=int(p) + 1)
                 for i, p in enumerate(positions)
