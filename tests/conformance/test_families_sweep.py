@@ -383,3 +383,27 @@ def test_nanochat_exported_turns_the_other_way(target, tables):
     (got,) = sess.run(None, {"x": x, "position_ids": NANOCHAT_POSITIONS[None].astype(np.int64)})
     want = _nanochat_oracle(x.astype(np.float64), f.inv_freq)
     assert np.max(np.abs(got - want)) <= 8 * 2.0**-23 * np.abs(x).max(), np.max(np.abs(got - want))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_nanochat_in_low_precision_eager_compiled_and_exported(dtype):
+    """float16/bfloat16 q and k: nanochat's float64 rotation (its own apply function) of the same values, rounded
+    once, eagerly, under torch.compile and through torch.export, in q's dtype."""
+    rope = arrayrope.RotaryEmbedding.from_config(NANOCHAT)
+    dt = getattr(torch, dtype)
+    x = torch.from_numpy(np.random.default_rng(2).standard_normal((1, 2, len(NANOCHAT_POSITIONS), 64))).to(dt)
+    pos = torch.from_numpy(NANOCHAT_POSITIONS)
+    want = _nanochat_oracle(x.double().numpy(), rope.freqs.inv_freq)
+    tol = float(torch.finfo(dt).eps) * np.abs(want).max()
+
+    class Rotate(torch.nn.Module):
+        def forward(self, q, k, positions):
+            return rope(q, k, positions=positions)
+
+    compiled = torch.compile(Rotate(), fullgraph=True, backend="aot_eager")
+    exported = torch.export.export(Rotate(), (x, x, pos)).module()
+    for run in (Rotate(), compiled, exported):
+        q, k = run(x, x, pos)
+        assert q.dtype == k.dtype == dt
+        assert np.max(np.abs(q.double().numpy() - want)) <= tol
+        assert np.max(np.abs(k.double().numpy() - want)) <= tol
