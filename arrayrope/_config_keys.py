@@ -28,6 +28,7 @@ __all__ = [
     "ROTARY_DIM_RULES",
     "Settings",
     "View",
+    "forced_last",
     "legacy_parameters",
     "mrope",
     "nested_base",
@@ -120,6 +121,18 @@ class Settings:
     freqs: RopeFrequencies = dataclasses.field(kw_only=True, repr=False, compare=False)
 
 
+#: The per-layer overrides (transformers' ``per_layer_config``) that give a layer's head dim or rotary dim.
+LAYER_DIMS = frozenset({"head_dim", "qk_nope_head_dim", "qk_rope_head_dim", "num_attention_heads"})
+
+
+def forced_last(types: Any, fam: Family | None) -> Any:
+    """A stated ``layer_types`` as the family's config class keeps it: the last layer of the type it forces
+    (Gemma 4's ``full_attention``, :attr:`Family.last_layer_type`)."""
+    if fam is None or not fam.last_layer_type or not isinstance(types, (list, tuple)) or not types:
+        return types
+    return [*types[:-1], fam.last_layer_type]
+
+
 class View:
     """A config as its family's config class reads it: a key under its alias, the layer's override, the default."""
 
@@ -134,12 +147,35 @@ class View:
         self.cfg, self.fam, self.where = cfg, fam, where
         self.layer: Mapping[str, Any] = {}
         overrides = cfg.get("per_layer_config")
-        types = cfg.get("layer_types")
+        types = forced_last(cfg.get("layer_types"), fam)
         if layer_idx is None and layer_type is not None and isinstance(types, (list, tuple)) and layer_type in types:
             layer_idx = types.index(layer_type)  # the layers of a type share their overrides
         if layer_idx is not None and isinstance(overrides, Mapping):
-            entry = overrides.get(str(layer_idx), overrides.get(layer_idx))
+            # transformers saves the indices as zero-padded strings ("05" of 46 layers)
+            entry = next((e for k, e in overrides.items() if str(k).isdigit() and int(k) == layer_idx), None)
             self.layer = entry if isinstance(entry, Mapping) else {}
+        elif fam is not None and layer_type is not None and "per_layer_config" not in cfg:
+            # older keys the config class turns into this layer type's overrides where the config states none
+            # (Gemma 4's global_head_dim, Dots3 Note's swa_qk_nope_head_dim...)
+            layer: dict[str, Any] = {}
+            for key, targets in fam.legacy.items():
+                params = [p for t, p in targets if t == layer_type and p in LAYER_DIMS]
+                value = self._older(key) if params else None
+                layer.update({p: value for p in params if value is not None})
+            self.layer = layer
+
+    def _older(self, key: str) -> Any:
+        """An older per-layer key: as stated, else its default where the config states none of what it follows."""
+        assert self.fam is not None
+        if self.cfg.get(key) is not None:
+            return self.cfg[key]
+        follows = [k for k in self.fam.legacy_follows.get(key, ()) if self.cfg.get(k) is not None]
+        if follows:
+            raise ValueError(
+                f"{self.where}: states {', '.join(follows)} but not {key}, whose default transformers' "
+                f"{self.fam.model_type} computes from them; arrayrope does not: state {key}"
+            )
+        return self.fam.defaults.get(key)
 
     def names(self, key: str) -> tuple[str, ...]:
         """The config keys that give ``key``, first wins."""
@@ -364,8 +400,12 @@ def legacy_parameters(v: View, layer_type: str, stated: bool = True) -> dict[str
         if value is None or (not stated and key in v.fam.legacy_stated):
             continue
         for target_type, param in targets:
-            if target_type != layer_type or param == "head_dim":
+            if target_type != layer_type:
                 continue
+            if param in LAYER_DIMS:  # a per-layer override: the layer's View reads it (View.layer)
+                continue
+            if param == "rotary_dim" and key == v.fam.rotary_dim:  # the rotary dim its rule reads (Dots3 Note's
+                continue  # qk_rope_head_dim, which its class also writes as qk_rope_head_dim / head_dim)
             if param == "rotary_dim":  # the family converts it: partial_rotary_factor = rotary_dim / head_dim
                 width = checks.positive_int(value, f"{v.where}: {key}", even=True)
                 head = HEAD_DIM_RULES[v.fam.head_dim](v)

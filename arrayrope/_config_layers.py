@@ -12,7 +12,7 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
-from ._config_keys import View, legacy_parameters
+from ._config_keys import View, forced_last, legacy_parameters
 from ._lib import checks
 from .families import Family
 
@@ -43,7 +43,7 @@ def layer_types(cfg: Mapping[str, Any], fam: Family | None, where: str) -> list[
     """The config's ``layer_types``, or the ones its family's config class fills in from its pattern key."""
     types = cfg.get("layer_types")
     if isinstance(types, (list, tuple)) and types:
-        return list(types[::2] if _blocks(cfg, fam) else types)
+        return list(forced_last(types[::2] if _blocks(cfg, fam) else types, fam))
     rule = fam.layer_pattern if fam is not None else {}
     if not rule:
         return []

@@ -11,6 +11,7 @@ refused, are in :mod:`arrayrope._config_keys`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 from collections.abc import Mapping
 from typing import Any
@@ -144,18 +145,22 @@ def read(
         or bool(fam is not None and layer_type is not None and layer_type in fam.nope.get("layer_types", ()))
     )
     max_len = None if max_len is None else int(max_len)
+    # both: proportional over the rotary features (MLA), their table; else rope_frequencies' own rules
+    over = rotary_dim if rotary_dim is not None and prf is not None else head_dim
     freqs = (
         no_rope(head_dim)
         if nope
         else rope_frequencies(  # the one computation; it checks every value, and warns once per cause
-            head_dim,
+            over,
             base=float(base),
-            rotary_dim=rotary_dim,
+            rotary_dim=rotary_dim if prf is None else None,
             partial_rotary_factor=prf,
             scaling=scaling,
             max_position_embeddings=max_len,
         )
     )
+    if over != head_dim and not nope:
+        freqs = dataclasses.replace(freqs, head_dim=head_dim)
     if fam is not None and fam.direction != 1 and not nope:
         freqs = _turned_back(freqs, scaling, fam, where)
     fields = (head_dim, float(base), rotary_dim, prf, scaling, max_len, features, layout, nope, model_type, why, m)
@@ -238,32 +243,84 @@ def _dims(
     where = v.where
     if fam is None:
         return _stated_dims(v, prf, rope)
-    head = HEAD_DIM_RULES[fam.head_dim](v)
-    if layer and "per_layer_config" not in v.cfg:  # an older key for the head dim of this layer type (Gemma 4),
-        # which fills in per_layer_config: a config that states per_layer_config gives every override there
-        for key, targets in fam.legacy.items():
-            if (layer, "head_dim") in targets:
-                value = v.cfg.get(key, fam.defaults.get(key))
-                head = checks.positive_int(value, f"{where}: {key}")
+    head = HEAD_DIM_RULES[fam.head_dim](v)  # a layer's own head dim comes through its View (per_layer_config)
     if prf is not None and float(prf) == 1.0:
         prf = None
+    if prf is not None and fam.rotary_dim in ROTARY_KEYS:
+        prf = _key_rule_fraction(v, fam, layer, float(prf))
     reads = fam.rotary_dim == "partial" or rope != "default"
     if prf is not None and not reads:
+        turns = "the whole head" if fam.rotary_dim == "head_dim" else f"its {fam.rotary_dim} features"
         raise ValueError(
             f"{where}: partial_rotary_factor={prf} but transformers' default rope of model type {fam.model_type!r} "
-            "ignores it and rotates the whole head; remove the key (whole head) or the model_type (partial rotary)"
+            f"ignores it and rotates {turns}; remove the key ({turns}) or the model_type (partial rotary)"
         )
     if rope == "proportional" and fam.head_dim != "head_dim":
-        raise ValueError(
-            f"{where}: transformers computes rope_type 'proportional' of model type {fam.model_type!r} "
-            "over its rotary features, arrayrope over the whole head; arrayrope does not read it"
-        )
+        return head, _proportional_width(v, fam, head), fam.rotary_features, None if prf is None else float(prf)
     if fam.rotary_dim in ("partial", "head_dim"):
         return head, None if prf is None else int(head * float(prf)), fam.rotary_features, None
     width = ROTARY_DIM_RULES[fam.rotary_dim](v, head, None)
     if prf is not None:
         width = int(width * float(prf))
     return head, width, fam.rotary_features, None
+
+
+def _config_head(v: View, fam: Family) -> Any:
+    """The ``head_dim`` transformers' config of the family holds (its rope types compute over it): from the key
+    its class sets it from (:attr:`Family.head_dim_from`), else its own."""
+    source = fam.head_dim_from
+    if not source or (source["keeps_stated"] and v.raw("head_dim") is not None):
+        return v.get("head_dim")
+    return v.get(source["key"])
+
+
+def _proportional_width(v: View, fam: Family, head: int) -> int:
+    """The rotary features of a family whose kernel head is not its config's ``head_dim`` (MLA, Zamba2) under
+    rope_type 'proportional': transformers computes its table over the config's ``head_dim`` (DeepSeek's class
+    sets it to ``qk_rope_head_dim``), which must be the features its attention rotates, else its own code fails
+    (a ``head_dim`` the config or the family's defaults state that differs is refused)."""
+    width = head if fam.rotary_dim in ("partial", "head_dim") else ROTARY_DIM_RULES[fam.rotary_dim](v, head, None)
+    table = _config_head(v, fam)
+    if table is not None and table != width:
+        raise ValueError(
+            f"{v.where}: transformers computes rope_type 'proportional' of model type {fam.model_type!r} over "
+            f"head_dim={table}, but its attention rotates {width} features, which that table does not fit "
+            "(transformers' own code fails on it)"
+        )
+    return width
+
+
+#: The rotary-dim rules that read the rotary dim from a key of its own.
+ROTARY_KEYS = ("rotary_dim", "qk_rope_head_dim")
+
+
+def _key_rule_fraction(v: View, fam: Family, layer: str | None, prf: float) -> float | None:
+    """The partial factor of a family whose rotary dim is a key of its own (``rotary_dim``,
+    ``qk_rope_head_dim``): None where it is the family's default or the fraction that key makes of the
+    config's ``head_dim`` (Dots3 Note's class writes ``qk_rope_head_dim / head_dim`` itself); a fraction of
+    another rotary dim is refused where ``head_dim`` is not the rotary dim (transformers computes the
+    scaled types over ``head_dim * partial_rotary_factor``, arrayrope over the key's rotary dim)."""
+    raw = v.cfg.get("rope_scaling") or v.cfg.get("rope_parameters")
+    if isinstance(raw, Mapping) and layer is not None and isinstance(raw.get(layer), Mapping):
+        raw = raw[layer]
+    stated = (isinstance(raw, Mapping) and raw.get("partial_rotary_factor") is not None) or (
+        v.raw("partial_rotary_factor") is not None
+    )
+    if not stated:
+        return None
+    found = _config_head(v, fam)
+    if isinstance(found, bool) or not isinstance(found, numbers.Integral) or found <= 0:
+        return prf
+    head = int(found)
+    width = ROTARY_DIM_RULES[fam.rotary_dim](v, head, None)
+    if width == head:
+        return prf
+    if math.isclose(prf * head, width):
+        return None
+    raise ValueError(
+        f"{v.where}: partial_rotary_factor={prf} is not {fam.rotary_dim} / head_dim = {width} / {head}, the "
+        f"features transformers' {fam.model_type} rotates; remove partial_rotary_factor or make it {width / head}"
+    )
 
 
 def _stated_dims(v: View, prf: Any, rope: str) -> tuple[int, int | None, str, float | None]:

@@ -168,6 +168,12 @@ def rope_config(
             f"model type {s.model_type!r} turns each pair the other way, which rope_frequencies cannot be asked "
             "for; rope_frequencies_from_config gives its (negative) frequencies"
         )
+    if s.rotary_dim is not None and s.partial_rotary_factor is not None:
+        raise ValueError(
+            f"model type {s.model_type!r} computes rope_type 'proportional' over its {s.rotary_dim} rotary features "
+            f"of a {s.head_dim}-feature head, which rope_frequencies cannot be asked for; "
+            "rope_frequencies_from_config gives its frequencies"
+        )
     return {
         "head_dim": s.head_dim,
         "base": s.base,

@@ -647,9 +647,11 @@ def rotating_features(att: Attention, positions: tuple[int, ...] = (1, 3, 1000, 
         att.run(np.zeros(1, dtype=np.int64), identity=True, batch=1)  # raises what keeps it from running
         raise RuntimeError(f"{type(att.layer).__name__} does not run at position 1")
     if not np.all(per_head == per_head[:1]):
+        turned = np.flatnonzero(per_head.any(axis=1)).tolist()
         raise HeadsDiffer(
-            f"{type(att.layer).__name__} rotates features of some heads only "
-            f"({int(per_head.any(axis=1).sum())} of {per_head.shape[0]})"
+            f"{type(att.layer).__name__} rotates the features of heads {turned} of {per_head.shape[0]} only, by its "
+            "head index; arrayrope's rotations turn every head they are given (rotate those heads' queries and "
+            "keys with a RotaryEmbedding of its head dim)"
         )
     return att.head_dim, np.flatnonzero(per_head[0])
 

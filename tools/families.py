@@ -55,6 +55,7 @@ import textwrap
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
@@ -68,6 +69,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 TABLE = ROOT / "arrayrope" / "families" / "_table.py"
 
+from arrayrope._config_keys import LAYER_DIMS  # noqa: E402
 from arrayrope.testing import identify_rope  # noqa: E402
 
 #: Values of published checkpoints for the model types whose default config cannot run its own attention
@@ -380,6 +382,29 @@ def _aliases(config_cls: type) -> dict[str, str]:
     return {k: v for k, v in amap.items() if k in SIZE_KEYS and k != v}
 
 
+def _head_dim_from(use: hp.Use, p: Probe, aliases: Mapping[str, str]) -> dict[str, Any]:
+    """The key whose value the config class gives its ``head_dim`` (DeepSeek-V3 sets it to ``qk_rope_head_dim``:
+    the head dim transformers' scaled rope types compute over), and whether a ``head_dim`` the config states
+    wins; {} where ``head_dim`` is the config's own."""
+    fields = _fields(p.config)
+    if "head_dim" in aliases or not isinstance(fields.get("qk_rope_head_dim"), int):
+        return {}
+    values = {k: v for k, v in p.values.items() if k != "head_dim"}
+    got = []
+    for rope in (16, 24):
+        try:
+            unstated = _fields(_unchecked(use, {**values, "qk_rope_head_dim": rope})).get("head_dim")
+            stated = _fields(_unchecked(use, {**values, "qk_rope_head_dim": rope, "head_dim": 40})).get("head_dim")
+        except Exception:
+            return {}
+        if unstated != rope or stated not in (rope, 40):
+            return {}
+        got.append(stated == 40)
+    if len(set(got)) != 1:
+        return {}
+    return {"key": "qk_rope_head_dim", "keeps_stated": got[0]}
+
+
 def _field_defaults(config_cls: type, aliases: Mapping[str, str]) -> dict[str, Any]:
     """Class defaults of the size keys (by their canonical names), as the dataclass fields give them."""
     fields = {f.name: f.default for f in dataclasses.fields(config_cls)} if dataclasses.is_dataclass(config_cls) else {}
@@ -427,7 +452,53 @@ def _popped_keys(config_cls: type) -> dict[str, Any]:
                         with contextlib.suppress(ValueError):
                             default = ast.literal_eval(node.args[1])
                     keys.setdefault(node.args[0].value, default)
+                elif isinstance(node, (ast.DictComp, ast.ListComp, ast.GeneratorExp)):
+                    keys.update({k: d for k, d in _prefixed_pops(node).items() if k not in keys})
     return keys
+
+
+def _prefixed_pops(node: ast.DictComp | ast.ListComp | ast.GeneratorExp) -> dict[str, Any]:
+    """Keys a comprehension pops as ``kwargs.pop(f"swa_{name}", default)`` over ``{name: default, ...}.items()``
+    (Dots3 Note's sliding layers), with their defaults."""
+    out: dict[str, Any] = {}
+    for gen in node.generators:
+        it, target = gen.iter, gen.target
+        if not (
+            isinstance(it, ast.Call)
+            and isinstance(it.func, ast.Attribute)
+            and it.func.attr == "items"
+            and isinstance(it.func.value, ast.Dict)
+            and isinstance(target, ast.Tuple)
+            and len(target.elts) == 2
+            and all(isinstance(e, ast.Name) for e in target.elts)
+        ):
+            continue
+        name, default = (e.id for e in target.elts)  # type: ignore[attr-defined]
+        with contextlib.suppress(ValueError):
+            literal = ast.literal_eval(it.func.value)
+            for call in ast.walk(node):
+                if not (
+                    isinstance(call, ast.Call)
+                    and isinstance(call.func, ast.Attribute)
+                    and call.func.attr == "pop"
+                    and isinstance(call.func.value, ast.Name)
+                    and call.func.value.id == "kwargs"
+                    and call.args
+                    and isinstance(call.args[0], ast.JoinedStr)
+                ):
+                    continue
+                parts = call.args[0].values
+                if (
+                    len(parts) == 2
+                    and isinstance(parts[0], ast.Constant)
+                    and isinstance(parts[1], ast.FormattedValue)
+                    and isinstance(parts[1].value, ast.Name)
+                    and parts[1].value.id == name
+                ):
+                    given = call.args[1] if len(call.args) > 1 else None
+                    uses_default = isinstance(given, ast.Name) and given.id == default
+                    out.update({f"{parts[0].value}{k}": v if uses_default else None for k, v in literal.items()})
+    return out
 
 
 def _landing(config: Any, value: Any) -> list[list[str]]:
@@ -447,9 +518,11 @@ def _landing(config: Any, value: Any) -> list[list[str]]:
     types = getattr(config, "layer_types", None) or []
     with contextlib.suppress(Exception):
         for idx, over in (_fields(config).get("per_layer_config") or {}).items():
-            if isinstance(over, Mapping) and over.get("head_dim") == value and int(idx) < len(types):
-                pair = [types[int(idx)], "head_dim"]
-                if pair not in out:
+            if not isinstance(over, Mapping) or int(idx) >= len(types):
+                continue
+            for param in sorted(LAYER_DIMS):
+                pair = [types[int(idx)], param]
+                if over.get(param) == value and pair not in out:
                     out.append(pair)
     return sorted(out)
 
@@ -480,13 +553,17 @@ def _legacy(use: hp.Use, p: Probe, nested: bool) -> tuple[dict[str, Any], dict[s
         for stated in ({}, {"rope_parameters": _bare(p)}):
             for value in (12345.0, 0.375, 48):
                 try:
-                    before = _landing(hp.tiny_config(use.config_cls, **{**p.values, **stated}), value)
-                    config = hp.tiny_config(use.config_cls, **{**p.values, **stated, key: value})
+                    before = _landing(_unchecked(use, {**p.values, **stated}), value)
+                    config = _unchecked(use, {**p.values, **stated, key: value})
                 except Exception:
                     continue
                 where = [w for w in _landing(config, value) if w not in before]  # not where it already was
                 if where:
                     legacy[key] = where
+                    if default is None and all(param in LAYER_DIMS for _, param in where):
+                        # a per-layer override the class computes where the key is missing (Dots3 Note's
+                        # sliding layers' qk_rope_head_dim = swa_head_dim - swa_qk_nope_head_dim): its value
+                        default = _layer_value(p.config, *where[0])
                     if default is not None:
                         defaults[key] = default
                     if stated:
@@ -495,13 +572,55 @@ def _legacy(use: hp.Use, p: Probe, nested: bool) -> tuple[dict[str, Any], dict[s
                     break
             if found:
                 break
-        if found and any(param == "head_dim" for _, param in legacy[key]):
-            # a per-layer head dim fills in per_layer_config: one the config states is taken as it is
+        if found and any(param in LAYER_DIMS for _, param in legacy[key]):
+            # a per-layer override fills in per_layer_config: one the config states is taken as it is
             with contextlib.suppress(Exception):
-                config = hp.tiny_config(use.config_cls, **{**p.values, key: 48, "per_layer_config": {}})
-                if any(param == "head_dim" for _, param in _landing(config, 48)):
+                config = _unchecked(use, {**p.values, key: 48, "per_layer_config": {}})
+                if any(param in LAYER_DIMS for _, param in _landing(config, 48)):
                     raise Refused(f"its {key} changes the head dim of layers that per_layer_config states")
     return legacy, defaults, stated_only
+
+
+def _follows(use: hp.Use, p: Probe, legacy: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Older per-layer keys whose default the config class computes from other older keys (Dots3 Note's
+    ``swa_qk_rope_head_dim = swa_head_dim - swa_qk_nope_head_dim``): key -> those keys, found by changing each."""
+    layer_keys = {
+        key: where[0]
+        for key, where in legacy.items()
+        if len(where) == 1 and where[0][1] in LAYER_DIMS and isinstance(defaults.get(key), int)
+    }
+    out: dict[str, list[str]] = {}
+    for key, (layer_type, param) in layer_keys.items():
+        for other in layer_keys:
+            if other == key:
+                continue
+            with contextlib.suppress(Exception):
+                config = _unchecked(use, {**p.values, other: defaults[other] + 32})
+                if _layer_value(config, layer_type, param) != defaults[key]:
+                    out.setdefault(key, []).append(other)
+    return out
+
+
+def _unchecked(use: hp.Use, values: Mapping[str, Any]) -> Any:
+    """The tiny config of ``values``; where the class's validation refuses it, the config without validation
+    (where an older key lands does not depend on the sizes agreeing: Dots3 Note's ``swa_qk_rope_head_dim``)."""
+    try:
+        return hp.tiny_config(use.config_cls, **values)
+    except Exception:
+        if not hasattr(use.config_cls, "validate"):
+            raise
+    with mock.patch.object(use.config_cls, "validate", return_value=None):
+        return hp.tiny_config(use.config_cls, **values)
+
+
+def _layer_value(config: Any, layer_type: str, param: str) -> Any:
+    """``param`` of the layers of ``layer_type`` (their per-layer override, else the config's own value)."""
+    types = list(getattr(config, "layer_types", None) or [])
+    overrides = _fields(config).get("per_layer_config") or {}
+    for idx, over in overrides.items():
+        if int(idx) < len(types) and types[int(idx)] == layer_type and isinstance(over, Mapping) and param in over:
+            return over[param]
+    return _fields(config).get(param)
 
 
 def _fallback(use: hp.Use, p: Probe, nested: bool) -> Any:
@@ -558,6 +677,23 @@ def _layer_pattern(use: hp.Use, p: Probe) -> dict[str, Any]:
             if isinstance(default, int):
                 return {"key": key, "default": default, "every": found[0][0], "else": found[0][1]}
     return _fixed_pattern(use, p, layers_key)
+
+
+def _last_layer_type(use: hp.Use, p: Probe) -> str:
+    """The type the config class gives the last layer whatever a stated ``layer_types`` says (Gemma 4 forces
+    ``full_attention``), or ''; found by stating each of its types last."""
+    types = list(_fields(p.config).get("layer_types") or [])
+    kinds = sorted({t for t in types if isinstance(t, str)})
+    if len(types) < 2 or len(kinds) < 2:
+        return ""
+    got = set()
+    for kind in kinds:
+        try:
+            config = hp.tiny_config(use.config_cls, **{**p.values, "layer_types": [*types[:-1], kind]})
+        except Exception:
+            return ""
+        got.add(list(config.layer_types)[-1])
+    return got.pop() if len(got) == 1 else ""
 
 
 def _token_keys(att: hp.Attention) -> str:
@@ -688,15 +824,9 @@ def _rope_types(use: hp.Use, p: Probe, nested: bool, half: int) -> list[str]:
 
 
 def _reader(entry: Mapping[str, Any], use: hp.Use) -> Any:
-    from arrayrope.families import Family
+    from arrayrope.families import _entry
 
-    values = {k: v for k, v in entry.items() if k not in ("refused", "out_of_scope")}
-    for key in ("scaling_to", "config_path", "legacy_stated"):
-        if key in values:
-            values[key] = tuple(values[key])
-    if "legacy" in values:
-        values["legacy"] = {k: tuple(tuple(x) for x in v) for k, v in values["legacy"].items()}
-    return Family(use.model_type, **values)
+    return _entry(use.model_type, {k: v for k, v in entry.items() if k not in ("refused", "out_of_scope")})
 
 
 def _arrayrope_width(
@@ -1073,6 +1203,9 @@ def facts(use: hp.Use) -> dict[str, Any]:
     aliases = _aliases(use.config_cls)
     if aliases:
         entry["aliases"] = aliases
+    head_from = _head_dim_from(use, p, aliases)
+    if head_from:
+        entry["head_dim_from"] = head_from
     rope_defaults = _rope_defaults(use, p)
     nested = bool(rope_defaults) and all(isinstance(v, Mapping) or v is None for v in rope_defaults.values())
     half = next(iter(rotating.values()))["apply_rotary_dim"] // 2
@@ -1097,11 +1230,17 @@ def facts(use: hp.Use) -> dict[str, Any]:
         entry["legacy"] = legacy
     if stated_only:
         entry["legacy_stated"] = stated_only
+    follows = _follows(use, p, legacy, defaults)
+    if follows:
+        entry["legacy_follows"] = follows
     if nested:
         entry["scaling_to"] = _scaling_to(use, p)
     pattern = _layer_pattern(use, p) if nested or nope_layers_by_type(per_type, p) else {}
     if pattern:
         entry["layer_pattern"] = pattern
+    last = _last_layer_type(use, p)
+    if last:
+        entry["last_layer_type"] = last
     blocks = _layer_blocks(p)
     if blocks.startswith("its "):
         return {"refused": blocks}

@@ -50,6 +50,11 @@ class Family:
         empty one, per layer type where the family keeps several).
     aliases : mapping
         Config keys under other names (``{"hidden_size": "n_embd"}``).
+    head_dim_from : mapping
+        Where its config class takes ``head_dim`` from, which transformers' scaled rope types compute over:
+        ``{"key": "qk_rope_head_dim", "keeps_stated": True}`` (DeepSeek-V3: that key's value where the config
+        states no ``head_dim``; with ``keeps_stated`` False, whatever it states); {} where ``head_dim`` is the
+        config's own.
     legacy : mapping
         Older keys the family's config class converts: key -> ``((layer type or "", parameter), ...)``
         (Gemma 3's ``rope_local_base_freq`` -> the sliding layers' ``rope_theta``). The parameter
@@ -58,6 +63,10 @@ class Family:
     legacy_stated : tuple of str
         Those of the older keys that the config class converts only into a rope dict the config states:
         where it states none, the class's own default dict keeps its values (Ministral 3's base).
+    legacy_follows : mapping
+        Older per-layer keys whose default the config class computes from other older keys: key -> those keys
+        (Dots3 Note's ``swa_qk_rope_head_dim``, ``swa_head_dim - swa_qk_nope_head_dim``). arrayrope knows the
+        default only while none of those is stated.
     scaling_to : tuple of str
         Layer types a flat ``rope_scaling`` applies to, for families with parameters per layer type.
     layer_pattern : mapping
@@ -66,6 +75,9 @@ class Family:
         (every ``key``-th layer, 1-based, of one type); without a key, a fixed pattern: ``{"default": 4, "at":
         1, "first": 2, "last": True, ...}`` (layer ``i`` is of type ``every`` when ``i % default == at``, ``i <
         first`` or it is the last layer).
+    last_layer_type : str
+        The type its config class gives the last layer whatever a stated ``layer_types`` says (Gemma 4's
+        ``"full_attention"``); '' where it keeps the list as stated.
     layer_blocks : str
         The block a saved ``layer_types`` lists after each layer's type, counted in ``num_hidden_layers`` too
         (Dory's ``"mlp"``); '' where it lists only the layers' types.
@@ -119,10 +131,13 @@ class Family:
     rotary_dim: str = "head_dim"
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    head_dim_from: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     legacy: Mapping[str, tuple[tuple[str, str], ...]] = dataclasses.field(default_factory=dict)
     legacy_stated: tuple[str, ...] = ()
+    legacy_follows: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     scaling_to: tuple[str, ...] = ()
     layer_pattern: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    last_layer_type: str = ""
     layer_blocks: str = ""
     rope_sets: Mapping[str, str] = dataclasses.field(default_factory=dict)
     nope: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -163,16 +178,23 @@ def family(model_type: object) -> Family | None:
         raw = FAMILIES.get(model_type)
         if raw is None:
             return None
-        unknown = set(raw) - _FIELDS
-        if unknown:  # the table and this loader come from one generator
-            raise RuntimeError(f"arrayrope.families: unknown fields {sorted(unknown)} for {model_type!r}")
-        values = dict(raw)
-        for key in ("config_path", "scaling_to", "legacy_stated"):
-            if key in values:
-                values[key] = tuple(values[key])
-        if "legacy" in values:
-            values["legacy"] = {k: tuple(tuple(x) for x in v) for k, v in values["legacy"].items()}
-        if "config_also" in values:
-            values["config_also"] = tuple(tuple(x) for x in values["config_also"])
-        found = _CACHE.setdefault(model_type, Family(model_type, **values))
+        found = _CACHE.setdefault(model_type, _entry(model_type, raw))
     return found
+
+
+def _entry(model_type: str, raw: Mapping[str, Any]) -> Family:
+    """The :class:`Family` of a table entry (the lists of the table as tuples)."""
+    unknown = set(raw) - _FIELDS
+    if unknown:  # the table and this loader come from one generator
+        raise RuntimeError(f"arrayrope.families: unknown fields {sorted(unknown)} for {model_type!r}")
+    values = dict(raw)
+    for key in ("config_path", "scaling_to", "legacy_stated"):
+        if key in values:
+            values[key] = tuple(values[key])
+    if "legacy" in values:
+        values["legacy"] = {k: tuple(tuple(x) for x in v) for k, v in values["legacy"].items()}
+    if "legacy_follows" in values:
+        values["legacy_follows"] = {k: tuple(v) for k, v in values["legacy_follows"].items()}
+    if "config_also" in values:
+        values["config_also"] = tuple(tuple(x) for x in values["config_also"])
+    return Family(model_type, **values)

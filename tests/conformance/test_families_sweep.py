@@ -164,6 +164,123 @@ def test_gemma4_per_layer_head_dim(overrides, by):
     assert f.head_dim == config.per_layer_config[5].head_dim  # the kernel's head dim of layer 5
 
 
+def test_gemma4_saved_per_layer_config_of_ten_layers_or_more():
+    # transformers saves the layer indices zero-padded ("05" of 12 layers); arrayrope reads layer 5's from "05"
+    cfg = {**GEMMA4, "num_hidden_layers": 12, "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 2}
+    saved = {"model_type": "gemma4_text", **_config("gemma4_text", cfg).to_dict()}
+    assert "05" in saved["per_layer_config"]
+    for idx in (5, 11):
+        f = _ours(saved, layer_idx=idx)
+        _assert_same(_frequencies("gemma4_text", saved, "full_attention"), f)
+        assert f.head_dim == _config("gemma4_text", saved).per_layer_config[idx].head_dim
+
+
+@pytest.mark.parametrize("model_type", ["gemma4_text", "embedding_gemma2_text"])
+def test_gemma4_last_layer_is_full_attention_whatever_layer_types_says(model_type):
+    # its config class forces the last layer to full_attention (with a warning); arrayrope reads it so too
+    cfg = {**GEMMA4, "model_type": model_type, "layer_types": ["sliding_attention"] * 4 + ["full_attention"] * 2}
+    cfg["layer_types"][-1] = "sliding_attention"
+    config = _config(model_type, cfg)
+    last = config.layer_types[-1]
+    assert last != cfg["layer_types"][-1]
+    f = _ours(cfg, layer_idx=5)
+    _assert_same(_frequencies(model_type, cfg, last), f)
+    assert f.head_dim == config.per_layer_config[5].head_dim
+
+
+# ---- Dots3 Note: MLA whose sliding layers have head dims of their own (swa_* keys, per_layer_config) ----
+
+DOTS3: dict[str, Any] = {  # the keys dots3-note's config.json states, at small sizes; 12 layers: saved indices are "02".."11"
+    "model_type": "dots3_note_text",
+    "hidden_size": 256,
+    "intermediate_size": 32,
+    "moe_intermediate_size": 16,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 12,
+    "index_n_heads": 2,
+    "q_lora_rank": 32,
+    "kv_lora_rank": 16,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 32,
+    "rope_theta": 8e7,
+    "swa_num_attention_heads": 2,
+    "swa_num_key_value_heads": 2,
+    "swa_q_lora_rank": 32,
+    "swa_kv_lora_rank": 16,
+    "swa_qk_nope_head_dim": 192,
+    "swa_qk_rope_head_dim": 64,
+    "swa_v_head_dim": 32,
+    "swa_rope_theta": 5e4,
+    "layer_types": ["indexed_attention"] * 2
+    + ["sliding_attention"] * 3
+    + ["indexed_attention"]
+    + ["sliding_attention"] * 6,
+}
+
+
+def _dots3_layer(cfg: dict[str, Any], idx: int) -> tuple[tuple[np.ndarray, float], int]:
+    """transformers' frequencies of layer ``idx`` and its attention's query/key head dim."""
+    config = _config("dots3_note_text", cfg)
+    layer_type = config.layer_types[idx]
+    from transformers.models.dots3_note import modeling_dots3_note as m
+
+    with hp.quiet():
+        attention = m.Dots3NoteTextAttention(config, idx)
+    return hp.module_frequencies(_module("dots3_note_text", config), layer_type), attention.qk_head_dim
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"swa_qk_nope_head_dim": 96, "swa_qk_rope_head_dim": 32, "swa_head_dim": 128}],
+    ids=["released", "other-sliding-dims"],
+)
+@pytest.mark.parametrize("form", ["hub", "saved"])
+@pytest.mark.parametrize("idx", [0, 2, 11])
+def test_dots3_note_head_dims_per_layer_type(extra, form, idx):
+    cfg = {**DOTS3, **extra}
+    if form == "saved":  # per_layer_config with zero-padded indices, and the factor its class writes per type
+        cfg = {"model_type": "dots3_note_text", **_config("dots3_note_text", cfg).to_dict()}
+    theirs, head = _dots3_layer(cfg, idx)
+    f = _ours(cfg, layer_idx=idx)
+    _assert_same(theirs, f)
+    assert f.head_dim == head
+
+
+def test_dots3_note_refuses_a_sliding_rotary_dim_its_class_would_compute():
+    cfg = {k: v for k, v in DOTS3.items() if k != "swa_qk_rope_head_dim"} | {"swa_head_dim": 224}
+    (inv, _), _ = _dots3_layer(cfg, 2)
+    assert inv.size != DOTS3["qk_rope_head_dim"] // 2  # transformers: 224 - 192, not the full layers' 64
+    with pytest.raises(ValueError, match="state swa_qk_rope_head_dim"):
+        _ours(cfg, layer_idx=2)
+
+
+def test_dots3_note_refuses_a_factor_its_class_overwrites():
+    rope = {"rope_type": "default", "partial_rotary_factor": 0.5}
+    cfg = {**DOTS3, "rope_parameters": {t: {**rope, "rope_theta": 1e4} for t in set(DOTS3["layer_types"])}}
+    (inv, _), _ = _dots3_layer(cfg, 0)
+    assert inv.size == DOTS3["qk_rope_head_dim"] // 2  # transformers ignores the stated 0.5
+    with pytest.raises(ValueError, match=r"remove partial_rotary_factor or make it 0\.25"):
+        _ours(cfg, layer_idx=0)
+
+
+# ---- proportional of MLA families: over the head_dim their config classes set to qk_rope_head_dim ----
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "hy_v4", "minicpm3"])
+def test_mla_proportional_over_the_rotary_features(model_type):
+    rope = {"rope_type": "proportional", "rope_theta": 1e4, "partial_rotary_factor": 0.5, "factor": 2.0}
+    cfg = {"model_type": model_type, "rope_parameters": rope}
+    f = _ours(cfg)
+    _assert_same(_frequencies(model_type, cfg), f)
+    assert f.rotary_dim == 2 * f.inv_freq.size < f.head_dim  # the trailing rotary features of the MLA head
+    with pytest.raises(ValueError, match="rope_frequencies cannot be asked for"):
+        arrayrope.config.rope_config(cfg)
+
+
 # ---- T5Gemma 2: a decoder with rope settings of its own is not read as the encoder's ----
 
 
