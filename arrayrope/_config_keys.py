@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._lib import checks
@@ -26,9 +26,10 @@ __all__ = [
     "CONFIG_KEYS",
     "HEAD_DIM_RULES",
     "ROTARY_DIM_RULES",
+    "ROTARY_KEYS",
     "Settings",
     "View",
-    "forced_last",
+    "kept_types",
     "legacy_parameters",
     "mrope",
     "nested_base",
@@ -125,12 +126,16 @@ class Settings:
 LAYER_DIMS = frozenset({"head_dim", "qk_nope_head_dim", "qk_rope_head_dim", "num_attention_heads"})
 
 
-def forced_last(types: Any, fam: Family | None) -> Any:
-    """A stated ``layer_types`` as the family's config class keeps it: the last layer of the type it forces
-    (Gemma 4's ``full_attention``, :attr:`Family.last_layer_type`)."""
-    if fam is None or not fam.last_layer_type or not isinstance(types, (list, tuple)) or not types:
+def kept_types(types: Any, fam: Family | None) -> Any:
+    """A stated ``layer_types`` as the family's config class keeps it: the names it rewrites
+    (:attr:`Family.layer_type_renames`), the last layer of the type it forces (Gemma 4's ``full_attention``,
+    :attr:`Family.last_layer_type`)."""
+    if fam is None or not isinstance(types, (list, tuple)) or not types:
         return types
-    return [*types[:-1], fam.last_layer_type]
+    out = [fam.layer_type_renames.get(t, t) if isinstance(t, str) else t for t in types]
+    if fam.last_layer_type:
+        out[-1] = fam.last_layer_type
+    return out
 
 
 class View:
@@ -143,17 +148,13 @@ class View:
         where: str,
         layer_idx: int | None = None,
         layer_type: str | None = None,
+        types: Sequence[Any] | None = None,
     ) -> None:
         self.cfg, self.fam, self.where = cfg, fam, where
         self.layer: Mapping[str, Any] = {}
         overrides = cfg.get("per_layer_config")
-        types = forced_last(cfg.get("layer_types"), fam)
-        if layer_idx is None and layer_type is not None and isinstance(types, (list, tuple)) and layer_type in types:
-            layer_idx = types.index(layer_type)  # the layers of a type share their overrides
-        if layer_idx is not None and isinstance(overrides, Mapping):
-            # transformers saves the indices as zero-padded strings ("05" of 46 layers)
-            entry = next((e for k, e in overrides.items() if str(k).isdigit() and int(k) == layer_idx), None)
-            self.layer = entry if isinstance(entry, Mapping) else {}
+        if isinstance(overrides, Mapping):
+            self.layer = self._override(overrides, layer_idx, layer_type, types)
         elif fam is not None and layer_type is not None and "per_layer_config" not in cfg:
             # older keys the config class turns into this layer type's overrides where the config states none
             # (Gemma 4's global_head_dim, Dots3 Note's swa_qk_nope_head_dim...)
@@ -163,6 +164,45 @@ class View:
                 value = self._older(key) if params else None
                 layer.update({p: value for p in params if value is not None})
             self.layer = layer
+
+    def _override(
+        self, overrides: Mapping[Any, Any], layer_idx: int | None, layer_type: str | None, types: Sequence[Any] | None
+    ) -> Mapping[str, Any]:
+        """The ``per_layer_config`` entry of layer ``layer_idx``, or the one the layers of ``layer_type`` share
+        (``types``: the config's layer types where it states none); a head dim it cannot place is refused."""
+        by_index: dict[int, Any] = {}
+        for k, entry in overrides.items():  # transformers saves the indices zero-padded ("05" of 46 layers)
+            try:
+                by_index[int(k)] = entry
+            except (TypeError, ValueError):
+                raise ValueError(f"{self.where}: per_layer_config keys must be layer indices, got {k!r}") from None
+        for i, entry in by_index.items():
+            if not isinstance(entry, Mapping):
+                continue
+            rope = sorted(k for k in entry if _ROPE_OR_HEAD.search(str(k)) and k not in LAYER_DIMS)
+            if rope:
+                raise ValueError(
+                    f"{self.where}: per_layer_config[{i}] states {rope}, rope settings of one layer, which arrayrope "
+                    "does not read; state them in rope_parameters"
+                )
+        dims = sorted(i for i, e in by_index.items() if isinstance(e, Mapping) and LAYER_DIMS & set(e))
+        if layer_idx is None and layer_type is not None:
+            listed = kept_types(self.cfg.get("layer_types") or types, self.fam)
+            same = [i for i, t in enumerate(listed or ()) if t == layer_type]
+            if not same and dims:
+                raise ValueError(
+                    f"{self.where}: per_layer_config gives layers {dims} head dims of their own, and the config has "
+                    f"no layer_types to say which layers are {layer_type!r}; pass layer_idx= or state layer_types"
+                )
+            shared = [{k: v for k, v in (by_index.get(i) or {}).items() if k in LAYER_DIMS} for i in same]
+            if any(d != shared[0] for d in shared):
+                raise ValueError(
+                    f"{self.where}: per_layer_config gives the {layer_type!r} layers different head dims; "
+                    "pass layer_idx="
+                )
+            layer_idx = same[0] if same else None
+        entry = by_index.get(layer_idx) if layer_idx is not None else None
+        return entry if isinstance(entry, Mapping) else {}
 
     def _older(self, key: str) -> Any:
         """An older per-layer key: as stated, else its default where the config states none of what it follows."""
@@ -251,6 +291,9 @@ ROTARY_DIM_RULES: dict[str, Callable[[View, int, float | None], int]] = {
         v.get("qk_rope_head_dim"), f"{v.where}: qk_rope_head_dim", even=True
     ),
 }
+
+#: The rotary-dim rules that read the rotary dim from a key of its own.
+ROTARY_KEYS = ("rotary_dim", "qk_rope_head_dim")
 
 
 def refuse_unknown(cfg: Mapping[str, Any], where: str, fam: Family | None) -> None:
@@ -399,6 +442,8 @@ def legacy_parameters(v: View, layer_type: str, stated: bool = True) -> dict[str
         value = v.cfg.get(key)
         if value is None or (not stated and key in v.fam.legacy_stated):
             continue
+        if stated:
+            targets = v.fam.legacy_when_stated.get(key, targets)
         for target_type, param in targets:
             if target_type != layer_type:
                 continue

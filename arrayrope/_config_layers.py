@@ -12,7 +12,7 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
-from ._config_keys import View, forced_last, legacy_parameters
+from ._config_keys import View, kept_types, legacy_parameters
 from ._lib import checks
 from .families import Family
 
@@ -43,7 +43,7 @@ def layer_types(cfg: Mapping[str, Any], fam: Family | None, where: str) -> list[
     """The config's ``layer_types``, or the ones its family's config class fills in from its pattern key."""
     types = cfg.get("layer_types")
     if isinstance(types, (list, tuple)) and types:
-        return list(forced_last(types[::2] if _blocks(cfg, fam) else types, fam))
+        return list(kept_types(types[::2] if _blocks(cfg, fam) else types, fam))
     rule = fam.layer_pattern if fam is not None else {}
     if not rule:
         return []
@@ -219,8 +219,7 @@ def parameters(v: View, layer_type: str | None) -> tuple[dict[str, Any] | None, 
                 params.update(raw)
         for key, value in legacy_parameters(v, layer_type).items():
             params.setdefault(key, value)
-        fallback = fam.defaults.get("rope_fallback") or {}
-        for key, value in (fallback.get(layer_type) or {}).items():
+        for key, value in (_fallback(fam, params).get(layer_type) or {}).items():
             params.setdefault(key, value)
         return params, layer_type
     _single_set(cfg, layer_type, where, fam)
@@ -228,12 +227,20 @@ def parameters(v: View, layer_type: str | None) -> tuple[dict[str, Any] | None, 
     if raw:
         for key, value in legacy_parameters(v, "").items():
             params.setdefault(key, value)
-        fallback = fam.defaults.get("rope_fallback") or {}
+        fallback = _fallback(fam, params)
     else:
         fallback = defaults if isinstance(defaults, Mapping) else {}
     for key, value in fallback.items():
         params.setdefault(key, value)
     return params, None
+
+
+def _fallback(fam: Family, params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What transformers fills into a stated rope dict that lacks the base or the factor: for a scaled rope type,
+    what its rotary module moves in from the config (``rope_fallback_scaled``, where that differs)."""
+    name = params.get("rope_type", params.get("type", "default"))
+    scaled = fam.defaults.get("rope_fallback_scaled") if name != "default" else None
+    return scaled or fam.defaults.get("rope_fallback") or {}
 
 
 def _single_set(cfg: Mapping[str, Any], layer_type: str | None, where: str, fam: Family | None = None) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 from ._config_keys import (
     HEAD_DIM_RULES,
     ROTARY_DIM_RULES,
+    ROTARY_KEYS,
     Settings,
     View,
     mrope,
@@ -90,8 +91,16 @@ def read(
         layer_idx = checks.non_negative_int(layer_idx, "layer_idx")
         own = layer_type_of(cfg, where, layer_type, layer_idx, fam)
         if per_type(cfg, fam):  # the layer's type picks its parameters; with one set it only says what it is
+            if own is None:
+                raise ValueError(
+                    f"{where}: the rope parameters differ per layer type, and the config has no layer_types to say "
+                    f"which type layer {layer_idx} is (nor a pattern of model type {model_type!r} arrayrope knows); "
+                    "state layer_types or pass layer_type="
+                )
             layer_type = own
-    v = View(cfg, fam, where, layer_idx, layer_type)
+    # where per_layer_config is read by layer type, the layer types its class fills in for a config without them
+    types = layer_types(cfg, fam, where) if "per_layer_config" in cfg and layer_idx is None else None
+    v = View(cfg, fam, where, layer_idx, layer_type, types)
     params, layer = parameters(v, layer_type)
     nested = layer is not None
     if params is None:  # a layer type without rope parameters: its layers use no RoPE
@@ -100,6 +109,11 @@ def read(
     base = params.pop("rope_theta", None)
     if base is None and fam is None and model_type is None:
         base = 10_000.0  # transformers' base default_theta, for a config of no model type
+    if base is None and fam is not None:
+        raise ValueError(
+            f"{where}: no rope_theta, and transformers' {model_type} fills in none for the rope dict this config "
+            "states (its own code fails on it); state rope_theta"
+        )
     if base is None:
         raise ValueError(
             f"{where}: no rope_theta, and model type {model_type!r} is not among transformers "
@@ -255,8 +269,8 @@ def _dims(
             f"{where}: partial_rotary_factor={prf} but transformers' default rope of model type {fam.model_type!r} "
             f"ignores it and rotates {turns}; remove the key ({turns}) or the model_type (partial rotary)"
         )
-    if rope == "proportional" and fam.head_dim != "head_dim":
-        return head, _proportional_width(v, fam, head), fam.rotary_features, None if prf is None else float(prf)
+    if rope == "proportional" and fam.head_dim != "head_dim":  # both returned: its table is over the rotary features
+        return head, _proportional_width(v, fam, head), fam.rotary_features, 1.0 if prf is None else float(prf)
     if fam.rotary_dim in ("partial", "head_dim"):
         return head, None if prf is None else int(head * float(prf)), fam.rotary_features, None
     width = ROTARY_DIM_RULES[fam.rotary_dim](v, head, None)
@@ -288,10 +302,6 @@ def _proportional_width(v: View, fam: Family, head: int) -> int:
             "(transformers' own code fails on it)"
         )
     return width
-
-
-#: The rotary-dim rules that read the rotary dim from a key of its own.
-ROTARY_KEYS = ("rotary_dim", "qk_rope_head_dim")
 
 
 def _key_rule_fraction(v: View, fam: Family, layer: str | None, prf: float) -> float | None:

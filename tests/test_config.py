@@ -723,7 +723,7 @@ def test_multimodal_configs_are_read_where_their_family_keeps_the_language_model
 
 
 def test_families_arrayrope_does_not_read_say_why():
-    with pytest.raises(ValueError, match=r"'qwen2_5_omni_dit' is not read by arrayrope: .* heads \[0\] of 2 only"):
+    with pytest.raises(ValueError, match=r"'qwen2_5_omni_dit' is not read by arrayrope: .* some of its heads only"):
         arrayrope.RotaryEmbedding.from_config({"model_type": "qwen2_5_omni_dit", "head_dim": 64, "rope_theta": 1e4})
     with pytest.raises(ValueError, match=r"'pixtral' is not read by arrayrope: the 2-D \(axial\) rope"):
         arrayrope.rope_frequencies_from_config({"model_type": "pixtral", "head_dim": 64})

@@ -649,9 +649,8 @@ def rotating_features(att: Attention, positions: tuple[int, ...] = (1, 3, 1000, 
     if not np.all(per_head == per_head[:1]):
         turned = np.flatnonzero(per_head.any(axis=1)).tolist()
         raise HeadsDiffer(
-            f"{type(att.layer).__name__} rotates the features of heads {turned} of {per_head.shape[0]} only, by its "
-            "head index; arrayrope's rotations turn every head they are given (rotate those heads' queries and "
-            "keys with a RotaryEmbedding of its head dim)"
+            f"{type(att.layer).__name__} rotates some of its heads only, chosen by their index (heads {turned} of a "
+            f"{per_head.shape[0]}-head probe); arrayrope's rotations turn every head they are given"
         )
     return att.head_dim, np.flatnonzero(per_head[0])
 

@@ -545,40 +545,70 @@ def _legacy(use: hp.Use, p: Probe, nested: bool) -> tuple[dict[str, Any], dict[s
         for f in dataclasses.fields(use.config_cls):
             if re.search("rope|rotary|theta", f.name) and f.name not in keys:
                 keys[f.name] = f.default if isinstance(f.default, (int, float)) else None
-    legacy, defaults, stated_only = {}, {}, []
+    legacy, defaults, stated_only, when_stated = {}, {}, [], {}
+    bare = {"rope_parameters": _bare(p)}
     for key, default in sorted(keys.items()):
         if key in ("rope_scaling", "rope_parameters", "dtype", "torch_dtype"):
             continue
-        found = False
-        for stated in ({}, {"rope_parameters": _bare(p)}):
+        lands = {}  # where the key lands with no rope dict stated, and with one
+        for form, stated in (("unstated", {}), ("stated", bare)):
             for value in (12345.0, 0.375, 48):
-                try:
-                    before = _landing(_unchecked(use, {**p.values, **stated}), value)
-                    config = _unchecked(use, {**p.values, **stated, key: value})
-                except Exception:
-                    continue
-                where = [w for w in _landing(config, value) if w not in before]  # not where it already was
+                where = _lands(use, p, stated, key, value)
                 if where:
-                    legacy[key] = where
-                    if default is None and all(param in LAYER_DIMS for _, param in where):
-                        # a per-layer override the class computes where the key is missing (Dots3 Note's
-                        # sliding layers' qk_rope_head_dim = swa_head_dim - swa_qk_nope_head_dim): its value
-                        default = _layer_value(p.config, *where[0])
-                    if default is not None:
-                        defaults[key] = default
-                    if stated:
-                        stated_only.append(key)
-                    found = True
+                    lands[form] = (value, where)
                     break
-            if found:
-                break
+        found = bool(lands)
+        if not found:
+            continue
+        if "unstated" in lands:
+            value, where = lands["unstated"]
+            in_stated = _lands(use, p, bare, key, value)
+            # a rope dict the config states takes it elsewhere, or not at all: where the class does not keep the
+            # key (a key it keeps, transformers' scaled rope types may still move into the dict when they run)
+            if (
+                in_stated is not None
+                and in_stated != where
+                and all(param not in LAYER_DIMS for _, param in where)
+                and (in_stated or not _kept(use, p, key, value))
+            ):
+                when_stated[key] = in_stated
+        else:
+            where = lands["stated"][1]
+            stated_only.append(key)
+        legacy[key] = where
+        if default is None and all(param in LAYER_DIMS for _, param in where):
+            # a per-layer override the class computes where the key is missing (Dots3 Note's sliding layers'
+            # qk_rope_head_dim = swa_head_dim - swa_qk_nope_head_dim): its value
+            default = _layer_value(p.config, *where[0])
+        if default is not None:
+            defaults[key] = default
         if found and any(param in LAYER_DIMS for _, param in legacy[key]):
             # a per-layer override fills in per_layer_config: one the config states is taken as it is
             with contextlib.suppress(Exception):
                 config = _unchecked(use, {**p.values, key: 48, "per_layer_config": {}})
                 if any(param in LAYER_DIMS for _, param in _landing(config, 48)):
                     raise Refused(f"its {key} changes the head dim of layers that per_layer_config states")
-    return legacy, defaults, stated_only
+    return legacy, defaults, stated_only, when_stated
+
+
+def _kept(use: hp.Use, p: Probe, key: str, value: Any) -> bool:
+    """Whether the config class keeps ``key`` as an attribute of the config (``standardize_rope_params`` reads
+    ``rope_theta`` and ``partial_rotary_factor`` from there)."""
+    with contextlib.suppress(Exception):
+        config = _unchecked(use, {**p.values, "rope_parameters": _bare(p), key: value})
+        return bool(config._getattr_without_heterogeneous_validation(key, None) == value)
+    return True
+
+
+def _lands(use: hp.Use, p: Probe, stated: Mapping[str, Any], key: str, value: Any) -> list[list[str]] | None:
+    """Where ``key: value`` lands in the config (``_landing``) beyond where ``value`` already was; None where the
+    class refuses the config."""
+    try:
+        before = _landing(_unchecked(use, {**p.values, **stated}), value)
+        config = _unchecked(use, {**p.values, **stated, key: value})
+    except Exception:
+        return None
+    return [w for w in _landing(config, value) if w not in before]
 
 
 def _follows(use: hp.Use, p: Probe, legacy: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -623,16 +653,18 @@ def _layer_value(config: Any, layer_type: str, param: str) -> Any:
     return _fields(config).get(param)
 
 
-def _fallback(use: hp.Use, p: Probe, nested: bool) -> Any:
-    """What transformers fills into a stated rope dict that lacks the base and the factor (per layer type)."""
+def _fallback(use: hp.Use, p: Probe, nested: bool, scaled: bool = False) -> Any:
+    """What transformers fills into a stated rope dict that lacks the base and the factor (per layer type); with
+    ``scaled``, into one of a scaled type, whose rotary module first moves the config's own ``rope_theta`` and
+    ``partial_rotary_factor`` into it (``standardize_rope_params``)."""
     rp = getattr(p.config, "rope_parameters", None) or {}
-    bare = (
-        {t: ({"rope_type": "default"} if v is not None else None) for t, v in rp.items()}
-        if nested
-        else {"rope_type": "default"}
-    )
+    one = {"rope_type": "linear", "factor": 2.0} if scaled else {"rope_type": "default"}
+    bare = {t: (dict(one) if v is not None else None) for t, v in rp.items()} if nested else dict(one)
     with contextlib.suppress(Exception):
         config = hp.tiny_config(use.config_cls, **{**p.values, "rope_parameters": bare})
+        if scaled:
+            with hp.quiet():
+                config.standardize_rope_params()
         got = config.rope_parameters or {}
 
         def keep(d: Any) -> Any:
@@ -694,6 +726,25 @@ def _last_layer_type(use: hp.Use, p: Probe) -> str:
             return ""
         got.add(list(config.layer_types)[-1])
     return got.pop() if len(got) == 1 else ""
+
+
+def _layer_type_renames(use: hp.Use, p: Probe) -> dict[str, str]:
+    """The layer type names the config class rewrites in a stated ``layer_types`` (transformers' older names,
+    Dots3 Note's ``full_attention`` for its indexed layers): each name transformers allows, stated first."""
+    from transformers import configuration_utils as cu
+
+    types = list(_fields(p.config).get("layer_types") or [])
+    if not types:
+        return {}
+    names = {*getattr(cu, "ALLOWED_LAYER_TYPES", ()), *getattr(cu, "_LEGACY_LAYER_TYPE_REMAP", {})}
+    out = {}
+    for name in sorted(names - set(types)):
+        with contextlib.suppress(Exception):
+            config = hp.tiny_config(use.config_cls, **{**p.values, "layer_types": [name, *types[1:]]})
+            kept = config.layer_types[0]
+            if kept != name and kept in types:
+                out[name] = kept
+    return out
 
 
 def _token_keys(att: hp.Attention) -> str:
@@ -1219,17 +1270,22 @@ def facts(use: hp.Use) -> dict[str, Any]:
         rope_types = _rope_types(use, p, nested, half)
     defaults = {**_field_defaults(use.config_cls, aliases), "rope_parameters": rope_defaults, "rope_types": rope_types}
     try:
-        legacy, legacy_defaults, stated_only = _legacy(use, p, nested)
+        legacy, legacy_defaults, stated_only, when_stated = _legacy(use, p, nested)
     except Refused as exc:
         return {"refused": str(exc)}
     defaults.update(legacy_defaults)
     if rope_types != ["default"] or _fields(p.config).get("rope_parameters") is not None:
         defaults["rope_fallback"] = _fallback(use, p, nested)
+        scaled = _fallback(use, p, nested, scaled=True) if rope_types != ["default"] else None
+        if scaled and scaled != defaults["rope_fallback"]:
+            defaults["rope_fallback_scaled"] = scaled
     entry["defaults"] = defaults
     if legacy:
         entry["legacy"] = legacy
     if stated_only:
         entry["legacy_stated"] = stated_only
+    if when_stated:
+        entry["legacy_when_stated"] = when_stated
     follows = _follows(use, p, legacy, defaults)
     if follows:
         entry["legacy_follows"] = follows
@@ -1241,6 +1297,9 @@ def facts(use: hp.Use) -> dict[str, Any]:
     last = _last_layer_type(use, p)
     if last:
         entry["last_layer_type"] = last
+    renames = _layer_type_renames(use, p) if nested else {}
+    if renames:
+        entry["layer_type_renames"] = renames
     blocks = _layer_blocks(p)
     if blocks.startswith("its "):
         return {"refused": blocks}

@@ -63,6 +63,9 @@ class Family:
     legacy_stated : tuple of str
         Those of the older keys that the config class converts only into a rope dict the config states:
         where it states none, the class's own default dict keeps its values (Ministral 3's base).
+    legacy_when_stated : mapping
+        Where those of the older keys go when the config states a rope dict, where that differs (an empty
+        list: nowhere): Dots3 Note's ``swa_rope_theta`` is the sliding layers' base only where it states none.
     legacy_follows : mapping
         Older per-layer keys whose default the config class computes from other older keys: key -> those keys
         (Dots3 Note's ``swa_qk_rope_head_dim``, ``swa_head_dim - swa_qk_nope_head_dim``). arrayrope knows the
@@ -75,6 +78,9 @@ class Family:
         (every ``key``-th layer, 1-based, of one type); without a key, a fixed pattern: ``{"default": 4, "at":
         1, "first": 2, "last": True, ...}`` (layer ``i`` is of type ``every`` when ``i % default == at``, ``i <
         first`` or it is the last layer).
+    layer_type_renames : mapping
+        Layer type names its config class rewrites in a stated ``layer_types`` (transformers' older names,
+        Dots3 Note's ``"full_attention"`` for its indexed layers).
     last_layer_type : str
         The type its config class gives the last layer whatever a stated ``layer_types`` says (Gemma 4's
         ``"full_attention"``); '' where it keeps the list as stated.
@@ -134,9 +140,11 @@ class Family:
     head_dim_from: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     legacy: Mapping[str, tuple[tuple[str, str], ...]] = dataclasses.field(default_factory=dict)
     legacy_stated: tuple[str, ...] = ()
+    legacy_when_stated: Mapping[str, tuple[tuple[str, str], ...]] = dataclasses.field(default_factory=dict)
     legacy_follows: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     scaling_to: tuple[str, ...] = ()
     layer_pattern: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    layer_type_renames: Mapping[str, str] = dataclasses.field(default_factory=dict)
     last_layer_type: str = ""
     layer_blocks: str = ""
     rope_sets: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -193,6 +201,8 @@ def _entry(model_type: str, raw: Mapping[str, Any]) -> Family:
             values[key] = tuple(values[key])
     if "legacy" in values:
         values["legacy"] = {k: tuple(tuple(x) for x in v) for k, v in values["legacy"].items()}
+    if "legacy_when_stated" in values:
+        values["legacy_when_stated"] = {k: tuple(tuple(x) for x in v) for k, v in values["legacy_when_stated"].items()}
     if "legacy_follows" in values:
         values["legacy_follows"] = {k: tuple(v) for k, v in values["legacy_follows"].items()}
     if "config_also" in values:

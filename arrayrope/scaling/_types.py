@@ -19,7 +19,7 @@ from ._params import (
     where,
     yarn_mscale,
 )
-from ._registry import register
+from ._registry import ROPE_TYPES, register
 
 __all__: list[str] = []
 
@@ -293,6 +293,39 @@ def _llama3(
     out = np.where(kept, inv_freq, out)  # short wavelengths kept
     out = np.where(interpolated, inv_freq / factor, out)  # long ones interpolated
     return out, 1.0
+
+
+def _mscaled(name: str) -> None:
+    """Register ``{name}_phimoe``: PhiMoE's rotary module with rope type ``name``, which scales cos and sin by
+    ``short_mscale`` up to the original length and by ``long_mscale`` beyond it, in place of the type's own
+    attention factor (its frequencies are the type's, whatever the length)."""
+    inner = ROPE_TYPES[name]
+
+    @register(
+        f"{name}_phimoe",
+        required=(*sorted(inner.required), "short_mscale", "long_mscale"),
+        optional=tuple(sorted(inner.optional | {"original_max_position_embeddings"})),
+        length=_longrope_length,
+    )
+    def scaled(
+        inv_freq: np.ndarray,
+        params: Mapping[str, Any],
+        *,
+        max_position_embeddings: int | None,
+        seq_len: int | None,
+        **context: Any,
+    ) -> tuple[np.ndarray, float]:
+        out, _ = inner.frequencies(
+            inv_freq, params, max_position_embeddings=max_position_embeddings, seq_len=seq_len, **context
+        )
+        original = original_length(params, max_position_embeddings)
+        short = real_value(params, "short_mscale", minimum=0.0, strict_min=True)
+        long = real_value(params, "long_mscale", minimum=0.0, strict_min=True)
+        return out, float(long if seq_len is not None and seq_len > original else short)
+
+
+_mscaled("llama3")
+_mscaled("yarn")
 
 
 @register("proportional", optional=("factor",), fit=_fit.proportional)

@@ -190,7 +190,8 @@ def test_gemma4_last_layer_is_full_attention_whatever_layer_types_says(model_typ
 
 # ---- Dots3 Note: MLA whose sliding layers have head dims of their own (swa_* keys, per_layer_config) ----
 
-DOTS3: dict[str, Any] = {  # the keys dots3-note's config.json states, at small sizes; 12 layers: saved indices are "02".."11"
+# the keys dots3-note's config.json states, at small sizes; 12 layers: saved indices are "02".."11"
+DOTS3: dict[str, Any] = {
     "model_type": "dots3_note_text",
     "hidden_size": 256,
     "intermediate_size": 32,
@@ -250,6 +251,64 @@ def test_dots3_note_head_dims_per_layer_type(extra, form, idx):
     assert f.head_dim == head
 
 
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096},
+        {"rope_type": "default"},
+    ],
+    ids=["yarn", "default"],
+)
+@pytest.mark.parametrize("key", ["rope_scaling", "rope_parameters"])
+def test_dots3_note_swa_rope_theta_only_where_no_rope_dict_is_stated(rope, key):
+    # with a rope dict stated, transformers turns the sliding layers by rope_theta, not by swa_rope_theta
+    cfg = {**DOTS3, key: rope, "max_position_embeddings": 16384}
+    for idx in (0, 2):
+        theirs, head = _dots3_layer(cfg, idx)
+        f = _ours(cfg, layer_idx=idx)
+        _assert_same(theirs, f)
+        assert f.base == DOTS3["rope_theta"] and f.head_dim == head
+
+
+def test_dots3_note_legacy_layer_type_names_and_by_layer_type():
+    # released files name the indexed layers "full_attention", which its config class renames
+    cfg = {**DOTS3, "layer_types": [t.replace("indexed", "full") for t in DOTS3["layer_types"]]}
+    assert _config("dots3_note_text", cfg).layer_types == DOTS3["layer_types"]
+    for idx in (0, 2):
+        theirs, head = _dots3_layer(cfg, idx)
+        for f in (_ours(cfg, layer_idx=idx), _ours(cfg, layer_type=DOTS3["layer_types"][idx])):
+            _assert_same(theirs, f)
+            assert f.head_dim == head
+
+
+def test_dots3_note_proportional_is_refused_as_transformers_fails():
+    cfg = {**DOTS3, "rope_parameters": {"rope_type": "proportional", "rope_theta": 1e4}}
+    config = _config("dots3_note_text", cfg)
+    from transformers.models.dots3_note import modeling_dots3_note as m
+
+    with hp.quiet():
+        model = m.Dots3NoteTextModel(config)
+    with pytest.raises(RuntimeError), torch.no_grad():  # its table, over head_dim 256, does not fit 64 features
+        model(input_ids=torch.zeros(1, 3, dtype=torch.int64))
+    with pytest.raises(ValueError, match="which that table does not fit"):
+        _ours(cfg, layer_idx=0)
+
+
+def test_per_layer_config_head_dims_need_layer_types_to_be_read_by_layer_type():
+    cfg = {**GEMMA4, "per_layer_config": {"5": {"head_dim": 128}}}
+    del cfg["layer_types"]
+    with pytest.raises(ValueError, match="no layer_types to say which layers are 'full_attention'"):
+        _ours(cfg, layer_type="full_attention")
+    _assert_same(
+        _frequencies("gemma4_text", cfg, "full_attention"), _ours(cfg, layer_idx=5, layer_type="full_attention")
+    )
+    mixed = {**GEMMA4, "per_layer_config": {"3": {"head_dim": 128}}}  # one sliding layer of its own
+    with pytest.raises(ValueError, match="layers different head dims; pass layer_idx="):
+        _ours(mixed, layer_type="sliding_attention")
+    with pytest.raises(ValueError, match=r"per_layer_config\[5\] states \['rope_theta'\]"):
+        _ours({**GEMMA4, "per_layer_config": {"5": {"rope_theta": 1e3}}}, layer_idx=5)
+
+
 def test_dots3_note_refuses_a_sliding_rotary_dim_its_class_would_compute():
     cfg = {k: v for k, v in DOTS3.items() if k != "swa_qk_rope_head_dim"} | {"swa_head_dim": 224}
     (inv, _), _ = _dots3_layer(cfg, 2)
@@ -270,15 +329,89 @@ def test_dots3_note_refuses_a_factor_its_class_overwrites():
 # ---- proportional of MLA families: over the head_dim their config classes set to qk_rope_head_dim ----
 
 
+@pytest.mark.parametrize("prf", [0.5, 1.0, None])
 @pytest.mark.parametrize("model_type", ["deepseek_v3", "hy_v4", "minicpm3"])
-def test_mla_proportional_over_the_rotary_features(model_type):
-    rope = {"rope_type": "proportional", "rope_theta": 1e4, "partial_rotary_factor": 0.5, "factor": 2.0}
+def test_mla_proportional_over_the_rotary_features(model_type, prf):
+    rope = {"rope_type": "proportional", "rope_theta": 1e4, "factor": 2.0}
+    if prf is not None:
+        rope["partial_rotary_factor"] = prf
     cfg = {"model_type": model_type, "rope_parameters": rope}
     f = _ours(cfg)
     _assert_same(_frequencies(model_type, cfg), f)
     assert f.rotary_dim == 2 * f.inv_freq.size < f.head_dim  # the trailing rotary features of the MLA head
     with pytest.raises(ValueError, match="rope_frequencies cannot be asked for"):
         arrayrope.config.rope_config(cfg)
+
+
+# ---- PhiMoE: its mscales replace the attention factor of any rope type, short up to the original length ----
+
+
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+        {"rope_type": "yarn", "factor": 4.0},
+    ],
+    ids=["llama3", "yarn"],
+)
+def test_phimoe_mscales_of_llama3_and_yarn_on_both_sides_of_the_original_length(rope):
+    rope = {**rope, "rope_theta": 1e4, "short_mscale": 1.1, "long_mscale": 1.3, "original_max_position_embeddings": 64}
+    cfg = {"model_type": "phimoe", "hidden_size": 128, "num_attention_heads": 2, "max_position_embeddings": 256}
+    cfg["rope_parameters"] = rope
+    module = _module("phimoe", _config("phimoe", cfg))
+    x = torch.zeros(1, 1, 64, dtype=torch.float32)
+    for length in (64, 65, 200):  # at the original length, one past it, far past it
+        positions = torch.arange(length)[None]
+        with torch.no_grad():
+            cos, sin = module(x, positions)
+        ours = arrayrope.RotaryEmbedding.from_config(cfg)
+        f = _ours(cfg, seq_len=length)
+        assert f.attention_factor == (1.1 if length <= 64 else 1.3)
+        assert float(cos[0, 0, 0]) == pytest.approx(f.attention_factor, rel=1e-6)  # position 0: cos is the factor
+        np.testing.assert_allclose(f.inv_freq, module.inv_freq.double().numpy(), rtol=inv_freq_rtol(1e4))
+        q = np.ones((1, 1, length, 64), dtype=np.float64)
+        got = ours(q, seq_len=length)
+        c, s = cos.double().numpy()[:, None], sin.double().numpy()[:, None]
+        want = q * c + np.concatenate([-q[..., 32:], q[..., :32]], -1) * s
+        # transformers' tables are float32: angles up to `length` radians off by ~2**-24 of theirs, twice
+        np.testing.assert_allclose(got, want, atol=2 * 1.3 * (length + 1) * 2.0**-23)
+
+
+# ---- a stated rope dict with top-level keys: the scaled types' rotary modules move the config's own in ----
+
+STATED: dict[str, tuple[dict[str, Any], bool, list[Any]]] = {
+    "cohere2_moe": ({"rope_theta": 5e5, "partial_rotary_factor": 0.5, "head_dim": 64}, False, [None]),
+    "step3p5": ({"rope_theta": 12345.0}, True, ["full_attention"]),
+    "deepseek_v4": ({"rope_theta": 12345.0}, True, ["main", "compress"]),
+    "dots3_note_text": ({**DOTS3, "rope_theta": 12345.0}, False, ["indexed_attention", "sliding_attention"]),
+}
+
+
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 4096},
+        {"rope_type": "linear", "factor": 2.0},
+    ],
+    ids=["yarn", "linear"],
+)
+@pytest.mark.parametrize("model_type", sorted(STATED))
+def test_top_level_keys_with_a_stated_scaled_rope_dict(model_type, rope):
+    extra, nested, layer_types = STATED[model_type]
+    fam = family(model_type)
+    assert fam is not None
+    params = {t: dict(rope) for t in fam.defaults["rope_parameters"]} if nested else dict(rope)
+    cfg = {"model_type": model_type, **extra, "rope_parameters": params}
+    for layer_type in layer_types:
+        _assert_same(_frequencies(model_type, cfg, layer_type), _ours(cfg, layer_type=layer_type))
+
+
+def test_a_stated_default_dict_without_a_base_is_refused_where_transformers_fails():
+    cfg = {"model_type": "cohere2_moe", "head_dim": 64, "rope_parameters": {"rope_type": "default"}}
+    with pytest.raises(KeyError):
+        _frequencies("cohere2_moe", cfg)
+    with pytest.raises(ValueError, match="fills in none for the rope dict this config states"):
+        _ours(cfg)
 
 
 # ---- T5Gemma 2: a decoder with rope settings of its own is not read as the encoder's ----
