@@ -12,7 +12,8 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
-from ._config_keys import View, kept_types, legacy_parameters
+from ._config_keys import legacy_parameters
+from ._config_view import View, kept_types
 from ._lib import checks
 from .families import Family
 

@@ -23,7 +23,6 @@ from ._config_keys import (
     ROTARY_DIM_RULES,
     ROTARY_KEYS,
     Settings,
-    View,
     mrope,
     nested_base,
     refuse_unknown,
@@ -32,6 +31,7 @@ from ._config_keys import (
     switched,
 )
 from ._config_layers import layer_type_of, layer_types, parameters, per_layer, per_type
+from ._config_view import View
 from ._lib import checks
 from .families import TRANSFORMERS_VERSION, Family, family
 from .frequencies import RopeFrequencies, rope_frequencies
@@ -175,24 +175,12 @@ def read(
     )
     if over != head_dim and not nope:
         freqs = dataclasses.replace(freqs, head_dim=head_dim)
-    if fam is not None and fam.direction != 1 and not nope:
-        freqs = _turned_back(freqs, scaling, fam, where)
+    if fam is not None and fam.direction != 1 and not nope:  # nanochat's rotate_half is (x2, -x1): pair i turns
+        freqs = dataclasses.replace(freqs, inv_freq=-freqs.inv_freq)  # by -position * inv_freq[i] everywhere
     fields = (head_dim, float(base), rotary_dim, prf, scaling, max_len, features, layout, nope, model_type, why, m)
     refused = (fam.mrope or {}).get("refused") if fam is not None else None
     why_not = f"model type {model_type!r}: {refused}" if refused else ""
     return Settings(*fields, mrope_refused=why_not, freqs=freqs)
-
-
-def _turned_back(freqs: RopeFrequencies, scaling: dict[str, Any] | None, fam: Family, where: str) -> RopeFrequencies:
-    """The frequencies of a family whose pairs turn the other way (nanochat's ``rotate_half`` is ``(x2, -x1)``):
-    negated, so that pair ``i`` turns by ``-position * inv_freq[i]`` in every arrayrope function."""
-    if scaling is not None and rope_type(scaling).length is not None:
-        raise ValueError(
-            f"{where}: transformers' {fam.model_type} turns each pair the other way (its rotate_half is (x2, -x1)), "
-            f"which arrayrope gives as negative frequencies; rope type {rope_type(scaling).name!r} recomputes them "
-            "for each sequence length turning the usual way, so arrayrope does not read it for this family"
-        )
-    return dataclasses.replace(freqs, inv_freq=-freqs.inv_freq)
 
 
 def no_rope(head_dim: int) -> RopeFrequencies:

@@ -11,7 +11,7 @@ from ._config_keys import CONFIG_KEYS, Settings
 from ._config_read import no_rope, read, text_config
 from ._lib import checks
 from ._lib.files import read_regular_file
-from .frequencies import RopeFrequencies, rope_frequencies
+from .frequencies import RopeFrequencies, rope_frequencies, turned_like
 from .scaling import rope_type
 
 __all__ = [
@@ -111,7 +111,7 @@ def rope_frequencies_from_config(
         return s.freqs  # a rope type that does not follow the sequence length
     with warnings.catch_warnings():  # what the scaling reports was reported once, when the config was read
         warnings.simplefilter("ignore")
-        return rope_frequencies(
+        found = rope_frequencies(
             s.head_dim,
             base=s.base,
             rotary_dim=s.rotary_dim,
@@ -120,6 +120,7 @@ def rope_frequencies_from_config(
             max_position_embeddings=s.max_position_embeddings,
             seq_len=seq_len,
         )
+    return turned_like(found, s.freqs)
 
 
 def rope_config(

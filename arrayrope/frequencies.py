@@ -195,3 +195,11 @@ def rope_frequencies(
         base=base,
         rope_type=rope_type,
     )
+
+
+def turned_like(found: RopeFrequencies, start: RopeFrequencies) -> RopeFrequencies:
+    """``found`` (recomputed for a sequence length) turning the way ``start`` does: negated where ``start``'s
+    frequencies are negative, as those of a family whose pairs turn the other way are (nanochat)."""
+    if np.any(start.inv_freq < 0) and not np.any(found.inv_freq < 0):
+        return dataclasses.replace(found, inv_freq=-found.inv_freq)
+    return found

@@ -69,7 +69,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 TABLE = ROOT / "arrayrope" / "families" / "_table.py"
 
-from arrayrope._config_keys import LAYER_DIMS  # noqa: E402
+from arrayrope._config_view import LAYER_DIMS  # noqa: E402
 from arrayrope.testing import identify_rope  # noqa: E402
 
 #: Values of published checkpoints for the model types whose default config cannot run its own attention

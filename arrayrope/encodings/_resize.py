@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import backends
 from .._lib.types import Namespace
-from ..frequencies import RopeFrequencies, rope_frequencies
+from ..frequencies import RopeFrequencies, rope_frequencies, turned_like
 from ..scaling import rope_type
 
 __all__ = ["Resizer"]
@@ -42,7 +42,7 @@ class Resizer:
         if self.current == self.start_length:
             return self.start
         if self.last is None or self.last[0] != self.current:
-            self.last = (self.current, self._frequencies(self.current))
+            self.last = (self.current, turned_like(self._frequencies(self.current), self.start))
         return self.last[1]
 
     def traced(self, xp: Namespace, length: Any) -> RopeFrequencies:
@@ -70,7 +70,7 @@ class Resizer:
                 operator.index(current),
             ),
         )
-        return found
+        return turned_like(found, s)
 
     def _frequencies(self, length: int) -> RopeFrequencies:
         s = self.start

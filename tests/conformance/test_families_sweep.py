@@ -616,8 +616,38 @@ def test_nanochat_turns_the_other_way():
     assert np.max(np.abs(got - want)) < 1e-9 * np.abs(x).max() * NANOCHAT_POSITIONS.max()
     with pytest.raises(ValueError, match="turns each pair the other way"):
         arrayrope.config.rope_config(NANOCHAT)  # rope_frequencies cannot be asked for them
-    with pytest.raises(ValueError, match="'dynamic' recomputes them"):
-        _ours({**NANOCHAT, "rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4}})
+
+
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {"rope_type": "dynamic", "factor": 2.0},
+        {"rope_type": "longrope", "short_factor": [1.0] * 32, "long_factor": [1.0 + i / 8 for i in range(32)]},
+    ],
+    ids=["dynamic", "longrope"],
+)
+def test_nanochat_length_dependent_types_turn_the_other_way(rope):
+    """The frequencies a length-dependent type recomputes for a longer sequence turn nanochat's way too: as its
+    rotary module's after a call of that length, through its own apply function."""
+    params: dict[str, Any] = {**rope, "rope_theta": 1e4}
+    if rope["rope_type"] == "longrope":
+        params["original_max_position_embeddings"] = 256
+    cfg = {**NANOCHAT, "max_position_embeddings": 1024, "rope_parameters": params}
+    length = int(NANOCHAT_POSITIONS.max()) + 1
+    module = _module("nanochat", _config("nanochat", cfg))
+    with torch.no_grad():
+        module(torch.zeros(1, 1, 64), torch.arange(length)[None])  # its frequencies for this length
+    theirs = module.inv_freq.double().numpy()
+    f = _ours(cfg, seq_len=length)
+    assert np.all(f.inv_freq < 0)
+    assert np.allclose(-f.inv_freq, theirs, rtol=inv_freq_rtol(1e4 * 4), atol=0)
+    rope_ = arrayrope.RotaryEmbedding.from_config(cfg)
+    x = np.random.default_rng(2).standard_normal((1, 2, len(NANOCHAT_POSITIONS), 64))
+    got = rope_(x, positions=NANOCHAT_POSITIONS, seq_len=length)
+    want = _nanochat_oracle(x, f.inv_freq) * module.attention_scaling  # cos and sin scaled (longrope)
+    assert f.attention_factor == pytest.approx(module.attention_scaling, rel=1e-12)
+    assert np.all(rope_.freqs.inv_freq < 0)
+    assert np.max(np.abs(got - want)) < 1e-9 * np.abs(x).max() * NANOCHAT_POSITIONS.max()
 
 
 @pytest.mark.parametrize(("target", "tables"), [("portable", "computed"), ("portable", "stored"), ("ort", "stored")])
