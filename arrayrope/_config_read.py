@@ -34,7 +34,7 @@ from ._config_layers import layer_type_of, layer_types, parameters, per_layer, p
 from ._config_view import View
 from ._lib import checks
 from .families import TRANSFORMERS_VERSION, Family, family
-from .frequencies import RopeFrequencies, rope_frequencies
+from .frequencies import RopeFrequencies, rope_frequencies, turned_back
 from .scaling import rope_type
 
 __all__ = ["layer_types", "no_rope", "read", "text_config"]
@@ -175,8 +175,8 @@ def read(
     )
     if over != head_dim and not nope:
         freqs = dataclasses.replace(freqs, head_dim=head_dim)
-    if fam is not None and fam.direction != 1 and not nope:  # nanochat's rotate_half is (x2, -x1): pair i turns
-        freqs = dataclasses.replace(freqs, inv_freq=-freqs.inv_freq)  # by -position * inv_freq[i] everywhere
+    if fam is not None and fam.direction != 1 and not nope:  # nanochat's rotate_half is (x2, -x1)
+        freqs = turned_back(freqs)
     fields = (head_dim, float(base), rotary_dim, prf, scaling, max_len, features, layout, nope, model_type, why, m)
     refused = (fam.mrope or {}).get("refused") if fam is not None else None
     why_not = f"model type {model_type!r}: {refused}" if refused else ""

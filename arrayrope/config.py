@@ -7,11 +7,13 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from ._config_keys import CONFIG_KEYS, Settings
 from ._config_read import no_rope, read, text_config
 from ._lib import checks
 from ._lib.files import read_regular_file
-from .frequencies import RopeFrequencies, rope_frequencies, turned_like
+from .frequencies import RopeFrequencies, rope_frequencies, turned_back
 from .scaling import rope_type
 
 __all__ = [
@@ -120,7 +122,7 @@ def rope_frequencies_from_config(
             max_position_embeddings=s.max_position_embeddings,
             seq_len=seq_len,
         )
-    return turned_like(found, s.freqs)
+    return turned_back(found) if bool(np.any(s.freqs.inv_freq < 0)) else found  # nanochat's turn the other way
 
 
 def rope_config(

@@ -197,9 +197,7 @@ def rope_frequencies(
     )
 
 
-def turned_like(found: RopeFrequencies, start: RopeFrequencies) -> RopeFrequencies:
-    """``found`` (recomputed for a sequence length) turning the way ``start`` does: negated where ``start``'s
-    frequencies are negative, as those of a family whose pairs turn the other way are (nanochat)."""
-    if np.any(start.inv_freq < 0) and not np.any(found.inv_freq < 0):
-        return dataclasses.replace(found, inv_freq=-found.inv_freq)
-    return found
+def turned_back(freqs: RopeFrequencies) -> RopeFrequencies:
+    """``freqs`` negated: those of a family whose pairs turn the other way (nanochat's ``rotate_half`` is
+    ``(x2, -x1)``), so that pair ``i`` turns by ``-position * inv_freq[i]`` in every arrayrope function."""
+    return dataclasses.replace(freqs, inv_freq=-freqs.inv_freq)

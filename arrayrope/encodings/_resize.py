@@ -13,9 +13,11 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from .. import backends
 from .._lib.types import Namespace
-from ..frequencies import RopeFrequencies, rope_frequencies, turned_like
+from ..frequencies import RopeFrequencies, rope_frequencies, turned_back
 from ..scaling import rope_type
 
 __all__ = ["Resizer"]
@@ -35,6 +37,8 @@ class Resizer:
         self.max_len = max_len if max_len is not None else self.original
         # the length the starting frequencies are for, and that of the current ones
         self.start_length = self.current = self.rule(1, self.max_len, self.max_len, self.original)
+        # a family whose pairs turn the other way (nanochat): what the type recomputes turns that way too
+        self.turned = bool(np.any(start.inv_freq < 0))
         self.last: tuple[int, RopeFrequencies] | None = None
 
     def __call__(self, length: int) -> RopeFrequencies:
@@ -42,7 +46,7 @@ class Resizer:
         if self.current == self.start_length:
             return self.start
         if self.last is None or self.last[0] != self.current:
-            self.last = (self.current, turned_like(self._frequencies(self.current), self.start))
+            self.last = (self.current, self._frequencies(self.current))
         return self.last[1]
 
     def traced(self, xp: Namespace, length: Any) -> RopeFrequencies:
@@ -68,21 +72,31 @@ class Resizer:
                 self.scaling,
                 None if most is None else operator.index(most),
                 operator.index(current),
+                self.turned,
             ),
         )
-        return turned_like(found, s)
+        return found
 
     def _frequencies(self, length: int) -> RopeFrequencies:
         s = self.start
-        return _frequencies(s.head_dim, s.base, s.rotary_dim, self.scaling, self.max_position_embeddings, length)
+        return _frequencies(
+            s.head_dim, s.base, s.rotary_dim, self.scaling, self.max_position_embeddings, length, self.turned
+        )
 
 
 def _frequencies(
-    head_dim: int, base: float, rotary_dim: int, scaling: Mapping[str, Any], max_len: int | None, length: int
+    head_dim: int,
+    base: float,
+    rotary_dim: int,
+    scaling: Mapping[str, Any],
+    max_len: int | None,
+    length: int,
+    turned: bool,
 ) -> RopeFrequencies:
-    """The type's frequencies for ``length``."""
+    """The type's frequencies for ``length`` (negated for a family whose pairs turn the other way)."""
     with warnings.catch_warnings():  # reported once, when the instance was made
         warnings.simplefilter("ignore")
-        return rope_frequencies(
+        found = rope_frequencies(
             head_dim, base=base, rotary_dim=rotary_dim, scaling=scaling, max_position_embeddings=max_len, seq_len=length
         )
+    return turned_back(found) if turned else found

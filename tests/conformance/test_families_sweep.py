@@ -648,6 +648,11 @@ def test_nanochat_length_dependent_types_turn_the_other_way(rope):
     assert f.attention_factor == pytest.approx(module.attention_scaling, rel=1e-12)
     assert np.all(rope_.freqs.inv_freq < 0)
     assert np.max(np.abs(got - want)) < 1e-9 * np.abs(x).max() * NANOCHAT_POSITIONS.max()
+    # traced: the graph computes the frequencies of its length on the host, turned the same way
+    fresh = arrayrope.RotaryEmbedding.from_config(cfg)
+    compiled = torch.compile(lambda q, p: fresh(q, positions=p, seq_len=length), fullgraph=True, backend="aot_eager")
+    traced = compiled(torch.from_numpy(x), torch.from_numpy(NANOCHAT_POSITIONS)).numpy()
+    assert np.max(np.abs(traced - want)) < 1e-9 * np.abs(x).max() * NANOCHAT_POSITIONS.max()
 
 
 @pytest.mark.parametrize(("target", "tables"), [("portable", "computed"), ("portable", "stored"), ("ort", "stored")])
