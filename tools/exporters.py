@@ -15,7 +15,8 @@ default a folder under the system's temporary directory, reused when it exists):
 The checkpoints (2 layers, hidden 128, 4 query and 2 key/value heads, vocabulary 128, random weights from a
 fixed seed) are written by transformers 4.57's config and model classes in the optimum environment, in the
 config form of transformers 4.x (``rope_theta``, ``rope_scaling``) that both exporters read. Every family
-sets the scaling or layout that makes its RoPE differ from the default one (:data:`FAMILIES`).
+sets the scaling or layout that makes its RoPE differ from the default one, or what makes an exporter write
+another form of attention (:data:`FAMILIES`).
 
 For each family and exporter the fixture folder keeps ``model.onnx`` (weights inside: the models are small)
 and the checkpoint's ``config.json``; ``VERSIONS.json`` records the exporters' versions, the commands and
@@ -133,6 +134,13 @@ FAMILIES: dict[str, tuple[str, dict[str, object]]] = {
         ),
     ),
     "granite": ("GraniteConfig", dict(_SMALL, rope_theta=10000.0)),
+    # dynamic NTK: the base grows once a call passes max_position_embeddings (512 here, extended 4 times)
+    "llama_dynamic": (
+        "LlamaConfig",
+        dict(_SMALL, max_position_embeddings=512, rope_theta=10000.0, rope_scaling={"type": "dynamic", "factor": 4.0}),
+    ),
+    # q/k norms: the GenAI builder writes GroupQueryAttention with separate query, key and value inputs
+    "qwen3": ("Qwen3Config", dict(_SMALL, head_dim=32, rope_theta=1000000.0)),
     "olmo2": ("Olmo2Config", dict(_SMALL, rope_theta=500000.0)),
 }
 

@@ -25,8 +25,8 @@ from arrayrope import cli  # noqa: E402
 from arrayrope.export import audit_rotary, rotary_model  # noqa: E402
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "exporters")
-OPTIMUM = ("gemma2", "gemma3", "glm", "granite", "llama3", "mistral", "olmo2", "qwen2", "qwen2_yarn")
-GENAI = ("gemma2", "granite", "llama3", "mistral", "qwen2")
+OPTIMUM = ("gemma2", "gemma3", "glm", "granite", "llama3", "mistral", "olmo2", "qwen2", "qwen2_yarn", "qwen3")
+GENAI = ("gemma2", "granite", "llama3", "mistral", "qwen2", "qwen3")  # qwen3: separate query, key and value inputs
 
 
 def fixture(exporter: str, family: str) -> tuple[str, dict]:
@@ -57,8 +57,9 @@ def test_optimum_phi3_never_uses_the_long_factors():
     """optimum-onnx traces Phi-3's LongRoPE with a short prompt: the short factors are baked in at every position."""
     report = audit_rotary(*fixture("optimum", "phi3_longrope"))
     assert report.status == "failed"
+    # a call reaching past 256 turns every position by the long factors in transformers, the first ones too
     assert {f.difference for f in report.findings} == {
-        "long factors never used past 256: positions 256..263 turn by the short factors"
+        "long factors never used past 256: positions 0..6 in a call reaching position 1023 turn by the short factors"
     }
     assert all(f.max_error > 1 for f in report.findings)  # radians' worth at the end of the context
 
@@ -178,8 +179,9 @@ def test_fault_genai_longrope_long_factors_dropped(tmp_path):
         n.attribute[0].t.CopyFrom(numpy_helper.from_array(table))
     report = audit_fault(model, config, tmp_path)
     assert report.status == "failed"
+    # a call reaching past 256 turns every position by the long factors in transformers, the first ones too
     assert {f.difference for f in report.findings} == {
-        "long factors never used past 256: positions 256..263 turn by the short factors"
+        "long factors never used past 256: positions 0..6 in a call reaching position 1023 turn by the short factors"
     }
 
 
@@ -200,6 +202,101 @@ def test_fault_tables_truncated(tmp_path):
     report = audit_fault(model, config, tmp_path)
     assert report.status == "failed"
     assert all(f.difference.startswith("tables hold 512 rows, max_position_embeddings 1024") for f in report.findings)
+
+
+def test_fault_tables_one_row_short(tmp_path):
+    """max_position_embeddings 1024 needs rows 0..1023: 1023 rows fail, the boundary itself."""
+    model, config = load("genai", "llama3")
+    for name in ("cos_cache", "sin_cache"):
+        t = next(t for t in model.graph.initializer if t.name == name)
+        assert numpy_helper.to_array(t).shape[0] == config["max_position_embeddings"] == 1024
+        set_initializer(model, name, numpy_helper.to_array(t)[:1023].copy())
+    report = audit_fault(model, config, tmp_path)
+    assert report.status == "failed" and report.exit_status == 1
+    assert all(
+        f.difference.startswith("tables hold 1023 rows, max_position_embeddings 1024 needs 1024")
+        for f in report.findings
+    ), str(report)
+
+
+def test_fault_genai_separate_inputs_wrong_base(tmp_path):
+    """Qwen3's GroupQueryAttention takes query, key and value apart; its caches are measured and its node run."""
+    model, config = load("genai", "qwen3")
+    gqa = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
+    assert gqa and all(n.input[1] and n.input[2] for n in gqa)  # separate key and value inputs
+    cos, sin = caches(arrayrope.rope_frequencies(32, base=10000.0), 1024)
+    set_initializer(model, "cos_cache", cos)
+    set_initializer(model, "sin_cache", sin)
+    report = audit_fault(model, config, tmp_path)
+    assert {f.difference for f in report.findings} == {"rope_theta 10000 found, 1e+06 expected"}
+    assert not any("refuses" in f.note for f in report.findings)  # the node itself ran on its caches
+
+
+def test_gqa_separate_inputs_that_do_not_rotate_by_their_caches_fail(tmp_path, monkeypatch):
+    """The node is run on unit keys given as its separate key input: caches read one way and applied another fail."""
+    from arrayrope.export.audit import _measure
+
+    real = _measure._read_caches
+    monkeypatch.setattr(_measure, "_read_caches", lambda c, s, d, inter: real(c, -s, d, inter))  # the other direction
+    report = audit_rotary(*fixture("genai", "qwen3"))
+    assert report.status == "not verified"
+    assert all("does not rotate by its caches as ONNX Runtime documents them" in f.difference for f in report.findings)
+
+
+# ---- rope types whose frequencies follow the call's length
+
+
+def test_dynamic_ntk_traced_at_one_length_fails():
+    """optimum-onnx traces transformers' dynamic NTK with a short prompt: the base never grows. A call of 2048
+    positions (factor 4 over max_position_embeddings 512) turns every position by a grown base in transformers."""
+    path, config = fixture("optimum", "llama_dynamic")
+    assert config["rope_scaling"]["factor"] == 4.0 and config["max_position_embeddings"] == 512
+    report = audit_rotary(path, config)
+    assert report.status == "failed" and report.exit_status == 1
+    assert {f.difference for f in report.findings} == {
+        "dynamic frequencies fixed at one length: positions 0..6 in a call reaching position 2047 turn by the "
+        "frequencies of a call of 512 positions, where transformers computes them for the call's 2048"
+    }
+    for f in report.findings:  # both sides of 512, and the end of the 2048 positions
+        assert {0, 6, 2047, 504, 511, 512, 519, 2040} <= set(f.positions)
+    # the oracle: transformers' own frequencies for a call of 2048 differ from those of 512
+    short, long = (arrayrope.rope_frequencies_from_config(config, seq_len=n).inv_freq for n in (512, 2048))
+    assert np.array_equal(short, arrayrope.rope_frequencies(32, base=10000.0).inv_freq)
+    assert 2047 * np.max(np.abs(short - long)) > 1
+
+
+def test_dynamic_ntk_with_too_few_rows_fails():
+    """ONNX Runtime GenAI's builder stores 512 rows of unscaled caches: a longer call cannot run at all."""
+    report = audit_rotary(*fixture("genai", "llama_dynamic"))
+    assert report.status == "failed"
+    assert {f.difference for f in report.findings} == {
+        "tables hold 512 rows, dynamic factor 4 over max_position_embeddings 512 needs 2048: positions 512..2047 "
+        "cannot be rotated"
+    }
+    assert all(f.max_error < 1e-4 for f in report.findings)  # what it has agrees below 512
+
+
+def test_layers_that_differ_and_rotations_their_names_do_not_place_are_not_verified(tmp_path):
+    """Gemma 3's sliding layer turns at base 1e4, its full layer at 1e6 with linear scaling: a rotation whose
+    node and value names say no layer cannot be judged against either."""
+    model, config = load("optimum", "gemma3")
+    assert audit_rotary(model, config).status == "verified"
+    outside = {i.name for i in model.graph.input} | {o.name for o in model.graph.output}
+    outside |= {t.name for t in model.graph.initializer}
+    names: dict[str, str] = {}
+    for i, node in enumerate(model.graph.node):
+        node.name = f"n{i}"
+        del node.metadata_props[:]
+        for field in (node.input, node.output):
+            for k, v in enumerate(field):
+                if v and v not in outside:
+                    field[k] = names.setdefault(v, f"v{len(names)}")
+    for info in model.graph.value_info:
+        info.name = names.get(info.name, info.name)
+    report = audit_fault(model, config, tmp_path)
+    assert report.findings and all(f.layer is None for f in report.findings)
+    assert report.status == "not verified" and report.exit_status == 3
+    assert all(f.status == "not verified" and "config's layers differ" in f.difference for f in report.findings)
 
 
 def test_fault_rotary_width_and_layout_in_the_config():

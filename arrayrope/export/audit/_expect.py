@@ -15,6 +15,7 @@ from arrayrope._config_layers import layer_count
 from arrayrope._config_read import text_config
 from arrayrope.config import load_config, rope_frequencies_from_config, settings
 from arrayrope.frequencies import RopeFrequencies
+from arrayrope.scaling import ROPE_TYPES
 
 #: Consecutive positions probed in one call.
 BLOCK = 8
@@ -86,27 +87,77 @@ class Expected:
         return tuple(layer for layer in self.layers if not layer.settings.nope)
 
     def blocks(self, rows: int | None) -> list[tuple[str, npt.NDArray[np.int64]]]:
-        """``(what, positions)`` probed: near 0, each side of ``original_max_position_embeddings``, the end of
-        ``max_position_embeddings`` and of the model's own ``rows`` of stored tables."""
+        """``(what, positions)`` probed, each one call: near 0, each side of the length where the frequencies
+        change, the end of ``max_position_embeddings``, of the context a length-dependent type implies and of the
+        model's own ``rows`` of stored tables. A type whose frequencies follow the call's length is also probed
+        near 0 in a call that reaches the end of its context (positions ``0 .. BLOCK - 2`` and the last one), where
+        transformers turns every position by the frequencies of that length."""
         s = self.rope[0].settings
-        out: list[tuple[str, int]] = [("near 0", 0)]
-        original = _original(s)
+        out: list[tuple[str, npt.NDArray[np.int64]]] = []
+
+        def block(what: str, start: int) -> None:
+            out.append((what, np.arange(max(start, 0), max(start, 0) + BLOCK, dtype=np.int64)))
+
+        block("near 0", 0)
+        context = length_context(s)
         longest = s.max_position_embeddings
-        if original is not None and (longest is None or original < longest):
-            out += [("below original_max_position_embeddings", original - BLOCK)]
-            out += [("past original_max_position_embeddings", original)]
-        if longest is not None:
-            out.append(("end of max_position_embeddings", longest - BLOCK))
-        if rows is not None and rows != longest:
-            out.append(("end of the model's tables", rows - BLOCK))
-        seen: set[int] = set()
+        if context is not None:
+            changes, reach, said = context
+            call = np.array([*range(BLOCK - 1), reach - 1], np.int64)
+            out.append((f"near 0, in a call of the {reach} positions of {said}", call))
+            block(f"below {_changes_at(s)}", changes - BLOCK)
+            block(f"past {_changes_at(s)}", changes)
+            if longest is not None and longest != reach:
+                block("end of max_position_embeddings", longest - BLOCK)
+            block(f"end of the {reach} positions of {said}", reach - BLOCK)
+        else:
+            original = _original(s)
+            if original is not None and (longest is None or original < longest):
+                block("below original_max_position_embeddings", original - BLOCK)
+                block("past original_max_position_embeddings", original)
+            if longest is not None:
+                block("end of max_position_embeddings", longest - BLOCK)
+        if rows is not None and rows != longest and (context is None or rows < context[1]):
+            block("end of the model's tables", rows - BLOCK)
+        seen: set[bytes] = set()
         blocks = []
-        for what, start in out:
-            start = max(start, 0)
-            if start not in seen:
-                seen.add(start)
-                blocks.append((what, np.arange(start, start + BLOCK, dtype=np.int64)))
+        for what, positions in out:
+            if positions.tobytes() not in seen:
+                seen.add(positions.tobytes())
+                blocks.append((what, positions))
         return blocks
+
+
+def length_context(s: Settings) -> tuple[int, int, str] | None:
+    """For a rope type whose frequencies follow the call's length: ``(changes, reach, said)``, the length past which
+    they change (the original context), the context the config implies (``max_position_embeddings`` past an
+    original one, else ``factor`` times it, as dynamic NTK extends it) and how to say that; None for fixed ones."""
+    kind = ROPE_TYPES.get(_kind(s.scaling))
+    if kind is None or kind.length is None or s.scaling is None:
+        return None
+    longest = s.max_position_embeddings
+    original = _original(s) if kind.reads_original_length else None
+    if original is None:
+        original = longest
+    if original is None:
+        return None
+    if longest is not None and longest > original:
+        return original, longest, f"max_position_embeddings {longest}"
+    factor = float(s.scaling.get("factor", 1.0) or 1.0)
+    reach = max(round(factor * original), original + BLOCK)
+    return original, reach, f"{_kind(s.scaling)} factor {factor:g} over {_changes_at(s)} {original}"
+
+
+def _kind(scaling: Mapping[str, Any] | None) -> str:
+    return str((scaling or {}).get("rope_type", (scaling or {}).get("type", "default")))
+
+
+def _changes_at(s: Settings) -> str:
+    return (
+        "original_max_position_embeddings"
+        if ROPE_TYPES[_kind(s.scaling)].reads_original_length and _original(s) is not None
+        else "max_position_embeddings"
+    )
 
 
 def _original(s: Settings) -> int | None:

@@ -23,7 +23,7 @@ from arrayrope._lib.verdicts import Status
 from arrayrope.frequencies import RopeFrequencies, rope_frequencies
 
 from ..build._spec import np_dtype
-from ._expect import BLOCK, Expected, Layer, rotation_matrices
+from ._expect import BLOCK, Expected, Layer, length_context, rotation_matrices
 from ._measure import Matrices, Rotation
 
 _LAYOUT_WORDS = {"half": "half-split", "interleaved": "interleaved"}
@@ -149,9 +149,9 @@ class _Judge:
         found, difference = self._structure(m0)
         worst, where, probed, notes = 0.0, "", [], list(self.notes)
         for what, positions in self.exp.blocks(self.rotation.rows):
-            if self.rotation.rows is not None and positions[-1] >= self.rotation.rows:
+            if self.rotation.rows is not None and positions.max() >= self.rotation.rows:
                 continue  # past the model's tables: said by the table length
-            m = m0 if positions[0] == 0 else self.matrices(positions)
+            m = m0 if np.array_equal(positions, first) else self.matrices(positions)
             excess, err, at = self._compare(m, positions)
             probed += positions.tolist()
             if err > worst:
@@ -220,6 +220,12 @@ class _Judge:
                 f"(cos and sin scaled as {freqs.rope_type} gives)"
             )
         rows, longest = self.rotation.rows, self.s.max_position_embeddings
+        context = length_context(self.s)
+        if rows is not None and context is not None and rows < context[1]:
+            return found, (
+                f"tables hold {rows} rows, {context[2]} needs {context[1]}: positions {rows}..{context[1] - 1} "
+                "cannot be rotated"
+            )
         if rows is not None and longest is not None and rows < longest:
             return found, (
                 f"tables hold {rows} rows, max_position_embeddings {longest} needs {longest}: positions "
@@ -271,13 +277,30 @@ class _Judge:
         """Whether ``m`` is the rotation of the config's base without its scaling (nor its attention factor)."""
         freqs = self.layer.frequencies(self.exp.config, BLOCK)
         plain = rope_frequencies(freqs.head_dim, base=self.s.base, rotary_dim=freqs.rotary_dim)
-        return positions[-1] >= BLOCK and self._fits(m, plain, positions)
+        return int(positions.max()) >= BLOCK and self._fits(m, plain, positions)
 
     def _name(self, m: npt.NDArray[np.float64], positions: npt.NDArray[np.int64], what: str) -> str:
         """The first difference of the angles at ``positions``, in the config's terms."""
-        s, span = self.s, f"positions {positions[0]}..{positions[-1]}"
+        s, span = self.s, span_of(positions)
         freqs = self.layer.frequencies(self.exp.config, int(positions.max()) + 1)
         kind = _type(s.scaling) if s.scaling else "default"
+        if kind == "longrope":
+            original = int(s.scaling.get("original_max_position_embeddings", 0)) if s.scaling else 0
+            other = self.layer.frequencies(self.exp.config, original if positions.max() >= original else original + 1)
+            if self._fits(m, other, positions):
+                if positions.max() >= original:
+                    return f"long factors never used past {original}: {span} turn by the short factors"
+                return f"long factors used below {original}: {span} turn by the long factors"
+        context = length_context(s)
+        if (
+            context is not None
+            and positions.max() >= context[0]
+            and self._fits(m, self.layer.frequencies(self.exp.config, context[0]), positions)
+        ):
+            return (
+                f"{kind} frequencies fixed at one length: {span} turn by the frequencies of a call of {context[0]} "
+                f"positions, where transformers computes them for the call's {int(positions.max()) + 1}"
+            )
         if s.scaling and self._unscaled(m, positions):
             return f"{kind} scaling missing: {span} turn by rope_theta {s.base:g}'s unscaled frequencies"
         for variant, said in _variants(s.scaling):
@@ -291,13 +314,6 @@ class _Judge:
             )
             if self._fits(m, other, positions):
                 return said
-        if kind == "longrope":
-            original = int(s.scaling.get("original_max_position_embeddings", 0)) if s.scaling else 0
-            other = self.layer.frequencies(self.exp.config, original if positions.max() >= original else original + 1)
-            if self._fits(m, other, positions):
-                if positions.max() >= original:
-                    return f"long factors never used past {original}: {span} turn by the short factors"
-                return f"long factors used below {original}: {span} turn by the long factors"
         named = self._identified(freqs)
         if named:
             return named
@@ -358,6 +374,13 @@ class _Judge:
         if not np.all(np.isfinite(m)):
             return f"past its {rows} rows of tables it gives NaN"
         return f"past its {rows} rows of tables it still runs (positions {rows}.. are not checked)"
+
+
+def span_of(positions: npt.NDArray[np.int64]) -> str:
+    """``positions a..b`` for a block of consecutive positions, else the first ones and the call's last."""
+    if np.array_equal(positions, np.arange(positions[0], positions[0] + len(positions))):
+        return f"positions {positions[0]}..{positions[-1]}"
+    return f"positions {positions[0]}..{positions[-2]} in a call reaching position {positions[-1]}"
 
 
 def _in_head(matrices: Matrices, head_dim: int, features: str) -> Matrices:

@@ -24,7 +24,7 @@ from onnx import NodeProto, TensorProto, helper
 
 from .._graph import inlined, reads
 from ..build._spec import MS_DOMAIN
-from ..fuse._match import _INT_VIEWS, ROTATING_ATTENTION, Graph, Site, find_sites
+from ..fuse._match import ROTATING_ATTENTION, Graph, Site, find_sites, finite_rows, table_rows
 from ..fuse._probe import Shapes, SiteRunner, cut, sample_inputs, session, widened
 from ._expect import BLOCK
 
@@ -97,11 +97,11 @@ def _site(graph: Graph, site: Site, head_dims: Sequence[int]) -> Rotation:
         rotation.reason = str(exc)
         return rotation
     rotation.head_dim = shape.head_dim
-    rotation.rows = _table_rows(graph, site.cos, site.positions)
+    rotation.rows = table_rows(graph, site.cos, site.positions)
     if site.node is not None and rotation.rows is None and graph.is_constant(site.cos):
         dims = graph.shape(site.cos)  # a RotaryEmbedding node reading its cache by position ids
         if dims and len(dims) == 2 and isinstance(dims[0], int):
-            rotation.rows = _finite_rows(graph, site.cos, dims[0])
+            rotation.rows = finite_rows(graph, site.cos, dims[0])
     rotation.matrices, rotation.order = _in_order(matrices)
     return rotation
 
@@ -200,45 +200,6 @@ def _fed(shape: Shapes) -> tuple[int, ...]:
     return (d, shape.heads, BLOCK, d) if shape.axes == "bhsd" else (d, BLOCK, shape.heads, d)
 
 
-def _table_rows(graph: Graph, table: str, positions: str | None) -> int | None:
-    """Rows of the stored tables that ``table`` gathers by position, None where it is computed."""
-    rows = []
-    for v in [table, *graph.walk(table, lambda v, n: [] if n is None else graph.data_inputs(n))]:
-        node = graph.producer.get(v)
-        if node is None or node.op_type != "Gather" or not graph.is_constant(node.input[0]):
-            continue
-        if positions is None or not _views_of(graph, node.input[1], positions):
-            continue  # indices that are not the positions (a shape, a constant, a part of them)
-        dims = graph.shape(node.input[0])
-        if dims and isinstance(dims[0], int):
-            rows.append(_finite_rows(graph, node.input[0], dims[0]))
-    return min(rows, default=None)
-
-
-def _views_of(graph: Graph, name: str, positions: str) -> bool:
-    """Whether ``name`` is ``positions`` through reshapes, casts and guards only (not split into parts)."""
-    current: str | None = name
-    for _ in range(64):
-        if current == positions:
-            return True
-        node = graph.producer.get(current or "")
-        if node is None or node.op_type not in _INT_VIEWS or not node.input:
-            return False
-        current = node.input[0]
-    return False
-
-
-def _finite_rows(graph: Graph, table: str, rows: int) -> int:
-    """The rows of a stored table before its trailing rows of NaN (the row arrayrope's graphs send ids past the
-    table to)."""
-    value = graph.constant(table)
-    if value is None or value.ndim == 0 or not (value.dtype.kind == "f" or value.dtype.name == "bfloat16"):
-        return rows
-    finite = np.all(np.isfinite(value.astype(np.float32).reshape(value.shape[0], -1)), axis=1)
-    last = np.flatnonzero(finite)
-    return int(last[-1]) + 1 if last.size else rows
-
-
 def _cut_matrices(runner: SiteRunner) -> Matrices:
     d = runner.shape.head_dim
 
@@ -272,22 +233,20 @@ def _attention(graph: Graph, node: NodeProto) -> Rotation:
         rotation.reason = f"its head dim is not known from the shape of its query input {node.input[0]!r}"
         return rotation
     d = width // (heads + 2 * kv_heads if packed else heads)
-    if not packed:
-        rotation.reason = "measuring GroupQueryAttention with separate query, key and value inputs is not supported"
-        return rotation
     rotation.head_dim = d
     rotation.eps = _EPS.get(graph.elem_type(cos) or 1, 2.0**-24)
     caches = _Caches(graph, cos, sin)
     rotation.rows = caches.rows_if_stored()
     interleaved = bool(attrs.get("rotary_interleaved", 0))
-    real = _single_node(node, heads, kv_heads, d, graph.elem_type(node.input[0]) or TensorProto.FLOAT)
+    real = _single_node(node, heads, kv_heads, d, graph.elem_type(node.input[0]) or TensorProto.FLOAT, packed)
 
     def matrices(positions: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-        c, s = caches(int(positions[-1]) + 1)
-        if int(positions[-1]) >= c.shape[0]:
-            raise ValueError(f"position {int(positions[-1])} is past the {c.shape[0]} rows of its cos_cache")
+        last = int(positions.max())
+        c, s = caches(last + 1)  # the caches of a call of that length (LongRoPE's If chooses by it)
+        if last >= c.shape[0]:
+            raise ValueError(f"position {last} is past the {c.shape[0]} rows of its cos_cache")
         read = _read_caches(c[positions], s[positions], d, interleaved)
-        if positions[0] == 0:  # the node itself, at the first positions: does it rotate by its caches as read?
+        if np.array_equal(positions, np.arange(len(positions))):  # the node itself: does it rotate as read?
             try:
                 ran = real(c, s, len(positions))
             except Exception as exc:  # ONNX Runtime refuses the node (its checks of the caches' shapes)
@@ -374,18 +333,21 @@ def _table_model(graph: Graph, outputs: list[str]) -> onnx.ModelProto:
 
 
 def _single_node(
-    node: NodeProto, heads: int, kv_heads: int, d: int, elem: int
+    node: NodeProto, heads: int, kv_heads: int, d: int, elem: int, packed: bool
 ) -> Callable[[npt.NDArray[Any], npt.NDArray[Any], int], npt.NDArray[np.float64]]:
-    """``run(cos, sin, S)``: the node alone on unit keys at positions ``0 .. S-1``, its present keys as matrices."""
+    """``run(cos, sin, S)``: the node alone on unit keys at positions ``0 .. S-1``, its present keys as matrices
+    (queries, keys and values ``packed`` in one input as the model's node takes them, or separate)."""
     floats = TensorProto.FLOAT if elem not in (TensorProto.FLOAT16,) else TensorProto.FLOAT16
     dt = np.float16 if floats == TensorProto.FLOAT16 else np.float32
     attrs = [a for a in node.attribute if a.name in _ROTATION_ATTRIBUTES]  # windows, softcaps: not the rotation
-    names = ["qkv", "", "", "past_key", "past_value", "seqlens_k", "total_length", "cos", "sin"]
+    qkv = ["qkv", "", ""] if packed else ["query", "key", "value"]
+    names = [*qkv, "past_key", "past_value", "seqlens_k", "total_length", "cos", "sin"]
     gqa = helper.make_node("GroupQueryAttention", names, ["out", "present_key", "present_value"], domain=MS_DOMAIN)
     gqa.attribute.extend(attrs)
-    width = (heads + 2 * kv_heads) * d
+    widths = {"qkv": (heads + 2 * kv_heads) * d} if packed else {"query": heads * d, "key": kv_heads * d}
+    widths |= {} if packed else {"value": kv_heads * d}
     inputs = [
-        helper.make_tensor_value_info("qkv", floats, ["B", "S", width]),
+        *(helper.make_tensor_value_info(n, floats, ["B", "S", w]) for n, w in widths.items()),
         helper.make_tensor_value_info("past_key", floats, ["B", kv_heads, "P", d]),
         helper.make_tensor_value_info("past_value", floats, ["B", kv_heads, "P", d]),
         helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["B"]),
@@ -402,11 +364,11 @@ def _single_node(
     def run(cos: npt.NDArray[Any], sin: npt.NDArray[Any], s: int) -> npt.NDArray[np.float64]:
         if not holder:
             holder.append(session(model, threads=1))
-        qkv = np.zeros((d, s, width), dt)
+        feed: dict[str, npt.NDArray[Any]] = {n: np.zeros((d, s, w), dt) for n, w in widths.items()}
+        key, first = ("qkv", heads * d) if packed else ("key", 0)
         for j in range(d):
-            qkv[j, :, heads * d + j] = 1.0  # key head 0 of batch row j is e_j
-        feed = {
-            "qkv": qkv,
+            feed[key][j, :, first + j] = 1.0  # key head 0 of batch row j is e_j
+        feed |= {
             "past_key": np.zeros((d, kv_heads, 0, d), dt),
             "past_value": np.zeros((d, kv_heads, 0, d), dt),
             "seqlens_k": np.full(d, s - 1, np.int32),

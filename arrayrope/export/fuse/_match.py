@@ -441,3 +441,42 @@ def _same_shape(graph: Graph, name: str, candidates: Sequence[str]) -> str | Non
     if not shape or any(d is None for d in shape):
         return None
     return next((c for c in candidates if graph.shape(c) == shape), None)
+
+
+def table_rows(graph: Graph, table: str, positions: str | None) -> int | None:
+    """Rows of the stored tables that ``table`` gathers by position, None where it is computed."""
+    rows = []
+    for v in [table, *graph.walk(table, lambda v, n: [] if n is None else graph.data_inputs(n))]:
+        node = graph.producer.get(v)
+        if node is None or node.op_type != "Gather" or not graph.is_constant(node.input[0]):
+            continue
+        if positions is None or not _views_of(graph, node.input[1], positions):
+            continue  # indices that are not the positions (a shape, a constant, a part of them)
+        dims = graph.shape(node.input[0])
+        if dims and isinstance(dims[0], int):
+            rows.append(finite_rows(graph, node.input[0], dims[0]))
+    return min(rows, default=None)
+
+
+def _views_of(graph: Graph, name: str, positions: str) -> bool:
+    """Whether ``name`` is ``positions`` through reshapes, casts and guards only (not split into parts)."""
+    current: str | None = name
+    for _ in range(64):
+        if current == positions:
+            return True
+        node = graph.producer.get(current or "")
+        if node is None or node.op_type not in _INT_VIEWS or not node.input:
+            return False
+        current = node.input[0]
+    return False
+
+
+def finite_rows(graph: Graph, table: str, rows: int) -> int:
+    """The rows of a stored table before its trailing rows of NaN (the row arrayrope's graphs send ids past the
+    table to)."""
+    value = graph.constant(table)
+    if value is None or value.ndim == 0 or not (value.dtype.kind == "f" or value.dtype.name == "bfloat16"):
+        return rows
+    finite = np.all(np.isfinite(value.astype(np.float32).reshape(value.shape[0], -1)), axis=1)
+    last = np.flatnonzero(finite)
+    return int(last[-1]) + 1 if last.size else rows
