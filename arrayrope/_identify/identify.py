@@ -152,7 +152,8 @@ def identify_rope(
             (
                 f"the rotation angles do not grow linearly with the position: pair {i} is {dev:.2g} rad off its best "
                 f"line at position {pos}, more than its dtype and float32 angles allow (frequencies that change with "
-                "the length, such as dynamic NTK beyond max_position_embeddings, do this; lower max_position=)"
+                "the sequence length do this, such as dynamic NTK beyond max_position_embeddings and LongRoPE past "
+                "its original context)"
             ),
         )
     omega = meas.omega

@@ -16,7 +16,8 @@ exit status, and the word of the verdict line ('verdict: <word>: ...'):
      naming what was found instead: no rotary embedding, or attention nodes that rotate inside); nothing
      was written
   3  not verified: the fused model was written, each fused rotation checked on its own, but the whole
-     model was not compared with the original (--no-validate, or no provider asked for could run it)"""
+     model was not compared with the original (--no-validate, or no provider asked for could run it); or
+     no rotation found could be fused (each left alone with its reason), and nothing was written"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -109,6 +110,13 @@ def run(args: argparse.Namespace) -> int:
     )
     report = result.report
     print(report)
+    if not report.fused:
+        print(
+            f"verdict: not verified: none of the {len(report.rotations)} rotary application"
+            f"{'s' if len(report.rotations) > 1 else ''} found was fused (each line above says why it was left "
+            f"alone); {args.output} not written"
+        )
+        return NOT_VERIFIED
     validation = report.validation
     if validation is None:
         result.save(args.output)

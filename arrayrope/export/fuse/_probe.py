@@ -294,15 +294,17 @@ class SiteRunner:
         return first
 
 
-def identify(piece: Cut, order: npt.NDArray[np.int64] | None = None) -> RopeConvention:
+def identify(piece: Cut, order: npt.NDArray[np.int64] | None = None, rows: int | None = None) -> RopeConvention:
     """The convention the rotation implements, measured in float32 (a half-precision cut is widened to float32:
     probes read angles far below half precision's resolution); for a rotation that writes its features in
-    another ``order`` than it reads them (see :func:`output_order`), that of its input put in that order first."""
+    another ``order`` than it reads them (see :func:`output_order`), that of its input put in that order first.
+    Probes stay below ``rows``, the positions its tables (or the bound asked for) cover."""
     runner: Probe = SiteRunner(piece, widened(piece.model))
     if order is not None:
         back = np.argsort(order)
         runner = reordered_input(runner, back)
-    return identify_rope(runner, head_dim=piece.shape.head_dim, dtype="float32")
+    limit = {} if rows is None else {"max_position": rows - 1, "seq_len": min(rows, 32)}
+    return identify_rope(runner, head_dim=piece.shape.head_dim, dtype="float32", **limit)
 
 
 def output_order(piece: Cut) -> npt.NDArray[np.int64] | None:

@@ -18,7 +18,7 @@ from ..build._builder import Builder
 from ..build._emit import emitter, heads_spec, rotate_heads
 from ..build._spec import COMPUTED_LIMIT, DTYPE_NAMES, MS_DOMAIN, np_dtype
 from ._edit import rewritten
-from ._match import Graph, Site
+from ._match import Graph, Site, finite_rows, table_rows
 from ._probe import (
     Shapes,
     SiteRunner,
@@ -70,9 +70,13 @@ class Job:
         piece = cut(self.graph, site, shape)
         original = SiteRunner(piece)
         order = output_order(piece)  # DeepSeek's MLA: interleaved features in, half-split order out
-        found = identify(piece, order)
+        held = self._rows_held(site)  # the positions the model's own tables cover, and those asked for
+        covered = min((r for r in (held, self.rows) if r is not None), default=None)
+        if covered is not None and covered < 4:
+            raise ValueError(f"{covered} positions are too few to measure its frequencies (4 are needed)")
+        found = identify(piece, order, covered)
         if found.layout is None or found.rotary_dim is None or found.offset is None:
-            raise ValueError(f"it is no rotary embedding: {found.reason}")  # before its frequencies were measured
+            raise ValueError(f"it is no rotary embedding: {found.reason}")
         if found.offset:
             raise ValueError(f"it rotates by positions shifted by {found.offset:+d}")
         dtype = DTYPE_NAMES.get(self.graph.elem_type(site.x) or TensorProto.FLOAT, "float32")
@@ -110,7 +114,7 @@ class Job:
             before, after, _, _ = site.parts
             b.op("Concat", [*before, site.rotated, *after], out=site.output, axis=-1)
         limit = COMPUTED_LIMIT if self.rows is None else self.rows
-        err = compare(original, fused, shape.head_dim, min(limit, 256))
+        err = compare(original, fused, shape.head_dim, min(limit, 256, held or 256))
         if not err <= SAME.get(dtype, 1e-4):
             raise ValueError(f"the fused node differs from it by {err:.2g} (relative), so it was kept as it is")
         if freqs is not None:
@@ -134,6 +138,15 @@ class Job:
             error=err,
         )
         return rotation, b
+
+    def _rows_held(self, site: Site) -> int | None:
+        """The rows of stored tables the rotation reads by position (its own caches for an existing node), or None
+        where they are computed."""
+        held = table_rows(self.graph, site.cos, site.positions)
+        dims = self.graph.shape(site.cos) if site.node is not None and self.graph.is_constant(site.cos) else None
+        if held is None and dims and len(dims) == 2 and isinstance(dims[0], int):
+            held = finite_rows(self.graph, site.cos, dims[0])
+        return held
 
 
 #: Relative spacing of the half-precision dtypes (2**-mantissa bits).

@@ -142,8 +142,11 @@ class FusionReport:
 
     @property
     def status(self) -> Status:
-        """The validation's status; ``"not verified"`` when it did not run."""
-        return "not verified" if self.validation is None else self.validation.status
+        """The validation's status; ``"not verified"`` when it did not run, or when no rotation found was fused
+        (nothing was changed, so nothing was verified)."""
+        if self.validation is None or (self.rotations and not self.fused):
+            return "not verified"
+        return self.validation.status
 
     @property
     def ok(self) -> bool:
