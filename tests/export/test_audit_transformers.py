@@ -161,7 +161,12 @@ FAULTS = [  # family, the config's fault, the layers that fail, what the first f
     ("gemma3", _no_scaling_in_full_layers, [1], "linear scaling found (factor 8.0), none expected"),
     ("phi3", _whole_head, [0, 1], "rotary width 8 found, 16 expected"),
     ("deepseek_v3", _half_split, [0, 1], "pairs interleaved where model type 'deepseek_v3' pairs half-split"),
-    ("phi3_longrope", _long_factors_as_short, [0, 1], "longrope rotation at positions 64..71"),
+    (
+        "phi3_longrope",
+        _long_factors_as_short,
+        [0, 1],
+        "longrope rotation at positions 0..6 in a call reaching position 255",
+    ),
     ("llama4", _first_layer_nope, [0], "layer 0 rotates, but the config gives it no RoPE"),
 ]
 

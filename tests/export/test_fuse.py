@@ -7,6 +7,7 @@ computes, and the untouched input model for what must not change.
 from __future__ import annotations
 
 import collections
+import os
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from arrayrope.cli import main  # noqa: E402
 from arrayrope.export import fuse_rotary, rotary_model  # noqa: E402
@@ -362,6 +363,52 @@ def test_inputs_the_model_does_not_run_on(tmp_path, capsys):
     x, pos = sample("bhsd")
     np.savez(feed, x=x, pos=pos)
     assert main(["export", "fuse", str(src), "-o", str(tmp_path / "out.onnx"), "--inputs", str(feed)]) == 0
+
+
+def test_probes_stay_within_the_rows_of_the_model_s_tables(tmp_path, capsys):
+    """A model whose stored tables hold 64 rows (NaN past them) is measured on positions 0..63 and fused: probing
+    further measured NaN and left it alone."""
+    model = rotary_model(16, target="portable", max_positions=64)
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, src)
+    assert main(["export", "fuse", str(src), "-o", str(out), "--provider", "cpu"]) == 0
+    assert "1 of 1 rotary applications fused" in capsys.readouterr().out and out.exists()
+
+
+@pytest.mark.parametrize(("bound", "fused"), [(4096, 0), (2048, 1)])
+def test_tables_wrong_only_at_far_positions_within_the_bound_are_left_alone(bound, fused, tmp_path):
+    """Stored tables right up to position 2999 and wrong from 3000 on: a bound of 4096 reaches the wrong rows, so the
+    rotation is left alone; a bound of 2048 never does, and it is fused."""
+    model = rotary_model(16, target="portable", max_positions=4096)
+    for t in model.graph.initializer:
+        a = numpy_helper.to_array(t)
+        if a.dtype.kind == "f" and a.ndim >= 2 and a.shape[0] >= 4096:
+            a = a.copy()
+            a[3000:] = a[3000:][::-1]  # rows of other positions
+            t.CopyFrom(numpy_helper.from_array(a, t.name))
+    report = fuse_rotary(model, max_positions=bound, providers="cpu").report
+    assert report.fused == fused, report
+    if not fused:
+        assert report.status == "not verified" and report.validation is None
+        assert "its stored tables differ from a rotation of fixed frequencies at position" in report.rotations[0].reason
+
+
+def test_attention_that_does_not_rotate_is_not_reported_as_rotating(tmp_path, capsys):
+    """GroupQueryAttention with do_rotary=0 leaves queries and keys as they are: nothing to fuse, and no word of
+    attention that rotates."""
+    path = os.path.join(os.path.dirname(__file__), "..", "fixtures", "exporters", "genai", "qwen2", "model.onnx")
+    model = onnx.load(path)
+    nodes = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
+    for node in nodes:
+        next(a for a in node.attribute if a.name == "do_rotary").i = 0
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, src)
+    assert nodes and main(["export", "fuse", str(src), "-o", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "arrayrope export fuse: error: nothing to fuse: no rotary embedding found "
+        "(no cos/sin tables applied to a tensor, no rotary node)"
+    )
+    assert not out.exists()
 
 
 def test_cli_does_not_write_a_model_that_fails_validation(tmp_path, capsys, monkeypatch):

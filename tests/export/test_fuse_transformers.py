@@ -97,3 +97,26 @@ def test_half_precision_model_without_position_ids():
     feed = hf_models.inputs(batch=3, seq=9, seed=2, positions=False)
     want = hf_models.logits(net, feed).astype(np.float64)
     assert np.max(np.abs(run(fused, feed) - want)) <= 2e-2 * (1 + np.max(np.abs(want)))
+
+
+@pytest.mark.parametrize("bound", [None, 256])
+def test_longrope_rotations_are_left_alone_with_the_reason_and_the_verdict_says_so(bound, tmp_path, capsys):
+    """Phi-3's LongRoPE exported by dynamo switches factors past original_max_position_embeddings (64): no fused node
+    of fixed frequencies replaces it. Nothing fused is 'not verified' (exit 3), nothing written; probes and reasons
+    stay below the bound, and name no option fuse does not have."""
+    from arrayrope import cli
+
+    net, model = exported("phi3_longrope", "dynamo-18")
+    src, out = tmp_path / "model.onnx", tmp_path / "fused.onnx"
+    onnx.save(model, src)
+    args = ["export", "fuse", str(src), "-o", str(out), "--provider", "cpu"]
+    assert cli.main(args + ([] if bound is None else ["--max-positions", str(bound)])) == 3
+    said = capsys.readouterr().out
+    assert not out.exists() and f"{out} not written" in said
+    assert said.splitlines()[-1].startswith("verdict: not verified: none of the 4 rotary applications found was fused")
+    reasons = [line for line in said.splitlines() if line.startswith("  left alone")]
+    assert len(reasons) == 4 and all("do not grow linearly with the position" in r for r in reasons)
+    assert not any("max_position=" in r or "fused model against the original" in r for r in said.splitlines())
+    if bound is not None:
+        at = [int(r.split(" at position ")[1].split(",")[0]) for r in reasons]
+        assert all(64 <= p < bound for p in at), at  # past the original context, within the bound

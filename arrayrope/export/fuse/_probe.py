@@ -378,6 +378,20 @@ def reference(piece: Cut, freqs: RopeFrequencies, layout: str) -> Probe:
     return rotate
 
 
+def compare_at(a: Probe, b: Probe, head_dim: int, positions: npt.NDArray[np.int64], seed: int = 0) -> tuple[float, int]:
+    """Largest difference between two rotations on random heads at each of ``positions`` (one call each, so no call
+    is longer than one position), relative to the largest input value, and the position where it is largest."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, 3, 1, head_dim)).astype(np.float32)
+    worst, at = 0.0, int(positions[0])
+    for p in positions:
+        at_p = np.array([p], np.int64)
+        err = float(np.max(np.abs(np.asarray(a(x, at_p), np.float64) - np.asarray(b(x, at_p), np.float64))))
+        if not err <= worst:  # NaN included
+            worst, at = err, int(p)
+    return worst / float(np.max(np.abs(x))), at
+
+
 def compare(a: Probe, b: Probe, head_dim: int, limit: int, seed: int = 0) -> float:
     """Largest difference between two rotations on random heads at random positions below ``limit``,
     relative to the largest input value. Sequences are at most ``limit`` long: ONNX Runtime's fused

@@ -23,6 +23,7 @@ from ._probe import (
     Shapes,
     SiteRunner,
     compare,
+    compare_at,
     cut,
     identify,
     output_order,
@@ -121,6 +122,19 @@ class Job:
             far = compare(fused, reordered(reference(piece, freqs, found.layout), order), shape.head_dim, limit)
             if not far <= EXACT.get(dtype, 2e-6):
                 raise ValueError(f"the exact caches differ from the core's rotation by {far:.2g} at far positions")
+        if freqs is not None and covered is not None and held is not None and covered > 256:
+            # stored tables: every row the fused node now computes must be the model's, up to float32 angles
+            stop = covered
+            spread = np.unique(np.linspace(256, stop - 1, 61).astype(np.int64))
+            turn = float(np.max(np.abs(freqs.inv_freq))) * max(freqs.attention_factor, 1.0)
+            allowed = SAME.get(dtype, 1e-4) + 2.0**-20 * stop * turn
+            worst, at = compare_at(original, fused, shape.head_dim, spread)
+            if not worst <= allowed:
+                raise ValueError(
+                    f"its stored tables differ from a rotation of fixed frequencies at position {at} (by {worst:.2g}, "
+                    f"relative), within the {stop} positions {'asked for' if covered == self.rows else 'they hold'}; "
+                    "a fused node would change what it computes there, so it was kept as it is"
+                )
         node = "RotaryEmbedding" if self.target == "onnx23" else f"{MS_DOMAIN}.RotaryEmbedding"
         if order is not None:
             node = f"Gather (interleaved pairs to half-split order) + {node}"

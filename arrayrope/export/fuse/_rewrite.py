@@ -110,7 +110,7 @@ def fuse_rotary(
         as past key/value caches).
     validate : bool
         Run both models on ONNX Runtime (CUDA first when available, then CPU) and
-        compare their outputs (``report.validation``).
+        compare their outputs (``report.validation``), where a rotation was fused.
     providers : str or list of str, optional
         ONNX Runtime providers for the validation, as :func:`validate` takes them.
 
@@ -224,7 +224,7 @@ def fuse_rotary(
         _opset(fused),
         data_folder=folder,
     )
-    if validate:
+    if validate and report.fused:  # nothing fused: the model is unchanged, and nothing is compared
         report = dataclasses.replace(report, validation=_validation(source, fused, feed, providers, folder))
     return Fused(fused, report)
 
