@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 
 FAMILIES = ("llama", "qwen2", "neox", "gptj", "deepseek_v3")
-MORE_FAMILIES = ("phi3", "phi3_longrope", "gemma3", "glm", "llama4")
+MORE_FAMILIES = ("phi3", "phi3_longrope", "gemma3", "glm", "llama4", "llama_dynamic")
 EXPORTERS = {"dynamo-18": ("dynamo", 18), "dynamo-23": ("dynamo", 23), "torchscript-17": ("torchscript", 17)}
 VOCAB = 128
 
@@ -47,6 +47,18 @@ def model(family: str, layers: int = 2, positions: bool = True):
             **common,
         )
         net = (tf.LlamaForCausalLM if family == "llama" else tf.Qwen2ForCausalLM)(config)
+    elif family == "llama_dynamic":  # dynamic NTK: the base grows once a call passes 64 positions
+        config = tf.LlamaConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            rope_parameters={"rope_type": "dynamic", "factor": 4.0, "rope_theta": 10000.0},
+            **common,
+        )
+        net = tf.LlamaForCausalLM(config)
     elif family == "neox":
         config = tf.GPTNeoXConfig(
             hidden_size=64,

@@ -786,3 +786,25 @@ def test_mrope_of_a_refused_family_refuses_its_positions_with_the_reason(monkeyp
     plain = arrayrope.RotaryEmbedding.from_config({"model_type": "llama", "head_dim": 64})
     with pytest.raises(ValueError, match="pass mrope_sections="):  # no M-RoPE at all: what to pass
         plain(q[..., :64], positions=np.zeros((3, 1, 4), dtype=np.int64))
+
+
+@pytest.mark.parametrize(
+    "stated", [{"partial_rotary_factor": 1.0}, {"rope_parameters": {"partial_rotary_factor": 1.0}}]
+)
+def test_a_partial_factor_of_1_where_the_family_ignores_the_key_reads_as_the_whole_head(stated):
+    """Llama's default rope ignores partial_rotary_factor: 1.0 says the same as the code (the whole head), any other
+    value contradicts it and is refused. Oracle: transformers' own rotary module for that config."""
+    tf = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    sizes = {"hidden_size": 256, "num_attention_heads": 4, "rope_theta": 10000.0}
+    rope = dict(stated.get("rope_parameters", {}), rope_type="default", rope_theta=10000.0)
+    top = {k: v for k, v in stated.items() if k != "rope_parameters"}
+    module = tf.models.llama.modeling_llama.LlamaRotaryEmbedding(
+        config=tf.LlamaConfig(**sizes, **top, rope_parameters=rope)
+    )
+    config = {"model_type": "llama", **sizes, **stated}
+    freqs = arrayrope.rope_frequencies_from_config(config)
+    assert freqs.rotary_dim == freqs.head_dim == 2 * module.inv_freq.numel() == 64
+    np.testing.assert_allclose(freqs.inv_freq, module.inv_freq.double().numpy(), rtol=1e-6)
+    with pytest.raises(ValueError, match="ignores it and rotates the whole head"):
+        arrayrope.rope_frequencies_from_config({"model_type": "llama", **sizes, "partial_rotary_factor": 0.5})

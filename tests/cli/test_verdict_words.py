@@ -107,3 +107,16 @@ def test_every_command_that_gives_a_verdict_is_run_here():
             if isinstance(action, argparse._SubParsersAction):
                 todo.extend(action.choices.values())
     assert verdicts == COVERED, f"give each of {sorted(verdicts - COVERED)} a case that reads its verdict line"
+
+
+def test_a_failed_check_stays_failed_when_a_provider_named_could_not_run(capsys):
+    """A numeric check that disagreed is 'failed' (exit 1) whatever else could not run: 'not verified' is for a
+    verdict with nothing against it."""
+    from arrayrope.cli._verdict import conclude
+
+    bad = Report((Row("onnxruntime", "CPU", "float32", 1.0, 1.0, 1e-6, False, "differs"),))
+    status = conclude(bad, missing=[("--provider cuda", "CUDAExecutionProvider is not available")])
+    assert_says(capsys, status, "failed")
+    good = Report((Row("onnxruntime", "CPU", "float32", 1e-8, 1e-8, 1e-6, True, ""),))
+    status = conclude(good, missing=[("--provider cuda", "CUDAExecutionProvider is not available")])
+    assert_says(capsys, status, "not verified")

@@ -87,6 +87,27 @@ def test_longrope_both_regimes_are_probed():
         assert {56, 63, 64, 71} <= set(f.positions) and "longrope scaling" in f.expected
 
 
+def test_dynamic_ntk_traced_by_torchscript_fails_past_max_position_embeddings():
+    """transformers grows dynamic NTK's base per call, from the call's longest position; the TorchScript exporter
+    traces one call of 7 positions, so the export keeps the base of 64 positions (dynamo cannot export it at all).
+    The model itself, run eagerly on a call of 256 positions, turns differently from the export: the oracle."""
+    import torch
+
+    net = hf_models.model("llama_dynamic", 2)
+    model = hf_models.export(net, "torchscript-17")
+    report = audit_rotary(model, config(net))
+    assert report.status == "failed" and len(report.findings) == 4
+    assert {f.difference for f in report.findings} == {
+        "dynamic frequencies fixed at one length: positions 0..6 in a call reaching position 255 turn by the "
+        "frequencies of a call of 64 positions, where transformers computes them for the call's 256"
+    }
+    rotary = net.net.model.rotary_emb
+    x = torch.zeros(1, 1, 16)
+    short = rotary(x, torch.arange(7)[None])[0][0, 1]  # position 1 in a call of 7 positions
+    long = rotary(x, torch.tensor([[0, 1, 2, 3, 4, 5, 255]]))[0][0, 1]  # position 1 in a call reaching 255
+    assert float((short - long).abs().max()) > 1e-3
+
+
 def test_gemma3_layer_types_are_compared_with_their_own_rotation():
     net, model = exported("gemma3")
     types = net.net.config.layer_types

@@ -106,7 +106,7 @@ def test_longrope_rotations_are_left_alone_with_the_reason_and_the_verdict_says_
     stay below the bound, and name no option fuse does not have."""
     from arrayrope import cli
 
-    net, model = exported("phi3_longrope", "dynamo-18")
+    _, model = exported("phi3_longrope", "dynamo-18")
     src, out = tmp_path / "model.onnx", tmp_path / "fused.onnx"
     onnx.save(model, src)
     args = ["export", "fuse", str(src), "-o", str(out), "--provider", "cpu"]

@@ -13,6 +13,7 @@ ort = pytest.importorskip("onnxruntime")
 
 from onnx import numpy_helper  # noqa: E402
 
+import arrayrope  # noqa: E402
 from arrayrope import cli  # noqa: E402
 from arrayrope.cli.demo import _export_case  # noqa: E402
 from arrayrope.export import ValidationError, rotary_model, validate  # noqa: E402
@@ -377,3 +378,51 @@ def test_bfloat16_values_pass_through_the_binding_with_their_shapes():
         assert (
             y.shape == (n,) and y.dtype == ml_dtypes.bfloat16 and np.array_equal(y.view(np.uint16), x.view(np.uint16))
         )
+
+
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+        {
+            "rope_type": "longrope",
+            "short_factor": [1.0] * 8,
+            "long_factor": [2.0] * 8,
+            "original_max_position_embeddings": 64,
+        },
+    ],
+)
+def test_check_of_an_attention_factor_other_than_1(scaling, tmp_path, capsys):
+    """YaRN and LongRoPE scale cos and sin (the factor transformers computes from the config): the export checks as
+    verified; with the factor dropped from its tables, the check fails."""
+    import json
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "rope_theta": 10000.0,
+                "max_position_embeddings": 256,
+                "rope_scaling": scaling,
+            }
+        )
+    )
+    factor = arrayrope.rope_frequencies_from_config(json.loads(cfg.read_text()), seq_len=256).attention_factor
+    assert factor > 1.05  # the oracle: 0.1 ln 4 + 1 for YaRN, sqrt(1 + ln 4 / ln 64) for LongRoPE
+    path = tmp_path / "rope.onnx"
+    args = ["export", "--config", str(cfg), "--layout", "half", "--target", "onnx23", "--max-positions", "256"]
+    args += ["-o", str(path)]
+    assert cli.main(args) == 0
+    assert cli.main(["check", str(path), "--provider", "cpu"]) == 0
+    model = onnx.load(path)
+    scaled = 0
+    for t in model.graph.initializer:
+        a = numpy_helper.to_array(t)
+        if a.dtype.kind == "f" and a.ndim == 2:
+            t.CopyFrom(numpy_helper.from_array((a / factor).astype(a.dtype), t.name))
+            scaled += 1
+    onnx.save(model, path)
+    assert scaled == 2 and cli.main(["check", str(path), "--provider", "cpu"]) == 1
+    capsys.readouterr()
