@@ -214,3 +214,117 @@ def test_llama4_layer_the_config_gives_rope_without_one_is_missing():
     report = audit_rotary(model, wrong)
     assert report.status == "not verified" and report.missing == ((3, "expected: RoPE"),), report
     assert "no rotation found in layer 3" in report.verdict()
+
+
+@functools.cache
+def qwen2_vl_text(exporter):
+    """Qwen2-VL's text decoder (head_dim 16, mrope_section [2, 3, 3]) exported as users export it, with position ids
+    of shape (3, batch, seq): the model, and its config."""
+    import io
+    import warnings
+
+    import onnx
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+    cfg = tf.Qwen2VLTextConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=hf_models.VOCAB,
+        max_position_embeddings=256,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+    )
+    text = tf.Qwen2VLTextModel(cfg).eval()
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.text = text
+
+        def forward(self, input_ids, attention_mask, position_ids):
+            out = self.text(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+            )
+            return out.last_hidden_state
+
+    ids = torch.randint(0, hf_models.VOCAB, (2, 7))
+    args = (ids, torch.ones(2, 7, dtype=torch.long), torch.arange(7)[None, None].expand(3, 2, 7).contiguous())
+    names = ["input_ids", "attention_mask", "position_ids"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "torchscript-17":
+            f = io.BytesIO()
+            axes = {"input_ids": {0: "b", 1: "s"}, "attention_mask": {0: "b", 1: "s"}, "position_ids": {1: "b", 2: "s"}}
+            torch.onnx.export(
+                Hidden().eval(),
+                args,
+                f,
+                dynamo=False,
+                opset_version=17,
+                input_names=names,
+                output_names=["hidden"],
+                dynamic_axes=axes,
+            )
+            return onnx.load_from_string(f.getvalue()), cfg
+        b, s = torch.export.Dim("batch"), torch.export.Dim("seq")
+        shapes = {"input_ids": {0: b, 1: s}, "attention_mask": {0: b, 1: s}, "position_ids": {1: b, 2: s}}
+        program = torch.onnx.export(Hidden().eval(), args, dynamo=True, opset_version=18, dynamic_shapes=shapes)
+        return program.model_proto, cfg  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("exporter", ["torchscript-17", "dynamo-18"])
+def test_mrope_text_decoder_is_measured_axis_by_axis(exporter):
+    """Qwen2-VL's rotation turns pairs 0-1 by the temporal position, 2-4 by the height, 5-7 by the width
+    (transformers' own section split, the oracle below): the export verifies, with each axis at another position;
+    against sections [3, 3, 2] it fails, naming the first pair that turns by another axis."""
+    import torch
+
+    model, cfg = qwen2_vl_text(exporter)
+    report = audit_rotary(model, cfg.to_dict())
+    assert report.status == "verified" and len(report.findings) == 4, report
+    assert all("M-RoPE axes at positions 97, 7, 31 (+0..7) checked" in f.note for f in report.findings)
+    # the oracle: transformers' cos with only the height axis moved turns exactly pairs 2..4
+    pos = torch.zeros(3, 1, 1, dtype=torch.long)
+    pos[1] = 5
+    cos = tf_rotary(cfg)(torch.zeros(1, 1, 16), pos)[0][0, 0]
+    assert (cos[:8] != 1).tolist() == [False, False, True, True, True, False, False, False]
+
+    wrong = cfg.to_dict()
+    wrong["rope_parameters"]["mrope_section"] = [3, 3, 2]
+    report = audit_rotary(model, wrong)
+    assert report.status == "failed"
+    assert {f.difference for f in report.findings} == {
+        "M-RoPE pairs turn by other axes than mrope_section [3, 3, 2] gives: pair 2 by axis h, expected t "
+        "(found, pair by pair: tthhhwww; expected: ttthhhww)"
+    }
+    plain = {**cfg.to_dict(), "model_type": "qwen2"}
+    plain["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0}
+    report = audit_rotary(model, plain)
+    assert {f.difference for f in report.findings} == {
+        "it takes M-RoPE position ids (3, batch, seq), and the config gives no mrope_section"
+    }
+
+
+def tf_rotary(cfg):
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding
+
+    return Qwen2VLRotaryEmbedding(config=cfg)
+
+
+def test_fuse_leaves_mrope_rotations_with_the_reason(tmp_path, capsys):
+    """fuse writes nodes of one position per token: an M-RoPE rotation is kept as it is, said, exit 3, nothing
+    written (sample inputs of (3, batch, seq) position ids run the model)."""
+    from arrayrope import cli
+
+    model, _ = qwen2_vl_text("torchscript-17")
+    src, out = tmp_path / "m.onnx", tmp_path / "f.onnx"
+    import onnx
+
+    onnx.save(model, src)
+    assert cli.main(["export", "fuse", str(src), "-o", str(out), "--provider", "cpu"]) == 3
+    said = capsys.readouterr().out
+    assert not out.exists() and said.count("its tables are computed from M-RoPE position ids 'position_ids'") == 4

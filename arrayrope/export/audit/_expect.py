@@ -14,6 +14,7 @@ from arrayrope._config_keys import Settings
 from arrayrope._config_layers import layer_count
 from arrayrope._config_read import text_config
 from arrayrope.config import load_config, rope_frequencies_from_config, settings
+from arrayrope.encodings.mrope import pair_axes
 from arrayrope.frequencies import RopeFrequencies
 from arrayrope.scaling import ROPE_TYPES
 
@@ -39,13 +40,23 @@ class Layer:
         return found
 
     def matrices(self, config: Mapping[str, Any], positions: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-        """``(S, D, D)``: the rotation the config gives at each of ``positions`` (one call), in float64."""
-        key = ("matrices", repr(self.settings), positions.tobytes())
+        """``(S, D, D)``: the rotation the config gives at each of ``positions`` (one call), in float64; M-RoPE
+        positions ``(axes, S)`` turn each pair by its axis's position."""
+        key = ("matrices", repr(self.settings), positions.tobytes(), positions.shape)
         if key not in self.cache:
             freqs = self.frequencies(config, int(positions.max()) + 1)
-            self.cache[key] = rotation_matrices(freqs, positions, self.layout, self.settings.rotary_features)
+            axes = self.pair_axes(freqs.rotary_dim // 2) if positions.ndim == 2 else None
+            self.cache[key] = rotation_matrices(freqs, positions, self.layout, self.settings.rotary_features, axes)
         found: npt.NDArray[np.float64] = self.cache[key]
         return found
+
+    def pair_axes(self, pairs: int) -> npt.NDArray[np.int64] | None:
+        """The M-RoPE axis whose position turns each pair (``mrope_section`` and its interleaving), else None."""
+        if self.settings.mrope is None:
+            return None
+        sections, interleaved = self.settings.mrope
+        axes: npt.NDArray[np.int64] = pair_axes(sections, interleaved, pairs)
+        return axes
 
     @property
     def layout(self) -> str:
@@ -57,15 +68,24 @@ def rotation_matrices(
     positions: npt.NDArray[np.int64],
     layout: str,
     features: str = "leading",
+    axes: npt.NDArray[np.int64] | None = None,
 ) -> npt.NDArray[np.float64]:
-    """``M[s][:, j]``: what the rotation of ``freqs`` makes of unit vector ``j`` at ``positions[s]``, in float64."""
+    """``M[s][:, j]``: what the rotation of ``freqs`` makes of unit vector ``j`` at ``positions[s]``, in float64;
+    with M-RoPE positions ``(axes, S)``, pair ``i`` at ``positions[axes[i], s]`` (every axis at once without
+    ``axes``: refused)."""
     d, r = freqs.head_dim, freqs.rotary_dim
-    angle = np.asarray(positions, np.float64)[:, None] * np.asarray(freqs.inv_freq, np.float64)[None, : r // 2]
+    inv = np.asarray(freqs.inv_freq, np.float64)[: r // 2]
+    if positions.ndim == 2:
+        if axes is None:
+            raise ValueError("positions of several axes need each pair's axis")
+        angle = np.asarray(positions, np.float64)[axes, :].T * inv[None, :]
+    else:
+        angle = np.asarray(positions, np.float64)[:, None] * inv[None, :]
     cos, sin = np.cos(angle) * freqs.attention_factor, np.sin(angle) * freqs.attention_factor
     start = 0 if features == "leading" else d - r
     first = start + (np.arange(r // 2) if layout == "half" else 2 * np.arange(r // 2))
     second = first + (r // 2 if layout == "half" else 1)
-    out = np.broadcast_to(np.eye(d), (len(positions), d, d)).copy()
+    out = np.broadcast_to(np.eye(d), (positions.shape[-1], d, d)).copy()
     out[:, first, first] = cos
     out[:, second, second] = cos
     out[:, second, first] = sin

@@ -163,6 +163,9 @@ class _Judge:
                     f"{_type(self.s.scaling)} scaling missing: cos and sin unscaled and rope_theta "
                     f"{self.s.base:g}'s unscaled frequencies"
                 )
+        mrope, said = self._mrope()
+        difference = difference or mrope
+        notes += [said] if said else []
         past = self._past()
         notes += [past] if past else []
         notes += [self.rotation.note] if self.rotation.note else []
@@ -248,13 +251,67 @@ class _Judge:
         r = freqs.rotary_dim
         theta = np.abs(np.asarray(freqs.inv_freq, np.float64)[: r // 2])
         per_pair = a * (4 * self.eps + _ANGLE_EPS * float(positions.max()) * theta) + 2.0**-20
-        tol = np.full((len(positions), d, d), 4 * self.eps + 2.0**-20)
+        tol = np.full((positions.shape[-1], d, d), 4 * self.eps + 2.0**-20)
         start = 0 if self.s.rotary_features == "leading" else d - r
         first = start + (np.arange(r // 2) if self.layer.layout == "half" else 2 * np.arange(r // 2))
         second = first + (r // 2 if self.layer.layout == "half" else 1)
         for i, j in ((first, first), (second, second), (first, second), (second, first)):
             tol[:, i, j] = per_pair
         return tol
+
+    def _mrope(self) -> tuple[str, str]:
+        """``(difference, note)`` of M-RoPE: the axis whose position turns each pair, measured with the axes of a
+        call at different positions, against the config's ``mrope_section``."""
+        n, mrope = self.rotation.position_axes, self.s.mrope
+        if not n and mrope is None:
+            return "", ""
+        if not n:
+            assert mrope is not None
+            return "", (
+                f"the config's M-RoPE (mrope_section {list(mrope[0])}) was not checked: the model takes one position "
+                "per token, every axis at that position (text), which was checked"
+            )
+        if mrope is None:
+            return f"it takes M-RoPE position ids ({n}, batch, seq), and the config gives no mrope_section", ""
+        freqs = self.layer.frequencies(self.exp.config, BLOCK)
+        pairs = freqs.rotary_dim // 2
+        expected = self.layer.pair_axes(pairs)
+        assert expected is not None
+        if int(expected.max()) >= n:
+            return f"it takes {n} position axes, mrope_section {list(mrope[0])} turns pairs by {expected.max() + 1}", ""
+        starts = np.array([97, 7, 31, 53][:n], np.int64)  # every axis at another position
+        positions = starts[:, None] + np.arange(BLOCK, dtype=np.int64)[None, :]
+        m, e = self.matrices(positions), self.layer.matrices(self.exp.config, positions)
+        tol = self._tolerance(freqs, positions, m.shape[-1])
+        said = f"M-RoPE axes at positions {', '.join(str(int(s)) for s in starts)} (+0..{BLOCK - 1}) checked"
+        if m.shape == e.shape and bool(np.all(np.abs(m - e) <= tol)):
+            return "", said
+        found = self._axes_found(n, pairs)
+        names = "thw" if n == 3 else "".join(str(a) for a in range(n))
+        wrong = np.flatnonzero(found != expected)
+        if found.min() < 0 or not wrong.size:
+            return f"its M-RoPE rotation differs from mrope_section {list(mrope[0])}'s at positions {said[12:]}", ""
+        i = int(wrong[0])
+        return (
+            f"M-RoPE pairs turn by other axes than mrope_section {list(mrope[0])} gives: pair {i} by axis "
+            f"{names[found[i]]}, expected {names[expected[i]]} (found, pair by pair: {''.join(names[a] for a in found)}; "
+            f"expected: {''.join(names[a] for a in expected)})",
+            "",
+        )
+
+    def _axes_found(self, n: int, pairs: int) -> npt.NDArray[np.int64]:
+        """The axis whose position alone turns each pair (-1 for none, or several)."""
+        d = self.matrices(np.zeros((n, 1), np.int64)).shape[-1]
+        start = 0 if self.s.rotary_features == "leading" else d - 2 * pairs
+        first = start + (np.arange(pairs) if self.layer.layout == "half" else 2 * np.arange(pairs))
+        second = first + (pairs if self.layer.layout == "half" else 1)
+        found = np.full(pairs, -1, np.int64)
+        for a in range(n):
+            positions = np.zeros((n, BLOCK), np.int64)
+            positions[a] = np.arange(97, 97 + BLOCK)
+            turns = np.max(np.abs(self.matrices(positions)[:, second, first]), axis=0) > 1e-3
+            found = np.where(turns & (found == -1), a, np.where(turns, -2, found))
+        return found
 
     def _compare(self, m: npt.NDArray[np.float64], positions: npt.NDArray[np.int64]) -> tuple[float, float, str]:
         """``(excess, error, where)``: the worst ratio of error to tolerance, the largest error and where it is."""

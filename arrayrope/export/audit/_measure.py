@@ -29,7 +29,8 @@ from ..fuse._probe import Shapes, SiteRunner, cut, sample_inputs, session, widen
 from ._expect import BLOCK
 
 Matrices = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float64]]
-"""``positions (S,) -> (S, D, D)``: the matrix a rotation applies at each position of one call."""
+"""``positions (S,) -> (S, D, D)``: the matrix a rotation applies at each position of one call (M-RoPE: positions
+``(axes, S)`` too, or ``(S,)`` for text, every axis at the same position)."""
 
 _EPS: dict[int, float] = {TensorProto.FLOAT16: 2.0**-11, TensorProto.BFLOAT16: 2.0**-8, TensorProto.DOUBLE: 2.0**-53}
 #: The attributes of GroupQueryAttention that its rotation reads.
@@ -51,6 +52,7 @@ class Rotation:
     reason: str = ""
     note: str = ""  # what could not be checked of a rotation that was measured
     order: str = ""  # how it writes its features where not in the order it reads them (undone in ``matrices``)
+    position_axes: int = 0  # M-RoPE: the axes of its (axes, batch, seq) positions; ``matrices`` takes (axes, S) too
 
 
 def layer_of(names: Iterable[str]) -> int | None:
@@ -97,6 +99,7 @@ def _site(graph: Graph, site: Site, head_dims: Sequence[int]) -> Rotation:
         rotation.reason = str(exc)
         return rotation
     rotation.head_dim = shape.head_dim
+    rotation.position_axes = shape.position_axes
     rotation.rows = table_rows(graph, site.cos, site.positions)
     if site.node is not None and rotation.rows is None and graph.is_constant(site.cos):
         dims = graph.shape(site.cos)  # a RotaryEmbedding node reading its cache by position ids
@@ -166,13 +169,23 @@ def _static_shapes(graph: Graph, site: Site, head_dims: Sequence[int]) -> list[S
     if site.positions and pos is None:
         raise ValueError(f"the rank of its positions {site.positions!r} is not known from the graph")
     rank = len(pos) if pos is not None else 0
-    if rank not in (1, 2):
+    mrope = 0
+    if rank == 3 and pos is not None:  # M-RoPE ids (axes, batch, seq): the number of axes fixed by the graph
+        if not isinstance(pos[0], int) or not 2 <= pos[0] <= 4:
+            raise ValueError(
+                f"its positions {site.positions!r} have 3 axes, and the first ({pos[0]}) is not a fixed number of "
+                "M-RoPE axes (2 to 4)"
+            )
+        mrope = pos[0]
+    elif rank not in (1, 2):
         raise ValueError("no integer positions were found that its tables are computed from")
     out = []
     for axes in orders if site.node is None else orders[:1]:
         h = x[1 if axes == "bhsd" else 2] if x is not None and len(x) == 4 else None
         heads = h if isinstance(h, int) else 1
-        out += [Shapes((1, heads, BLOCK, d) if axes == "bhsd" else (1, BLOCK, heads, d), axes, rank) for d in widths]
+        out += [
+            Shapes((1, heads, BLOCK, d) if axes == "bhsd" else (1, BLOCK, heads, d), axes, rank, mrope) for d in widths
+        ]
     return out
 
 
@@ -204,7 +217,7 @@ def _cut_matrices(runner: SiteRunner) -> Matrices:
     d = runner.shape.head_dim
 
     def matrices(positions: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-        s = len(positions)
+        s = positions.shape[-1]  # (S,), or (axes, S) for M-RoPE
         probes = np.broadcast_to(np.eye(d, dtype=np.float32)[None, :, None, :], (1, d, s, d))
         y = np.asarray(runner(np.ascontiguousarray(probes), positions), np.float64)[0]  # (d, s, d): probe j
         return np.transpose(y, (1, 2, 0))

@@ -113,7 +113,7 @@ def sample_inputs(graph: Graph, seed: int = 0, past: int | None = None, names: C
             continue
         t = value.type.tensor_type
         dims = [
-            d.dim_value if d.HasField("dim_value") else _dim_size(d.dim_param, i, value.name, past)
+            d.dim_value if d.HasField("dim_value") else _dim_size(d.dim_param, i, value.name, past, len(t.shape.dim))
             for i, d in enumerate(t.shape.dim)
         ]
         dtype = _NUMPY.get(t.elem_type)
@@ -138,9 +138,10 @@ def sample_inputs(graph: Graph, seed: int = 0, past: int | None = None, names: C
     return feed
 
 
-def _dim_size(param: str, axis: int, name: str, past: int) -> int:
+def _dim_size(param: str, axis: int, name: str, past: int, rank: int = 2) -> int:
     """The size of a symbolic dimension of input ``name``: by its name where it says what it counts (batch,
-    past, total, sequence and sums of these), else ``SAMPLE_BATCH`` on the first axis and ``SAMPLE_SEQ``."""
+    past, total, sequence and sums of these), else ``SAMPLE_BATCH`` on the batch axis (the first; of position ids,
+    the one before the sequence, as M-RoPE's ``(axes, batch, seq)``) and ``SAMPLE_SEQ``."""
     sizes = {"batch": SAMPLE_BATCH, "past": past, "total": past + SAMPLE_SEQ, "seq": SAMPLE_SEQ}
 
     def size(word: str) -> int | None:
@@ -152,7 +153,8 @@ def _dim_size(param: str, axis: int, name: str, past: int) -> int:
         return sum(v for v in terms if v is not None)
     if "mask" in name.lower() and axis == 1:  # the mask of a decoder covers the cached and the new tokens
         return past + SAMPLE_SEQ
-    return SAMPLE_BATCH if axis == 0 else SAMPLE_SEQ
+    batch = rank - 2 if "position" in name.lower() and rank >= 2 else 0
+    return SAMPLE_BATCH if axis == batch else SAMPLE_SEQ
 
 
 def _index_bound(graph: Graph, name: str) -> int:
@@ -197,6 +199,7 @@ class Shapes:
     x: tuple[int, ...]
     axes: str  # "bhsd", or "bshd" where the tables broadcast over axis 2
     positions_rank: int
+    position_axes: int = 0  # M-RoPE: the leading axes of its (axes, batch, seq) position ids; 0 for one per token
 
     @property
     def heads(self) -> int:
@@ -216,6 +219,12 @@ def shapes(site: Site, seen: Mapping[str, npt.NDArray[Any]]) -> Shapes:
     if site.node is None and cos.ndim == 4 and cos.shape[2] == 1 and cos.shape[1] != 1:
         axes = "bshd"
     rank = seen[site.positions].ndim if site.positions else 0
+    if rank == 3:
+        raise ValueError(
+            f"its tables are computed from M-RoPE position ids {site.positions!r} of shape "
+            f"{tuple(seen[site.positions].shape)} (a position per axis of each token), and fuse writes nodes of one "
+            "position per token; it was kept as it is (arrayrope audit measures it against its config)"
+        )
     if rank not in (1, 2):
         raise ValueError("no integer positions were found that its tables are computed from")
     return Shapes(tuple(int(d) for d in x.shape), axes, rank)
@@ -275,14 +284,17 @@ class SiteRunner:
         return self.piece.shape
 
     def __call__(self, x: npt.NDArray[Any], positions: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
-        probes = np.asarray(x)[0]  # (P, S, D)
+        probes = np.asarray(x)[0]  # (P, S, D); positions (S,), or (axes, S) for M-RoPE
         p, s, _ = probes.shape
         site, shape = self.piece.site, self.piece.shape
         head_axis = 1 if shape.axes == "bhsd" else 2
         batch = np.repeat(np.expand_dims(probes, head_axis), shape.heads, axis=head_axis)
         feed: Feed = {site.x: batch.astype(_NUMPY_OF[self.inputs[site.x]])}
         pos = positions.astype(np.int64)
-        pos = np.broadcast_to(pos, (p, s)).copy() if shape.positions_rank == 2 else pos
+        if shape.position_axes:  # M-RoPE ids (axes, batch, seq): one position per token is every axis's
+            pos = np.broadcast_to(pos[..., None, :], (shape.position_axes, p, s)).copy()
+        elif shape.positions_rank == 2:
+            pos = np.broadcast_to(pos, (p, s)).copy()
         if site.positions:
             feed[site.positions] = pos.astype(_NUMPY_OF[self.inputs[site.positions]])
         for name, like in self.piece.standins.items():
