@@ -292,10 +292,11 @@ class _Judge:
         if found.min() < 0 or not wrong.size:
             return f"its M-RoPE rotation differs from mrope_section {list(mrope[0])}'s at positions {said[12:]}", ""
         i = int(wrong[0])
+        by_pair = ["".join(names[a] for a in axes) for axes in (found, expected)]
         return (
             f"M-RoPE pairs turn by other axes than mrope_section {list(mrope[0])} gives: pair {i} by axis "
-            f"{names[found[i]]}, expected {names[expected[i]]} (found, pair by pair: {''.join(names[a] for a in found)}; "
-            f"expected: {''.join(names[a] for a in expected)})",
+            f"{names[found[i]]}, expected {names[expected[i]]} (found, pair by pair: {by_pair[0]}; expected: "
+            f"{by_pair[1]})",
             "",
         )
 

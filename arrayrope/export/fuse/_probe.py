@@ -219,7 +219,7 @@ def shapes(site: Site, seen: Mapping[str, npt.NDArray[Any]]) -> Shapes:
     if site.node is None and cos.ndim == 4 and cos.shape[2] == 1 and cos.shape[1] != 1:
         axes = "bshd"
     rank = seen[site.positions].ndim if site.positions else 0
-    if rank == 3:
+    if rank == 3 and site.positions:
         raise ValueError(
             f"its tables are computed from M-RoPE position ids {site.positions!r} of shape "
             f"{tuple(seen[site.positions].shape)} (a position per axis of each token), and fuse writes nodes of one "
