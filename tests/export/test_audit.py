@@ -232,7 +232,7 @@ def test_fault_genai_separate_inputs_wrong_base(tmp_path):
     assert not any("refuses" in f.note for f in report.findings)  # the node itself ran on its caches
 
 
-def test_gqa_separate_inputs_that_do_not_rotate_by_their_caches_fail(tmp_path, monkeypatch):
+def test_gqa_separate_inputs_that_do_not_rotate_by_their_caches_are_not_verified(tmp_path, monkeypatch):
     """The node is run on unit keys given as its separate key input: caches read one way and applied another fail."""
     from arrayrope.export.audit import _measure
 
@@ -263,6 +263,29 @@ def test_dynamic_ntk_traced_at_one_length_fails():
     short, long = (arrayrope.rope_frequencies_from_config(config, seq_len=n).inv_freq for n in (512, 2048))
     assert np.array_equal(short, arrayrope.rope_frequencies(32, base=10000.0).inv_freq)
     assert 2047 * np.max(np.abs(short - long)) > 1
+
+
+def test_longrope_named_by_its_alias_is_probed_as_longrope():
+    """Older Phi-3 configs say "su": the same type, the same probes and the same finding."""
+    path, config = fixture("optimum", "phi3_longrope")
+    config["rope_scaling"] = {**config["rope_scaling"], "type": "su"}
+    report = audit_rotary(path, config)
+    assert {f.difference for f in report.findings} == {
+        "long factors never used past 256: positions 0..6 in a call reaching position 1023 turn by the short factors"
+    }
+
+
+def test_longrope_without_an_original_context_never_switches():
+    """Without original_max_position_embeddings transformers takes max_position_embeddings for it: the short
+    factors at every position of the context, so a model of those frequencies and 1024 rows verifies."""
+    model = rotary_model(32, target="portable", max_positions=1024)  # factors of 1: rope_theta 10000's frequencies
+    scaling = {"rope_type": "longrope", "short_factor": [1.0] * 16, "long_factor": [2.0] * 16}
+    config = {"head_dim": 32, "num_hidden_layers": 1, "rope_theta": 10000.0, "max_position_embeddings": 1024}
+    report = audit_rotary(model, {**config, "rope_scaling": scaling})
+    assert report.status == "verified", report
+    assert (
+        arrayrope.rope_frequencies_from_config({**config, "rope_scaling": scaling}, seq_len=1024).attention_factor == 1
+    )
 
 
 def test_dynamic_ntk_with_too_few_rows_fails():

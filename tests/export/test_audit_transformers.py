@@ -217,9 +217,10 @@ def test_llama4_layer_the_config_gives_rope_without_one_is_missing():
 
 
 @functools.cache
-def qwen2_vl_text(exporter):
-    """Qwen2-VL's text decoder (head_dim 16, mrope_section [2, 3, 3]) exported as users export it, with position ids
-    of shape (3, batch, seq): the model, and its config."""
+def qwen2_vl_text(exporter, head_dim=16):
+    """Qwen2-VL's text decoder (head_dim 16, mrope_section [2, 3, 3]; or head_dim 128 at base 1e6 with the family's
+    default sections [16, 24, 24], as its checkpoints) exported as users export it, with position ids of shape
+    (3, batch, seq): the model, and its config."""
     import io
     import warnings
 
@@ -228,15 +229,18 @@ def qwen2_vl_text(exporter):
     import transformers as tf
 
     torch.manual_seed(0)
+    small = head_dim == 16
     cfg = tf.Qwen2VLTextConfig(
-        hidden_size=64,
+        hidden_size=4 * head_dim if small else 2 * head_dim,
         intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=4 if small else 2,
+        num_key_value_heads=2 if small else 1,
         vocab_size=hf_models.VOCAB,
         max_position_embeddings=256,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
+        if small
+        else {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]},
     )
     text = tf.Qwen2VLTextModel(cfg).eval()
 
@@ -306,6 +310,21 @@ def test_mrope_text_decoder_is_measured_axis_by_axis(exporter):
     report = audit_rotary(model, plain)
     assert {f.difference for f in report.findings} == {
         "it takes M-RoPE position ids (3, batch, seq), and the config gives no mrope_section"
+    }
+
+
+def test_mrope_axes_are_named_at_a_checkpoint_s_size():
+    """head_dim 128 at base 1e6: the slowest pairs turn by 1e-4 rad at the probed positions, still told apart."""
+    model, cfg = qwen2_vl_text("torchscript-17", 128)
+    assert audit_rotary(model, cfg.to_dict()).status == "verified"
+    wrong = cfg.to_dict()
+    wrong["rope_parameters"]["mrope_section"] = [24, 20, 20]
+    report = audit_rotary(model, wrong)
+    found = "t" * 16 + "h" * 24 + "w" * 24
+    expected = "t" * 24 + "h" * 20 + "w" * 20
+    assert {f.difference for f in report.findings} == {
+        f"M-RoPE pairs turn by other axes than mrope_section [24, 20, 20] gives: pair 16 by axis h, expected t "
+        f"(found, pair by pair: {found}; expected: {expected})"
     }
 
 

@@ -16,7 +16,7 @@ from arrayrope._config_read import text_config
 from arrayrope.config import load_config, rope_frequencies_from_config, settings
 from arrayrope.encodings.mrope import pair_axes
 from arrayrope.frequencies import RopeFrequencies
-from arrayrope.scaling import ROPE_TYPES
+from arrayrope.scaling import ROPE_TYPES, rope_type
 
 #: Consecutive positions probed in one call.
 BLOCK = 8
@@ -150,32 +150,31 @@ class Expected:
 
 def length_context(s: Settings) -> tuple[int, int, str] | None:
     """For a rope type whose frequencies follow the call's length: ``(changes, reach, said)``, the length past which
-    they change (the original context), the context the config implies (``max_position_embeddings`` past an
-    original one, else ``factor`` times it, as dynamic NTK extends it) and how to say that; None for fixed ones."""
-    kind = ROPE_TYPES.get(_kind(s.scaling))
-    if kind is None or kind.length is None or s.scaling is None:
-        return None
+    they change and the end of the context the config implies, with how to say that end; None for fixed ones and
+    for those that never change within the context. A type that reads ``original_max_position_embeddings``
+    (LongRoPE) changes past it, up to ``max_position_embeddings``; one that does not (dynamic NTK) changes past
+    ``max_position_embeddings``, which its ``factor`` extends."""
+    kind = ROPE_TYPES.get(kind_of(s.scaling))
     longest = s.max_position_embeddings
-    original = _original(s) if kind.reads_original_length else None
-    if original is None:
-        original = longest
-    if original is None:
+    if kind is None or kind.length is None or s.scaling is None or longest is None:
         return None
-    if longest is not None and longest > original:
-        return original, longest, f"max_position_embeddings {longest}"
+    if kind.reads_original_length:
+        original = _original(s) or longest
+        return (original, longest, f"max_position_embeddings {longest}") if longest > original else None
     factor = float(s.scaling.get("factor", 1.0) or 1.0)
-    reach = max(round(factor * original), original + BLOCK)
-    return original, reach, f"{_kind(s.scaling)} factor {factor:g} over {_changes_at(s)} {original}"
+    reach = max(round(factor * longest), longest + BLOCK)
+    return longest, reach, f"{kind.name} factor {factor:g} over max_position_embeddings {longest}"
 
 
-def _kind(scaling: Mapping[str, Any] | None) -> str:
-    return str((scaling or {}).get("rope_type", (scaling or {}).get("type", "default")))
+def kind_of(scaling: Mapping[str, Any] | None) -> str:
+    """The registry's name of a scaling dict's type (an alias such as ``"su"`` gives the type it names)."""
+    return rope_type(scaling).name if scaling else "default"
 
 
 def _changes_at(s: Settings) -> str:
     return (
         "original_max_position_embeddings"
-        if ROPE_TYPES[_kind(s.scaling)].reads_original_length and _original(s) is not None
+        if ROPE_TYPES[kind_of(s.scaling)].reads_original_length and _original(s) is not None
         else "max_position_embeddings"
     )
 
@@ -183,8 +182,6 @@ def _changes_at(s: Settings) -> str:
 def _original(s: Settings) -> int | None:
     scaling = s.scaling or {}
     value = scaling.get("original_max_position_embeddings")
-    if value is None and scaling.get("rope_type", scaling.get("type")) in ("longrope", "dynamic"):
-        return None
     return int(value) if value is not None else None
 
 

@@ -23,7 +23,7 @@ from arrayrope._lib.verdicts import Status
 from arrayrope.frequencies import RopeFrequencies, rope_frequencies
 
 from ..build._spec import np_dtype
-from ._expect import BLOCK, Expected, Layer, length_context, rotation_matrices
+from ._expect import BLOCK, Expected, Layer, kind_of, length_context, rotation_matrices
 from ._measure import Matrices, Rotation
 
 _LAYOUT_WORDS = {"half": "half-split", "interleaved": "interleaved"}
@@ -105,7 +105,7 @@ def describe(layer: Layer, config: Mapping[str, Any]) -> str:
 
 
 def _type(scaling: Mapping[str, Any]) -> str:
-    return str(scaling.get("rope_type", scaling.get("type", "default")))
+    return kind_of(scaling)
 
 
 def judge(rotation: Rotation, layer: Layer, exp: Expected) -> Finding:
@@ -163,7 +163,7 @@ class _Judge:
                     f"{_type(self.s.scaling)} scaling missing: cos and sin unscaled and rope_theta "
                     f"{self.s.base:g}'s unscaled frequencies"
                 )
-        mrope, said = self._mrope()
+        mrope, said = self._mrope() if not difference else ("", "")
         difference = difference or mrope
         notes += [said] if said else []
         past = self._past()
@@ -283,14 +283,14 @@ class _Judge:
         positions = starts[:, None] + np.arange(BLOCK, dtype=np.int64)[None, :]
         m, e = self.matrices(positions), self.layer.matrices(self.exp.config, positions)
         tol = self._tolerance(freqs, positions, m.shape[-1])
-        said = f"M-RoPE axes at positions {', '.join(str(int(s)) for s in starts)} (+0..{BLOCK - 1}) checked"
+        at = f"axes at positions {', '.join(str(int(s)) for s in starts)} (+0..{BLOCK - 1})"
         if m.shape == e.shape and bool(np.all(np.abs(m - e) <= tol)):
-            return "", said
-        found = self._axes_found(n, pairs)
+            return "", f"M-RoPE {at} checked"
+        found = self._axes_found(n, freqs)
         names = "thw" if n == 3 else "".join(str(a) for a in range(n))
         wrong = np.flatnonzero(found != expected)
         if found.min() < 0 or not wrong.size:
-            return f"its M-RoPE rotation differs from mrope_section {list(mrope[0])}'s at positions {said[12:]}", ""
+            return f"its M-RoPE rotation differs from mrope_section {list(mrope[0])}'s with the {at}", ""
         i = int(wrong[0])
         by_pair = ["".join(names[a] for a in axes) for axes in (found, expected)]
         return (
@@ -300,17 +300,21 @@ class _Judge:
             "",
         )
 
-    def _axes_found(self, n: int, pairs: int) -> npt.NDArray[np.int64]:
-        """The axis whose position alone turns each pair (-1 for none, or several)."""
-        d = self.matrices(np.zeros((n, 1), np.int64)).shape[-1]
+    def _axes_found(self, n: int, freqs: RopeFrequencies) -> npt.NDArray[np.int64]:
+        """The axis whose position alone turns each pair by about its angle there (-1 for none, -2 for several)."""
+        pairs = freqs.rotary_dim // 2
+        d = freqs.head_dim
         start = 0 if self.s.rotary_features == "leading" else d - 2 * pairs
         first = start + (np.arange(pairs) if self.layer.layout == "half" else 2 * np.arange(pairs))
         second = first + (pairs if self.layer.layout == "half" else 1)
         found = np.full(pairs, -1, np.int64)
+        at = np.arange(97, 97 + BLOCK)
+        # half the sine a pair's own frequency gives there: far above float32's noise even for the slowest pairs
+        threshold = 0.5 * np.max(np.abs(np.sin(np.outer(at, np.asarray(freqs.inv_freq[:pairs], np.float64)))), axis=0)
         for a in range(n):
             positions = np.zeros((n, BLOCK), np.int64)
-            positions[a] = np.arange(97, 97 + BLOCK)
-            turns = np.max(np.abs(self.matrices(positions)[:, second, first]), axis=0) > 1e-3
+            positions[a] = at
+            turns = np.max(np.abs(self.matrices(positions)[:, second, first]), axis=0) > threshold
             found = np.where(turns & (found == -1), a, np.where(turns, -2, found))
         return found
 
@@ -318,11 +322,11 @@ class _Judge:
         """``(excess, error, where)``: the worst ratio of error to tolerance, the largest error and where it is."""
         e = self.layer.matrices(self.exp.config, positions)
         if e.shape != m.shape:
-            return math.inf, math.inf, f"positions {positions[0]}..{positions[-1]} (head_dim {m.shape[-1]})"
+            return math.inf, math.inf, f"{span_of(positions)} (head_dim {m.shape[-1]})"
         freqs = self.layer.frequencies(self.exp.config, int(positions.max()) + 1)
         err = np.abs(m - e)
         if not np.all(np.isfinite(err)):
-            return math.inf, math.inf, f"positions {positions[0]}..{positions[-1]} (NaN or infinity)"
+            return math.inf, math.inf, f"{span_of(positions)} (NaN or infinity)"
         ratio = err / self._tolerance(freqs, positions, m.shape[-1])
         s, i, j = np.unravel_index(int(np.argmax(err)), err.shape)
         return float(ratio.max()), float(err.max()), f"position {positions[s]}, features ({min(i, j)}, {max(i, j)})"
@@ -342,14 +346,14 @@ class _Judge:
         s, span = self.s, span_of(positions)
         freqs = self.layer.frequencies(self.exp.config, int(positions.max()) + 1)
         kind = _type(s.scaling) if s.scaling else "default"
-        if kind == "longrope":
-            original = int(s.scaling.get("original_max_position_embeddings", 0)) if s.scaling else 0
+        context = length_context(s)
+        if kind == "longrope" and context is not None:
+            original = context[0]
             other = self.layer.frequencies(self.exp.config, original if positions.max() >= original else original + 1)
             if self._fits(m, other, positions):
                 if positions.max() >= original:
                     return f"long factors never used past {original}: {span} turn by the short factors"
                 return f"long factors used below {original}: {span} turn by the long factors"
-        context = length_context(s)
         if (
             context is not None
             and positions.max() >= context[0]
@@ -449,7 +453,7 @@ def _in_head(matrices: Matrices, head_dim: int, features: str) -> Matrices:
         m = matrices(positions)
         r = m.shape[-1]
         start = 0 if features == "leading" else head_dim - r
-        out = np.broadcast_to(np.eye(head_dim), (len(positions), head_dim, head_dim)).copy()
+        out = np.broadcast_to(np.eye(head_dim), (positions.shape[-1], head_dim, head_dim)).copy()
         out[:, start : start + r, start : start + r] = m
         return out
 

@@ -24,7 +24,7 @@ from onnx import NodeProto, TensorProto, helper
 
 from .._graph import inlined, reads
 from ..build._spec import MS_DOMAIN
-from ..fuse._match import ROTATING_ATTENTION, Graph, Site, find_sites, finite_rows, table_rows
+from ..fuse._match import ROTATING_ATTENTION, Graph, Site, find_sites, held_rows
 from ..fuse._probe import Shapes, SiteRunner, cut, sample_inputs, session, widened
 from ._expect import BLOCK
 
@@ -100,11 +100,7 @@ def _site(graph: Graph, site: Site, head_dims: Sequence[int]) -> Rotation:
         return rotation
     rotation.head_dim = shape.head_dim
     rotation.position_axes = shape.position_axes
-    rotation.rows = table_rows(graph, site.cos, site.positions)
-    if site.node is not None and rotation.rows is None and graph.is_constant(site.cos):
-        dims = graph.shape(site.cos)  # a RotaryEmbedding node reading its cache by position ids
-        if dims and len(dims) == 2 and isinstance(dims[0], int):
-            rotation.rows = finite_rows(graph, site.cos, dims[0])
+    rotation.rows = held_rows(graph, site)
     rotation.matrices, rotation.order = _in_order(matrices)
     return rotation
 

@@ -443,6 +443,16 @@ def _same_shape(graph: Graph, name: str, candidates: Sequence[str]) -> str | Non
     return next((c for c in candidates if graph.shape(c) == shape), None)
 
 
+def held_rows(graph: Graph, site: Site) -> int | None:
+    """The rows of stored tables a rotation reads by position (an existing node's own caches included), before
+    their trailing rows of NaN; None where its tables are computed."""
+    held = table_rows(graph, site.cos, site.positions)
+    dims = graph.shape(site.cos) if site.node is not None and graph.is_constant(site.cos) else None
+    if held is None and dims and len(dims) == 2 and isinstance(dims[0], int):
+        held = finite_rows(graph, site.cos, dims[0])
+    return held
+
+
 def table_rows(graph: Graph, table: str, positions: str | None) -> int | None:
     """Rows of the stored tables that ``table`` gathers by position, None where it is computed."""
     rows = []

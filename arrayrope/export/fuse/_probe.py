@@ -153,7 +153,10 @@ def _dim_size(param: str, axis: int, name: str, past: int, rank: int = 2) -> int
         return sum(v for v in terms if v is not None)
     if "mask" in name.lower() and axis == 1:  # the mask of a decoder covers the cached and the new tokens
         return past + SAMPLE_SEQ
-    batch = rank - 2 if "position" in name.lower() and rank >= 2 else 0
+    ids = "position" in name.lower()
+    if ids and rank == 3 and axis == 0:  # M-RoPE ids (axes, batch, seq): Qwen-VL's three axes
+        return 3
+    batch = rank - 2 if ids and rank >= 2 else 0
     return SAMPLE_BATCH if axis == batch else SAMPLE_SEQ
 
 

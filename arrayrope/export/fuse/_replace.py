@@ -18,7 +18,7 @@ from ..build._builder import Builder
 from ..build._emit import emitter, heads_spec, rotate_heads
 from ..build._spec import COMPUTED_LIMIT, DTYPE_NAMES, MS_DOMAIN, np_dtype
 from ._edit import rewritten
-from ._match import Graph, Site, finite_rows, table_rows
+from ._match import Graph, Site, held_rows
 from ._probe import (
     Shapes,
     SiteRunner,
@@ -71,10 +71,15 @@ class Job:
         piece = cut(self.graph, site, shape)
         original = SiteRunner(piece)
         order = output_order(piece)  # DeepSeek's MLA: interleaved features in, half-split order out
-        held = self._rows_held(site)  # the positions the model's own tables cover, and those asked for
+        held = held_rows(self.graph, site)  # the positions the model's own tables cover, and those asked for
         covered = min((r for r in (held, self.rows) if r is not None), default=None)
         if covered is not None and covered < 4:
-            raise ValueError(f"{covered} positions are too few to measure its frequencies (4 are needed)")
+            held_by = (
+                f"the bound on the positions asked for is {covered}"
+                if covered == self.rows
+                else f"its stored tables hold {covered} rows"
+            )
+            raise ValueError(f"{held_by}, too few positions to measure its frequencies (4 are needed)")
         found = identify(piece, order, covered)
         if found.layout is None or found.rotary_dim is None or found.offset is None:
             raise ValueError(f"it is no rotary embedding: {found.reason}")
@@ -152,15 +157,6 @@ class Job:
             error=err,
         )
         return rotation, b
-
-    def _rows_held(self, site: Site) -> int | None:
-        """The rows of stored tables the rotation reads by position (its own caches for an existing node), or None
-        where they are computed."""
-        held = table_rows(self.graph, site.cos, site.positions)
-        dims = self.graph.shape(site.cos) if site.node is not None and self.graph.is_constant(site.cos) else None
-        if held is None and dims and len(dims) == 2 and isinstance(dims[0], int):
-            held = finite_rows(self.graph, site.cos, dims[0])
-        return held
 
 
 #: Relative spacing of the half-precision dtypes (2**-mantissa bits).
