@@ -25,6 +25,7 @@ from arrayrope.frequencies import RopeFrequencies, rope_frequencies
 from ..build._spec import np_dtype
 from ._expect import BLOCK, Expected, Layer, kind_of, length_context, rotation_matrices
 from ._measure import Matrices, Rotation
+from ._mrope import mrope_finding
 
 _LAYOUT_WORDS = {"half": "half-split", "interleaved": "interleaved"}
 #: Relative error of float32 angles ``p * inv_freq`` (the product and the stored frequency rounded), with margin.
@@ -163,7 +164,7 @@ class _Judge:
                     f"{_type(self.s.scaling)} scaling missing: cos and sin unscaled and rope_theta "
                     f"{self.s.base:g}'s unscaled frequencies"
                 )
-        mrope, said = self._mrope() if not difference else ("", "")
+        mrope, said = mrope_finding(self) if not difference else ("", "")
         difference = difference or mrope
         notes += [said] if said else []
         past = self._past()
@@ -236,7 +237,7 @@ class _Judge:
             )
         return found, ""
 
-    def _tolerance(self, freqs: RopeFrequencies, positions: npt.NDArray[np.int64], d: int) -> npt.NDArray[np.float64]:
+    def tolerance(self, freqs: RopeFrequencies, positions: npt.NDArray[np.int64], d: int) -> npt.NDArray[np.float64]:
         """Per matrix entry: the rounding of the model's tables and its float32 angles (growing with the angle)."""
         key = ("tolerance", id(freqs), self.eps, repr(self.s), positions.tobytes(), d)
         if key not in self.layer.cache:
@@ -259,65 +260,6 @@ class _Judge:
             tol[:, i, j] = per_pair
         return tol
 
-    def _mrope(self) -> tuple[str, str]:
-        """``(difference, note)`` of M-RoPE: the axis whose position turns each pair, measured with the axes of a
-        call at different positions, against the config's ``mrope_section``."""
-        n, mrope = self.rotation.position_axes, self.s.mrope
-        if not n and mrope is None:
-            return "", ""
-        if not n:
-            assert mrope is not None
-            return "", (
-                f"the config's M-RoPE (mrope_section {list(mrope[0])}) was not checked: the model takes one position "
-                "per token, every axis at that position (text), which was checked"
-            )
-        if mrope is None:
-            return f"it takes M-RoPE position ids ({n}, batch, seq), and the config gives no mrope_section", ""
-        freqs = self.layer.frequencies(self.exp.config, BLOCK)
-        pairs = freqs.rotary_dim // 2
-        expected = self.layer.pair_axes(pairs)
-        assert expected is not None
-        if int(expected.max()) >= n:
-            return f"it takes {n} position axes, mrope_section {list(mrope[0])} turns pairs by {expected.max() + 1}", ""
-        starts = np.array([97, 7, 31, 53][:n], np.int64)  # every axis at another position
-        positions = starts[:, None] + np.arange(BLOCK, dtype=np.int64)[None, :]
-        m, e = self.matrices(positions), self.layer.matrices(self.exp.config, positions)
-        tol = self._tolerance(freqs, positions, m.shape[-1])
-        at = f"axes at positions {', '.join(str(int(s)) for s in starts)} (+0..{BLOCK - 1})"
-        if m.shape == e.shape and bool(np.all(np.abs(m - e) <= tol)):
-            return "", f"M-RoPE {at} checked"
-        found = self._axes_found(n, freqs)
-        names = "thw" if n == 3 else "".join(str(a) for a in range(n))
-        wrong = np.flatnonzero(found != expected)
-        if found.min() < 0 or not wrong.size:
-            return f"its M-RoPE rotation differs from mrope_section {list(mrope[0])}'s with the {at}", ""
-        i = int(wrong[0])
-        by_pair = ["".join(names[a] for a in axes) for axes in (found, expected)]
-        return (
-            f"M-RoPE pairs turn by other axes than mrope_section {list(mrope[0])} gives: pair {i} by axis "
-            f"{names[found[i]]}, expected {names[expected[i]]} (found, pair by pair: {by_pair[0]}; expected: "
-            f"{by_pair[1]})",
-            "",
-        )
-
-    def _axes_found(self, n: int, freqs: RopeFrequencies) -> npt.NDArray[np.int64]:
-        """The axis whose position alone turns each pair by about its angle there (-1 for none, -2 for several)."""
-        pairs = freqs.rotary_dim // 2
-        d = freqs.head_dim
-        start = 0 if self.s.rotary_features == "leading" else d - 2 * pairs
-        first = start + (np.arange(pairs) if self.layer.layout == "half" else 2 * np.arange(pairs))
-        second = first + (pairs if self.layer.layout == "half" else 1)
-        found = np.full(pairs, -1, np.int64)
-        at = np.arange(97, 97 + BLOCK)
-        # half the sine a pair's own frequency gives there: far above float32's noise even for the slowest pairs
-        threshold = 0.5 * np.max(np.abs(np.sin(np.outer(at, np.asarray(freqs.inv_freq[:pairs], np.float64)))), axis=0)
-        for a in range(n):
-            positions = np.zeros((n, BLOCK), np.int64)
-            positions[a] = at
-            turns = np.max(np.abs(self.matrices(positions)[:, second, first]), axis=0) > threshold
-            found = np.where(turns & (found == -1), a, np.where(turns, -2, found))
-        return found
-
     def _compare(self, m: npt.NDArray[np.float64], positions: npt.NDArray[np.int64]) -> tuple[float, float, str]:
         """``(excess, error, where)``: the worst ratio of error to tolerance, the largest error and where it is."""
         e = self.layer.matrices(self.exp.config, positions)
@@ -327,13 +269,13 @@ class _Judge:
         err = np.abs(m - e)
         if not np.all(np.isfinite(err)):
             return math.inf, math.inf, f"{span_of(positions)} (NaN or infinity)"
-        ratio = err / self._tolerance(freqs, positions, m.shape[-1])
+        ratio = err / self.tolerance(freqs, positions, m.shape[-1])
         s, i, j = np.unravel_index(int(np.argmax(err)), err.shape)
         return float(ratio.max()), float(err.max()), f"position {positions[s]}, features ({min(i, j)}, {max(i, j)})"
 
     def _fits(self, m: npt.NDArray[np.float64], freqs: RopeFrequencies, positions: npt.NDArray[np.int64]) -> bool:
         e = rotation_matrices(freqs, positions, self.layer.layout, self.s.rotary_features)
-        return e.shape == m.shape and bool(np.all(np.abs(m - e) <= self._tolerance(freqs, positions, m.shape[-1])))
+        return e.shape == m.shape and bool(np.all(np.abs(m - e) <= self.tolerance(freqs, positions, m.shape[-1])))
 
     def _unscaled(self, m: npt.NDArray[np.float64], positions: npt.NDArray[np.int64]) -> bool:
         """Whether ``m`` is the rotation of the config's base without its scaling (nor its attention factor)."""

@@ -24,8 +24,9 @@ from onnx import NodeProto, TensorProto, helper
 
 from .._graph import inlined, reads
 from ..build._spec import MS_DOMAIN
-from ..fuse._match import ROTATING_ATTENTION, Graph, Site, find_sites, held_rows
+from ..fuse._match import ROTATING_ATTENTION, Graph, Site, find_sites
 from ..fuse._probe import Shapes, SiteRunner, cut, sample_inputs, session, widened
+from ..fuse._rows import held_rows
 from ._expect import BLOCK
 
 Matrices = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float64]]

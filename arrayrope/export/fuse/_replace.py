@@ -18,7 +18,7 @@ from ..build._builder import Builder
 from ..build._emit import emitter, heads_spec, rotate_heads
 from ..build._spec import COMPUTED_LIMIT, DTYPE_NAMES, MS_DOMAIN, np_dtype
 from ._edit import rewritten
-from ._match import Graph, Site, held_rows
+from ._match import Graph, Site
 from ._probe import (
     Shapes,
     SiteRunner,
@@ -32,6 +32,7 @@ from ._probe import (
     shapes,
 )
 from ._report import Rotation
+from ._rows import held_rows
 
 __all__ = ["EXACT", "SAME", "Job"]
 
