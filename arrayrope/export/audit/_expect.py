@@ -82,15 +82,24 @@ def rotation_matrices(
     else:
         angle = np.asarray(positions, np.float64)[:, None] * inv[None, :]
     cos, sin = np.cos(angle) * freqs.attention_factor, np.sin(angle) * freqs.attention_factor
-    start = 0 if features == "leading" else d - r
-    first = start + (np.arange(r // 2) if layout == "half" else 2 * np.arange(r // 2))
-    second = first + (r // 2 if layout == "half" else 1)
+    first, second = pair_features(d, r, layout, features)
     out = np.broadcast_to(np.eye(d), (positions.shape[-1], d, d)).copy()
     out[:, first, first] = cos
     out[:, second, second] = cos
     out[:, second, first] = sin
     out[:, first, second] = -sin
     return out
+
+
+def pair_features(
+    head_dim: int, rotary_dim: int, layout: str, features: str
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The two features of each rotary pair, in pair order: half-split ``(i, i + r/2)`` or interleaved
+    ``(2i, 2i + 1)``, from the leading or the trailing end of the head."""
+    half = rotary_dim // 2
+    start = 0 if features == "leading" else head_dim - rotary_dim
+    first = start + (np.arange(half) if layout == "half" else 2 * np.arange(half))
+    return first, first + (half if layout == "half" else 1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,7 +23,7 @@ from arrayrope._lib.verdicts import Status
 from arrayrope.frequencies import RopeFrequencies, rope_frequencies
 
 from ..build._spec import np_dtype
-from ._expect import BLOCK, Expected, Layer, kind_of, length_context, rotation_matrices
+from ._expect import BLOCK, Expected, Layer, kind_of, length_context, pair_features, rotation_matrices
 from ._measure import Matrices, Rotation
 from ._mrope import mrope_finding
 
@@ -253,9 +253,7 @@ class _Judge:
         theta = np.abs(np.asarray(freqs.inv_freq, np.float64)[: r // 2])
         per_pair = a * (4 * self.eps + _ANGLE_EPS * float(positions.max()) * theta) + 2.0**-20
         tol = np.full((positions.shape[-1], d, d), 4 * self.eps + 2.0**-20)
-        start = 0 if self.s.rotary_features == "leading" else d - r
-        first = start + (np.arange(r // 2) if self.layer.layout == "half" else 2 * np.arange(r // 2))
-        second = first + (r // 2 if self.layer.layout == "half" else 1)
+        first, second = pair_features(d, r, self.layer.layout, self.s.rotary_features)
         for i, j in ((first, first), (second, second), (first, second), (second, first)):
             tol[:, i, j] = per_pair
         return tol

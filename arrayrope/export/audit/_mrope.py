@@ -10,7 +10,7 @@ import numpy.typing as npt
 
 from arrayrope.frequencies import RopeFrequencies
 
-from ._expect import BLOCK
+from ._expect import BLOCK, pair_features
 
 if TYPE_CHECKING:
     from ._judge import _Judge
@@ -35,7 +35,7 @@ def mrope_finding(judge: _Judge) -> tuple[str, str]:
     expected = judge.layer.pair_axes(pairs)
     assert expected is not None
     if int(expected.max()) >= n:
-        return f"it takes {n} position axes, mrope_section {list(mrope[0])} turns pairs by {expected.max() + 1}", ""
+        return f"it takes {n} position axes, and mrope_section {list(mrope[0])} has {expected.max() + 1}", ""
     starts = np.array([97, 7, 31, 53][:n], np.int64)  # every axis at another position
     positions = starts[:, None] + np.arange(BLOCK, dtype=np.int64)[None, :]
     m, e = judge.matrices(positions), judge.layer.matrices(judge.exp.config, positions)
@@ -61,10 +61,7 @@ def mrope_finding(judge: _Judge) -> tuple[str, str]:
 def _axes_found(judge: _Judge, n: int, freqs: RopeFrequencies) -> npt.NDArray[np.int64]:
     """The axis whose position alone turns each pair by about its angle there (-1 for none, -2 for several)."""
     pairs = freqs.rotary_dim // 2
-    d = freqs.head_dim
-    start = 0 if judge.s.rotary_features == "leading" else d - 2 * pairs
-    first = start + (np.arange(pairs) if judge.layer.layout == "half" else 2 * np.arange(pairs))
-    second = first + (pairs if judge.layer.layout == "half" else 1)
+    first, second = pair_features(freqs.head_dim, 2 * pairs, judge.layer.layout, judge.s.rotary_features)
     found = np.full(pairs, -1, np.int64)
     at = np.arange(97, 97 + BLOCK)
     # half the sine a pair's own frequency gives there: far above float32's noise even for the slowest pairs
