@@ -376,11 +376,12 @@ def test_own_half_precision_exports(target, dtype):
     assert audit_rotary(model, config).findings[0].difference == "rope_theta 500000 found, 10000 expected"
 
 
+@pytest.mark.parametrize("family", ["llama3", "qwen3"])  # packed query, key and value; separate ones
 @pytest.mark.parametrize("dtype", [onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16])
-def test_genai_caches_in_half_precision(dtype, tmp_path):
+def test_genai_caches_in_half_precision(dtype, family, tmp_path):
     """GroupQueryAttention's caches as a float16 or bfloat16 export stores them: verified within their rounding;
     truncated, still named."""
-    model, config = load("genai", "llama3")
+    model, config = load("genai", family)
     for t in model.graph.initializer:
         if t.name in ("cos_cache", "sin_cache"):
             a = numpy_helper.to_array(t)
