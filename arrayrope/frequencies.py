@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import numbers
+import types
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,6 +42,10 @@ class RopeFrequencies:
         The base (``rope_theta``) the frequencies were computed from.
     rope_type : str
         ``"default"`` or the scaling's rope type.
+    made_from : dict, optional
+        The keyword arguments of :func:`rope_frequencies` that made them (set by it; None for
+        frequencies given directly). An export stores them, so that a check can compute the
+        frequencies and attention factor again and compare them with those the model states.
 
     See Also
     --------
@@ -64,6 +70,7 @@ class RopeFrequencies:
     attention_factor: float = 1.0
     base: float = 10000.0
     rope_type: str = "default"
+    made_from: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False, repr=False)
     #: ``inv_freq``'s float64 bytes: the key of the tables made from them on the host, and a value that graph
     #: tracers (``torch.compile``) take as a constant, where they refuse NumPy arrays
     _inv_freq_bytes: bytes = dataclasses.field(init=False, repr=False, compare=False)
@@ -83,6 +90,12 @@ class RopeFrequencies:
         object.__setattr__(self, "_inv_freq_bytes", inv.tobytes())
         if not isinstance(self.rope_type, str):
             raise TypeError(f"rope_type must be a string, got {self.rope_type!r}")
+        if self.made_from is not None:
+            if not isinstance(self.made_from, Mapping):
+                raise TypeError(
+                    f"made_from must be a dict of rope_frequencies' arguments or None, got {self.made_from!r}"
+                )
+            object.__setattr__(self, "made_from", types.MappingProxyType(copy.deepcopy(dict(self.made_from))))
         values = {
             "inv_freq": inv,
             "head_dim": head_dim,
@@ -109,6 +122,7 @@ class RopeFrequencies:
     def __reduce__(self) -> tuple[functools.partial[RopeFrequencies], tuple[()]]:
         # copies and unpickled sets go through the checks again, which also makes their inv_freq read-only
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        fields["made_from"] = None if self.made_from is None else dict(self.made_from)
         return functools.partial(type(self), **fields), ()
 
 
@@ -175,8 +189,11 @@ def rope_frequencies(
             )
     rotary = checks.rotary_dim(rotary_dim, head_dim)
     inv_freq = base ** (-np.arange(0, rotary, 2, dtype=np.float64) / rotary)
+    made_from: dict[str, Any] = {"head_dim": head_dim, "base": base, "rotary_dim": rotary}
     if scaling is None:
-        return RopeFrequencies(inv_freq=inv_freq, head_dim=head_dim, rotary_dim=rotary, base=base)
+        return RopeFrequencies(inv_freq=inv_freq, head_dim=head_dim, rotary_dim=rotary, base=base, made_from=made_from)
+    lengths = {"max_position_embeddings": max_position_embeddings, "seq_len": seq_len}
+    made_from |= {"scaling": dict(scaling), **{k: v for k, v in lengths.items() if v is not None}}
     rope_type, inv_freq, attention_factor = _scaling.scale(
         scaling,
         inv_freq=inv_freq,
@@ -194,10 +211,11 @@ def rope_frequencies(
         attention_factor=float(attention_factor),
         base=base,
         rope_type=rope_type,
+        made_from=made_from,
     )
 
 
 def turned_back(freqs: RopeFrequencies) -> RopeFrequencies:
     """``freqs`` negated: those of a family whose pairs turn the other way (nanochat's ``rotate_half`` is
     ``(x2, -x1)``), so that pair ``i`` turns by ``-position * inv_freq[i]`` in every arrayrope function."""
-    return dataclasses.replace(freqs, inv_freq=-freqs.inv_freq)
+    return dataclasses.replace(freqs, inv_freq=-freqs.inv_freq, made_from=None)

@@ -17,6 +17,7 @@ from arrayrope._lib import checks
 from arrayrope._lib.verdicts import Report, Row, tolerance_at
 
 from ._graph import ModelSource, load_model, providers_named
+from ._structure import structure_checks
 from .build._spec import META_KEY, MS_DOMAIN, Spec, np_dtype
 
 Feed: TypeAlias = dict[str, npt.NDArray[Any]]
@@ -379,18 +380,7 @@ def validate(
         f"rotary_dim={spec.rotary_dim} rank={o.rank} dtype={o.dtype} tables={o.tables} "
         f"positions<{spec.position_limit} opset={spec.opset} ir={model.ir_version} nodes={len(model.graph.node)}"
     )
-    rows: list[Row] = []
-    skipped: list[tuple[str, str]] = []
-    try:
-        onnx.checker.check_model(model, full_check=True)
-        rows.append(_structure("onnx.checker (full)", spec, True))
-    except Exception as exc:
-        rows.append(_structure("onnx.checker (full)", spec, False, str(exc).splitlines()[0][:160]))
-    shape = _shape_check(model, spec)
-    if isinstance(shape, Row):
-        rows.append(shape)
-    else:
-        skipped.append(shape)
+    rows, skipped = structure_checks(model, spec)
     rng = np.random.default_rng(seed)
     cases = _cases(spec, rng)
     runs = _ort_runs(model, provider_names, o.dtype == "bfloat16")
@@ -414,11 +404,6 @@ def validate(
     return report
 
 
-def _structure(check: str, spec: Spec, ok: bool, note: str = "") -> Row:
-    nan = math.nan
-    return Row("onnx", "-", spec.options.dtype, nan, nan, nan, ok, note, check, numeric=False)
-
-
 def _numeric(runtime: str, device: str, spec: Spec, run: Runner, cases: list[Case]) -> Row:
     nan = math.nan
     dtype = spec.options.dtype
@@ -428,23 +413,3 @@ def _numeric(runtime: str, device: str, spec: Spec, run: Runner, cases: list[Cas
         return Row(runtime, device, dtype, nan, nan, nan, False, f"run failed: {str(exc).splitlines()[0][:160]}")
     ok = err <= tol
     return Row(runtime, device, dtype, err, rel, tol, ok, "" if ok else f"error above tolerance, worst at {where}")
-
-
-def _shape_check(model: onnx.ModelProto, spec: Spec) -> Row | tuple[str, str]:
-    from onnx import shape_inference
-
-    check = "shape inference (strict)"
-    if any(n.domain == MS_DOMAIN for n in model.graph.node):
-        return check, "onnx cannot infer com.microsoft ops"
-    try:
-        inferred = shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
-    except Exception as exc:
-        return _structure(check, spec, False, str(exc).splitlines()[0][:160])
-    by_name = {v.name: v for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
-    inputs = {i.name: i for i in inferred.graph.input}
-    pairs = [("q", "q_rot"), ("k", "k_rot")] if spec.options.qk else [("x", "y")]
-    for i, o in pairs:
-        t_in, t_out = inputs[i].type.tensor_type, by_name[o].type.tensor_type
-        if t_out.elem_type != t_in.elem_type or len(t_out.shape.dim) != len(t_in.shape.dim):
-            return _structure(check, spec, False, f"{o} has type/rank other than {i}")
-    return _structure(check, spec, True)

@@ -326,14 +326,15 @@ def test_a_model_nothing_could_run_is_not_verified(tmp_path, capsys):
     )
     report = validate(str(path), raise_on_failure=False)
     assert report.status == "not verified" and not report.ok and not report.failures
-    assert [r.case for r in report.rows] == ["onnx.checker (full)"] and not report.rows[0].numeric
+    assert [r.case for r in report.rows] == ["onnx.checker (full)", "metadata frequencies"]
+    assert not any(r.numeric for r in report.rows)
     with pytest.raises(ValidationError, match=r"^not verified: no numeric check could run here"):
         validate(str(path))
     capsys.readouterr()
     assert cli.main(["check", str(path)]) == 3
     last = capsys.readouterr().out.splitlines()[-1]
     assert last.startswith(
-        "verdict: not verified: no numeric check could run here (1 structural check passed); "
+        "verdict: not verified: no numeric check could run here (2 structural checks passed); "
         "not run here: shape inference (strict), onnxruntime CPU (optimisation off)"
     ), last
 
@@ -426,3 +427,23 @@ def test_check_of_an_attention_factor_other_than_1(scaling, tmp_path, capsys):
     onnx.save(model, path)
     assert scaled == 2 and cli.main(["check", str(path), "--provider", "cpu"]) == 1
     capsys.readouterr()
+    # the factor dropped from the metadata as well: graph and metadata agree, the stated scaling does not
+    for p in model.metadata_props:
+        if p.key == "arrayrope.rotary":
+            stated = json.loads(p.value)
+            assert stated["made_from"]["scaling"] == scaling
+            p.value = json.dumps(stated | {"attention_factor": 1.0})
+    onnx.save(model, path)
+    assert cli.main(["check", str(path), "--provider", "cpu"]) == 1
+    said = capsys.readouterr().out
+    assert f"attention factor 1 stated, {factor:.6g} computed from the stated arguments" in said, said
+
+
+def test_check_of_frequencies_given_directly_says_their_source_is_not_checked(tmp_path, capsys):
+    """Frequencies not made by rope_frequencies carry no arguments to compute them from: the graph is checked
+    against them, and the report says the metadata was taken as stated."""
+    freqs = arrayrope.RopeFrequencies(inv_freq=[1.0, 0.1, 0.01, 0.001], head_dim=8, rotary_dim=8)
+    report = validate(rotary_model(freqs, target="onnx23"), providers=["cpu"], raise_on_failure=False)
+    assert report.status == "verified" and [w for w, _ in report.skipped] == ["metadata frequencies"], str(report)
+    made = validate(rotary_model(8, target="onnx23"), providers=["cpu"], raise_on_failure=False)
+    assert any(r.backend == "onnx" and r.ok and "computes them" in r.note for r in made.rows), str(made)

@@ -136,15 +136,17 @@ class Spec:
 
     def to_json(self) -> str:
         f = self.freqs
+        made = {} if f.made_from is None else {"made_from": dict(f.made_from)}
         return json.dumps(
             {
-                "format": 1,
+                "format": 2 if made else 1,  # 2: with the arguments the frequencies were made from
                 "head_dim": f.head_dim,
                 "rotary_dim": f.rotary_dim,
                 "inv_freq": [float(v) for v in f.inv_freq],
                 "attention_factor": f.attention_factor,
                 "base": f.base,
                 "rope_type": f.rope_type,
+                **made,
                 **{name: getattr(self.options, name) for name in STORED},
             }
         )
@@ -159,6 +161,7 @@ class Spec:
             attention_factor=float(d["attention_factor"]),
             base=float(d["base"]),
             rope_type=str(d["rope_type"]),
+            made_from=d.get("made_from"),
         )
         stored = {name: d[name] for name in STORED if name in d}
         if stored.get("tables") == "computed":  # models of earlier versions stored the unused default bound too
