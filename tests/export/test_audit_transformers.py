@@ -217,10 +217,10 @@ def test_llama4_layer_the_config_gives_rope_without_one_is_missing():
 
 
 @functools.cache
-def qwen2_vl_text(exporter, head_dim=16):
+def qwen2_vl_text(exporter, head_dim=16, interleaved=False):
     """Qwen2-VL's text decoder (head_dim 16, mrope_section [2, 3, 3]; or head_dim 128 at base 1e6 with the family's
     default sections [16, 24, 24], as its checkpoints) exported as users export it, with position ids of shape
-    (3, batch, seq): the model, and its config."""
+    (3, batch, seq): the model, and its config. ``interleaved``: Qwen3-VL's, whose sections take turns."""
     import io
     import warnings
 
@@ -230,8 +230,10 @@ def qwen2_vl_text(exporter, head_dim=16):
 
     torch.manual_seed(0)
     small = head_dim == 16
-    cfg = tf.Qwen2VLTextConfig(
+    family = tf.Qwen3VLTextConfig if interleaved else tf.Qwen2VLTextConfig
+    cfg = family(
         hidden_size=4 * head_dim if small else 2 * head_dim,
+        **({"head_dim": head_dim} if interleaved else {}),
         intermediate_size=128,
         num_hidden_layers=2,
         num_attention_heads=4 if small else 2,
@@ -242,7 +244,9 @@ def qwen2_vl_text(exporter, head_dim=16):
         if small
         else {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]},
     )
-    text = tf.Qwen2VLTextModel(cfg).eval()
+    if interleaved:
+        cfg.rope_parameters["mrope_interleaved"] = True  # type: ignore[index]
+    text = (tf.Qwen3VLTextModel if interleaved else tf.Qwen2VLTextModel)(cfg).eval()
 
     class Hidden(torch.nn.Module):
         def __init__(self):
@@ -334,16 +338,42 @@ def tf_rotary(cfg):
     return Qwen2VLRotaryEmbedding(config=cfg)
 
 
-def test_fuse_leaves_mrope_rotations_with_the_reason(tmp_path, capsys):
-    """fuse writes nodes of one position per token: an M-RoPE rotation is kept as it is, said, exit 3, nothing
-    written (sample inputs of (3, batch, seq) position ids run the model)."""
+@pytest.mark.parametrize(
+    ("exporter", "interleaved", "sections"),
+    [
+        ("torchscript-17", False, "[2, 3, 3]"),
+        ("dynamo-18", False, "[2, 3, 3]"),
+        # Qwen3-VL's [2, 3, 3] take turns thwthwth over 8 pairs: 3 pairs of t, 3 of h, 2 of w
+        ("torchscript-17", True, "[3, 3, 2] interleaved"),
+    ],
+)
+def test_fuse_writes_mrope_rotations_with_their_sections(exporter, interleaved, sections, tmp_path, capsys):
+    """Each M-RoPE rotation fused with the sections measured axis by axis (transformers' split); the fused model
+    computes what the export computes with every axis at positions of its own (the oracle: the export itself on
+    ONNX Runtime). Reading the model's own tables (one per token) leaves them, saying why."""
+    import onnx
+    import onnxruntime as ort
+
     from arrayrope import cli
 
-    model, _ = qwen2_vl_text("torchscript-17")
+    model, cfg = qwen2_vl_text(exporter, interleaved=interleaved)
     src, out = tmp_path / "m.onnx", tmp_path / "f.onnx"
-    import onnx
-
     onnx.save(model, src)
-    assert cli.main(["export", "fuse", str(src), "-o", str(out), "--provider", "cpu"]) == 3
+    assert cli.main(["export", "fuse", str(src), "-o", str(out), "--provider", "cpu"]) == 0
     said = capsys.readouterr().out
-    assert not out.exists() and said.count("its tables are computed from M-RoPE position ids 'position_ids'") == 4
+    assert "4 of 4 rotary applications fused" in said and said.count(f"M-RoPE sections {sections};") == 4, said
+    assert audit_rotary(str(out), cfg.to_dict()).status == "verified"
+    rng = np.random.default_rng(0)
+    feed = {
+        "input_ids": rng.integers(0, cfg.vocab_size, (2, 9)),
+        "attention_mask": np.ones((2, 9), np.int64),
+        "position_ids": np.stack([rng.permutation(200)[:9] for _ in range(3)])[:, None].repeat(2, 1),
+    }
+    outputs = []
+    for path in (src, out):
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        outputs.append(sess.run(None, {i.name: v for i, v in zip(sess.get_inputs(), feed.values(), strict=True)})[0])
+    assert np.max(np.abs(outputs[0] - outputs[1])) < 1e-4 * np.max(np.abs(outputs[0]))
+    assert cli.main(["export", "fuse", str(src), "-o", str(out), "--tables", "model", "--provider", "cpu"]) == 3
+    said = capsys.readouterr().out
+    assert said.count("its M-RoPE tables are fused as tables='stored' or 'computed'") == 4, said

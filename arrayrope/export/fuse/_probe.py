@@ -222,15 +222,11 @@ def shapes(site: Site, seen: Mapping[str, npt.NDArray[Any]]) -> Shapes:
     if site.node is None and cos.ndim == 4 and cos.shape[2] == 1 and cos.shape[1] != 1:
         axes = "bshd"
     rank = seen[site.positions].ndim if site.positions else 0
-    if rank == 3 and site.positions:
-        raise ValueError(
-            f"its tables are computed from M-RoPE position ids {site.positions!r} of shape "
-            f"{tuple(seen[site.positions].shape)} (a position per axis of each token), and fuse writes nodes of one "
-            "position per token; it was kept as it is (arrayrope audit measures it against its config)"
-        )
-    if rank not in (1, 2):
+    if rank not in (1, 2, 3):
         raise ValueError("no integer positions were found that its tables are computed from")
-    return Shapes(tuple(int(d) for d in x.shape), axes, rank)
+    # rank 3: M-RoPE's (axes, batch, seq), a position per axis of each token
+    position_axes = int(seen[site.positions].shape[0]) if rank == 3 and site.positions else 0
+    return Shapes(tuple(int(d) for d in x.shape), axes, rank, position_axes)
 
 
 @dataclasses.dataclass(frozen=True)

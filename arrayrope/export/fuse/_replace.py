@@ -19,6 +19,7 @@ from ..build._emit import emitter, heads_spec, rotate_heads
 from ..build._spec import COMPUTED_LIMIT, DTYPE_NAMES, MS_DOMAIN, np_dtype
 from ._edit import rewritten
 from ._match import Graph, Site
+from ._mrope import axes_differ, sections_of
 from ._probe import (
     Shapes,
     SiteRunner,
@@ -99,6 +100,19 @@ class Job:
                 raise ValueError(f"its frequencies follow no known rule ({found.reason}); tables='model' keeps them")
             if freqs is None:  # LongRoPE's per-pair factors: the node reads the model's own cos/sin
                 tables = "the model's (its frequencies follow no rule whose tables arrayrope computes exactly)"
+        sections: tuple[tuple[int, ...], bool] | None = None
+        if shape.position_axes:
+            if freqs is None or order is not None:
+                raise ValueError(
+                    "it writes M-RoPE's features in another order than it reads them"
+                    if order is not None
+                    else "its M-RoPE tables are fused as tables='stored' or 'computed' (a node reading the model's "
+                    "own tables takes one position per token)"
+                    if self.tables == "model"
+                    else "its M-RoPE tables follow no frequencies arrayrope computes exactly"
+                )
+            sections = sections_of(original, freqs, found.layout, shape.position_axes, covered)
+            tables += f", M-RoPE sections {list(sections[0])}{' interleaved' if sections[1] else ''}"
         if freqs is not None:
             spec = heads_spec(
                 freqs,
@@ -110,6 +124,8 @@ class Job:
                 dtype=dtype,
                 opset=self.opset,
                 opset_argument="the model's opset",
+                mrope_sections=None if sections is None else sections[0],
+                mrope_interleaved=sections is not None and sections[1],
             )
             pos = _position_ids(b, self.graph, site, shape, seen)
             rotate_heads(spec, b, emitter(spec, b), _reordered(b, site.x, order), pos, site.rotated)
@@ -122,6 +138,8 @@ class Job:
             b.op("Concat", [*before, site.rotated, *after], out=site.output, axis=-1)
         limit = COMPUTED_LIMIT if self.rows is None else self.rows
         err = compare(original, fused, shape.head_dim, min(limit, 256, held or 256))
+        if shape.position_axes:  # and with each axis at positions of its own
+            err = max(err, axes_differ(original, fused, shape.head_dim, shape.position_axes, min(limit, held or 256)))
         if not err <= SAME.get(dtype, 1e-4):
             raise ValueError(f"the fused node differs from it by {err:.2g} (relative), so it was kept as it is")
         if freqs is not None:
@@ -190,8 +208,10 @@ def _position_ids(b: Builder, graph: Graph, site: Site, shape: Shapes, seen: Map
     if graph.elem_type(pos) != TensorProto.INT64:
         pos = b.op("Cast", [pos], to=TensorProto.INT64)
     have, x = seen[site.positions].shape, seen[site.x].shape
-    if len(have) == 2 and have[0] == x[0]:
+    if (len(have) == 2 and have[0] == x[0]) or (len(have) == 3 and have[1] == x[0]):  # (B, S); M-RoPE's (axes, B, S)
         return pos
+    if len(have) == 3:
+        raise ValueError(f"its M-RoPE position ids of shape {tuple(have)} hold no batch of its {x[0]} rows")
     if len(have) == 1:
         pos = b.op("Unsqueeze", [pos, b.ints([0], "batch_axis")])
     dims = b.op("Shape", [site.x])
