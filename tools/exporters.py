@@ -142,6 +142,32 @@ FAMILIES: dict[str, tuple[str, dict[str, object]]] = {
     # q/k norms: the GenAI builder writes GroupQueryAttention with separate query, key and value inputs
     "qwen3": ("Qwen3Config", dict(_SMALL, head_dim=32, rope_theta=1000000.0)),
     "olmo2": ("Olmo2Config", dict(_SMALL, rope_theta=500000.0)),
+    # partial rotation of the leading features, half layout: 32 of 80 (Phi-2's heads), 16 of 32, 8 of 32
+    "phi": (
+        "PhiConfig",
+        dict(
+            _SMALL,
+            hidden_size=160,
+            num_attention_heads=2,
+            num_key_value_heads=2,  # optimum's Phi export takes no grouped key/value heads
+            partial_rotary_factor=0.4,
+            rope_theta=10000.0,
+        ),
+    ),
+    "nemotron": ("NemotronConfig", dict(_SMALL, partial_rotary_factor=0.5, rope_theta=10000.0)),
+    "stablelm": ("StableLmConfig", dict(_SMALL, partial_rotary_factor=0.25, rope_theta=10000.0)),
+    "gpt_neox": ("GPTNeoXConfig", dict(_SMALL, rotary_pct=0.25, rotary_emb_base=10000.0)),
+    # interleaved pairs: partial (GPT-J, 16 of 32) and whole (Cohere)
+    "gptj": (
+        "GPTJConfig",
+        dict(n_embd=128, n_inner=128, n_layer=2, n_head=4, rotary_dim=16, vocab_size=128, n_positions=1024),
+    ),
+    "cohere": ("CohereConfig", dict(_SMALL, rope_theta=10000.0)),
+    # rotation in some layers only (SmolLM3's NoPE layers): layer 1 takes no rotary embedding
+    "smollm3": (
+        "SmolLM3Config",
+        dict(_SMALL, rope_theta=2000000.0, no_rope_layers=[1, 0], use_sliding_window=False, pad_token_id=0),
+    ),
 }
 
 _CHECKPOINT = textwrap.dedent(

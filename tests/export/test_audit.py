@@ -25,8 +25,26 @@ from arrayrope import cli  # noqa: E402
 from arrayrope.export import audit_rotary, rotary_model  # noqa: E402
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "exporters")
-OPTIMUM = ("gemma2", "gemma3", "glm", "granite", "llama3", "mistral", "olmo2", "qwen2", "qwen2_yarn", "qwen3")
-GENAI = ("gemma2", "granite", "llama3", "mistral", "qwen2", "qwen3")  # qwen3: separate query, key and value inputs
+OPTIMUM = (
+    *("cohere", "gemma2", "gemma3", "glm", "gpt_neox", "gptj", "granite", "llama3", "mistral", "nemotron", "olmo2"),
+    *("phi", "qwen2", "qwen2_yarn", "qwen3", "smollm3", "stablelm"),
+)
+GENAI = (
+    "gemma2",
+    "granite",
+    "llama3",
+    "mistral",
+    "nemotron",
+    "phi",
+    "qwen2",
+    "qwen3",
+)  # qwen3: separate q, k, v inputs
+
+
+def rope_layers(config: dict) -> list[int]:
+    """The layers that rotate: every one, but SmolLM3's NoPE layers (0 in its no_rope_layers)."""
+    uses = config.get("no_rope_layers") or [1] * int(config.get("num_hidden_layers", config.get("n_layer")))  # GPT-J
+    return [i for i, rope in enumerate(uses) if rope]
 
 
 def fixture(exporter: str, family: str) -> tuple[str, dict]:
@@ -45,10 +63,9 @@ def test_faithful_exports_verify(exporter, family):
     path, config = fixture(exporter, family)
     report = audit_rotary(path, config)
     assert report.status == "verified", str(report)
-    layers = config["num_hidden_layers"]
     per_layer = 2 if exporter == "optimum" else 1  # q and k, or one GroupQueryAttention rotating both
     found = [f.layer for f in report.findings if f.layer is not None]
-    assert len(found) == len(report.findings) and sorted(found) == sorted(list(range(layers)) * per_layer)
+    assert len(found) == len(report.findings) and sorted(found) == sorted(rope_layers(config) * per_layer)
     assert all(f.max_error < 1e-3 for f in report.findings)
     assert not report.missing and report.exit_status == 0
 

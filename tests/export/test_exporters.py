@@ -1,6 +1,6 @@
 """``arrayrope export fuse`` on the models that optimum-onnx and ONNX Runtime GenAI's builder export.
 
-The fixtures (``tests/fixtures/exporters``) are tiny random checkpoints of ten families exported by the real
+The fixtures (``tests/fixtures/exporters``) are tiny random checkpoints of seventeen families exported by the real
 tools, each in an environment of its own (``tools/exporters.py``, whose ``VERSIONS.json`` beside them gives
 the versions and commands). Oracles: the exported model itself, run by ONNX Runtime on the same inputs
 (fusion must not change what it computes), and the checkpoint's own config for the rotation fuse measures.
@@ -38,7 +38,7 @@ def test_every_export_is_a_fixture_or_a_recorded_failure():
         assert ("failed" in entry) != (FIXTURES / exporter / family / "model.onnx").exists(), key
         if "failed" not in entry:
             assert (FIXTURES / exporter / family / "config.json").exists(), key
-    assert len(OPTIMUM) >= 8 and len(GENAI) >= 6, (OPTIMUM, GENAI)
+    assert len(OPTIMUM) >= 17 and len(GENAI) >= 11, (OPTIMUM, GENAI)
 
 
 @pytest.mark.parametrize("family", OPTIMUM)
@@ -69,7 +69,9 @@ def test_optimum_exports_fuse_without_a_feed(family, tmp_path, capsys):
     status = cli.main(["export", "fuse", str(src), "-o", str(out), "--provider", "cpu"])
     said = capsys.readouterr().out
     config = json.loads((FIXTURES / "optimum" / family / "config.json").read_text())
-    layers = config["num_hidden_layers"]
+    layers = sum(
+        config.get("no_rope_layers") or [1] * config.get("num_hidden_layers", config.get("n_layer"))
+    )  # SmolLM3: NoPE layers apart
     assert status == 0 and out.exists(), said
     assert f"{2 * layers} of {2 * layers} rotary applications fused" in said, said
 
@@ -80,7 +82,7 @@ def original_context(config):
     return int(
         scaling.get("original_max_position_embeddings")
         or config.get("original_max_position_embeddings")
-        or config["max_position_embeddings"]
+        or config.get("max_position_embeddings", config.get("n_positions"))  # GPT-J names it n_positions
     )
 
 
@@ -91,10 +93,12 @@ def test_fused_exports_agree_beyond_the_original_context(family):
     model = onnx.load(str(FIXTURES / "optimum" / family / "model.onnx"))
     config = json.loads((FIXTURES / "optimum" / family / "config.json").read_text())
     fused, report = fuse_rotary(model, providers="cpu", validate=False)
-    assert report.fused == len(report.rotations) == 2 * config["num_hidden_layers"], report
+    layers = sum(config.get("no_rope_layers") or [1] * config.get("num_hidden_layers", config.get("n_layer")))
+    assert report.fused == len(report.rotations) == 2 * layers, report
     sessions = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]) for m in (model, fused)]
     names = ["logits"] + [o.name for o in model.graph.output if o.name.startswith("present") and "key" in o.name]
-    for past in (3, original_context(config) + 5):
+    reach = config.get("max_position_embeddings", config.get("n_positions"))  # GPT-J's stored table ends there
+    for past in (3, min(original_context(config) + 5, reach - SAMPLE_SEQ)):
         feed = sample_inputs(Graph(model), seed=past, past=past)
         assert feed["attention_mask"].shape[1] == past + SAMPLE_SEQ
         if "position_ids" in feed:
