@@ -192,8 +192,6 @@ def rope_frequencies(
     made_from: dict[str, Any] = {"head_dim": head_dim, "base": base, "rotary_dim": rotary}
     if scaling is None:
         return RopeFrequencies(inv_freq=inv_freq, head_dim=head_dim, rotary_dim=rotary, base=base, made_from=made_from)
-    lengths = {"max_position_embeddings": max_position_embeddings, "seq_len": seq_len}
-    made_from |= {"scaling": dict(scaling), **{k: v for k, v in lengths.items() if v is not None}}
     rope_type, inv_freq, attention_factor = _scaling.scale(
         scaling,
         inv_freq=inv_freq,
@@ -203,6 +201,8 @@ def rope_frequencies(
         max_position_embeddings=max_position_embeddings,
         seq_len=seq_len,
     )
+    lengths = {"max_position_embeddings": max_position_embeddings, "seq_len": seq_len}  # the scaling is checked
+    made_from |= {"scaling": dict(scaling), **{k: v for k, v in lengths.items() if v is not None}}
     # a rope type may widen the rotary part (proportional: the whole head, frequency 0 past rotary_dim)
     return RopeFrequencies(
         inv_freq=inv_freq,
