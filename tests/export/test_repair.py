@@ -1,0 +1,162 @@
+"""``arrayrope repair`` on the exporters' wrong models and on faults made from faithful ones.
+
+Oracles: the audit of the repaired model (it measures each rotation against transformers' formulas for the
+config, code repair does not run), the exporter's own graph where it was right (optimum's Phi-3 rotates calls
+shorter than the original context correctly: the repair must leave those logits as they were), and ONNX
+Runtime running the repaired model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from export.test_audit import caches, fixture, load, replace_constant, set_initializer  # noqa: E402
+
+import arrayrope  # noqa: E402
+from arrayrope import cli  # noqa: E402
+from arrayrope.export import audit_rotary, repair_rotary  # noqa: E402
+from arrayrope.export.fuse._match import Graph  # noqa: E402
+from arrayrope.export.fuse._probe import SAMPLE_SEQ, sample_inputs  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    ("exporter", "family", "rewritten", "what"),
+    [
+        ("optimum", "phi3_longrope", 4, "calls reaching position 256 take the long frequencies"),
+        ("genai", "qwen2_yarn", 2, "caches of 16384 rows, yarn, base 1e+06, rotary_dim 32"),
+    ],
+)
+def test_the_real_exporters_wrong_models_repair_to_verified(exporter, family, rewritten, what, tmp_path, capsys):
+    path, config = fixture(exporter, family)
+    out = tmp_path / "repaired.onnx"
+    assert audit_rotary(path, config).status == "failed"
+    args = ["repair", path, "--config", path.replace("model.onnx", "config.json"), "-o", str(out)]
+    assert cli.main(args) == 0
+    said = capsys.readouterr().out
+    assert f"{rewritten} of {rewritten} rotations rewritten" in said and what in said, said
+    report = audit_rotary(str(out), config)  # the file written, audited afresh
+    assert report.status == "verified" and len(report.findings) == rewritten, str(report)
+
+
+def test_repaired_longrope_keeps_what_the_export_got_right():
+    """optimum's Phi-3 uses the short factors at every length: right below the original context. The repaired
+    model gives the export's logits there, and other logits once a call reaches past it."""
+    model, config = load("optimum", "phi3_longrope")
+    repaired = repair_rotary(model, config).model
+    sessions = [
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]) for m in (model, repaired)
+    ]
+    original = config["original_max_position_embeddings"]
+    for past, same in ((3, True), (original - SAMPLE_SEQ, True), (original + 5, False)):
+        feed = sample_inputs(Graph(model), seed=past, past=past)
+        want, got = (s.run(["logits"], feed)[0] for s in sessions)
+        differs = float(np.max(np.abs(want - got)))
+        assert (differs <= 1e-5 * np.max(np.abs(want))) == same, (past, differs)
+
+
+def test_a_faithful_export_is_kept_as_it_is():
+    model, config = load("optimum", "llama3")
+    repaired, report = repair_rotary(model, config)
+    assert report.repaired == 0 and report.status == "verified"
+    assert {c.reason for c in report.changes} == {"it matches the config"}
+    assert [n.op_type for n in repaired.graph.node] == [n.op_type for n in model.graph.node]
+
+
+def _wrong_base(model, config):
+    right = arrayrope.rope_frequencies_from_config(config).inv_freq
+    assert replace_constant(model, right, arrayrope.rope_frequencies(32, base=10000.0).inv_freq) == 1
+
+
+def _llama3_dropped(model, config):
+    right = arrayrope.rope_frequencies_from_config(config).inv_freq
+    assert replace_constant(model, right, arrayrope.rope_frequencies(32, base=500000.0).inv_freq) == 1
+
+
+def _yarn_dropped(model, config):
+    freqs = arrayrope.rope_frequencies_from_config(config)
+    assert replace_constant(model, freqs.inv_freq, arrayrope.rope_frequencies(32, base=1e6).inv_freq) == 1
+    assert replace_constant(model, np.array([freqs.attention_factor]), np.array([1.0])) == 2
+
+
+def _factor_doubled(model, config):
+    freqs = arrayrope.rope_frequencies_from_config(config)
+    twice = np.array([2 * freqs.attention_factor])
+    assert replace_constant(model, np.array([freqs.attention_factor]), twice) == 2
+
+
+def _reversed(model, config):
+    right = arrayrope.rope_frequencies_from_config(config).inv_freq
+    assert replace_constant(model, right, -right) == 1
+
+
+def _genai_caches(base, rows=1024):
+    def make(model, config):
+        cos, sin = caches(arrayrope.rope_frequencies(32, base=base), rows)
+        set_initializer(model, "cos_cache", cos)
+        set_initializer(model, "sin_cache", sin)
+
+    return make
+
+
+@pytest.mark.parametrize(
+    ("exporter", "family", "fault"),
+    [
+        ("optimum", "qwen2", _wrong_base),
+        ("optimum", "llama3", _llama3_dropped),
+        ("optimum", "qwen2_yarn", _yarn_dropped),
+        ("optimum", "qwen2_yarn", _factor_doubled),
+        ("optimum", "qwen2", _reversed),
+        ("genai", "qwen2", _genai_caches(10000.0)),
+        ("genai", "llama3", _genai_caches(500000.0, rows=512)),  # the scaling dropped, the tables truncated
+    ],
+)
+def test_faults_made_from_faithful_exports_repair_to_verified(exporter, family, fault, tmp_path):
+    model, config = load(exporter, family)
+    fault(model, config)
+    path = tmp_path / "fault.onnx"
+    onnx.save(model, path)
+    assert audit_rotary(str(path), config).status == "failed"
+    repaired, report = repair_rotary(str(path), config)
+    assert report.status == "verified" and report.repaired == len(report.changes), str(report)
+    assert all(c.before for c in report.changes)
+    onnx.save(repaired, tmp_path / "repaired.onnx")
+    assert audit_rotary(str(tmp_path / "repaired.onnx"), config).status == "verified"
+    sess = ort.InferenceSession(repaired.SerializeToString(), providers=["CPUExecutionProvider"])
+    feed = sample_inputs(Graph(repaired if exporter == "optimum" else load("optimum", family)[0]))
+    if exporter == "genai":  # the optimum export's inputs; GroupQueryAttention takes one sequence with a past
+        names = {i.name: i.type for i in sess.get_inputs()}
+        feed = {
+            k: v[:1].astype(np.int32 if names[k] == "tensor(int32)" else v.dtype) for k, v in feed.items() if k in names
+        }
+    assert np.isfinite(sess.run(["logits"], feed)[0]).all()
+
+
+def test_dynamic_ntk_is_kept_with_the_reason(tmp_path, capsys):
+    """Frequencies that grow with every call length have no fixed tables: nothing rewritten, said, exit 1."""
+    path, _ = fixture("optimum", "llama_dynamic")
+    out = tmp_path / "repaired.onnx"
+    assert cli.main(["repair", path, "--config", path.replace("model.onnx", "config.json"), "-o", str(out)]) == 1
+    said = capsys.readouterr().out
+    assert "0 of 4 rotations rewritten" in said
+    assert said.count("kept: its frequencies grow with every call length past 512 positions (dynamic)") == 4
+
+
+def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
+    path, _ = fixture("optimum", "qwen2")
+    config = path.replace("model.onnx", "config.json")
+    out = tmp_path / "out.onnx"
+    for args, words in (
+        ([path, "--config", config, "-o", path], "is the model read"),
+        ([path, "--config", str(tmp_path / "none.json"), "-o", str(out)], "does not exist"),
+        ([str(tmp_path), "--config", config, "-o", str(out)], "is a folder"),
+        ([path, "--config", config, "-o", str(tmp_path / "no" / "out.onnx")], "does not exist"),
+        ([path, "--config", config, "-o", str(out), "--max-positions", "0"], "--max-positions must be a positive"),
+    ):
+        assert cli.main(["repair", *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("arrayrope repair: error: ") and words in err[0], err
+        assert not out.exists()
