@@ -34,11 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Exit 0 repaired and verified, 1 a rotation still differs, 3 not verified; 2 (raised) before anything."""
-    for option, path in (("model", args.model), ("--config", args.config)):
-        if not os.path.exists(path):
-            raise ValueError(f"{option} {path}: does not exist")
-    if os.path.isdir(args.model):
-        raise ValueError(f"model {args.model}: is a folder; name the .onnx file")
+    from .audit import check_model_and_config
+
+    check_model_and_config(args)
     folder = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(folder):
         raise ValueError(f"-o {args.output}: the folder {folder!r} does not exist")
