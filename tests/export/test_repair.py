@@ -160,3 +160,44 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("arrayrope repair: error: ") and words in err[0], err
         assert not out.exists()
+
+
+def test_rotations_the_config_says_are_wrong_in_ways_not_written_are_kept(tmp_path, capsys):
+    """GenAI's caches for dynamic NTK (frequencies that grow with each length): kept with the reason, exit 1,
+    the model written with what could be repaired."""
+    path, _ = fixture("genai", "llama_dynamic")
+    out = tmp_path / "repaired.onnx"
+    assert cli.main(["repair", path, "--config", path.replace("model.onnx", "config.json"), "-o", str(out)]) == 1
+    said = capsys.readouterr().out
+    assert said.count("kept: its frequencies grow with every call length past 512 positions") == 2 and out.exists()
+
+
+def test_a_layer_without_rope_loses_its_rotation():
+    """SmolLM3's export against a config with its NoPE layer swapped: layer 0 stops rotating; layer 1, which the
+    export gives no rotation at all, has none to rewrite, and the re-audit says so (not verified)."""
+    model, config = load("optimum", "smollm3")
+    repaired, report = repair_rotary(model, {**config, "no_rope_layers": [0, 1]})
+    assert report.repaired == 2 and report.status == "not verified", str(report)
+    assert {c.after for c in report.changes} == {"no rotation: its layer takes no rotary embedding in the config"}
+    assert report.after.missing == ((1, "expected: RoPE"),) and not report.after.findings
+
+
+def test_external_data_is_read_from_the_model_s_folder_and_never_written_over(tmp_path, monkeypatch, capsys):
+    """GenAI keeps its caches in a data file: the re-audit reads them from the model's folder (not the working
+    directory), and an output naming that file is refused before anything is written."""
+    model, config = load("genai", "qwen2")
+    _genai_caches(10000.0)(model, config)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    onnx.save(model, folder / "model.onnx", save_as_external_data=True, location="weights.data", size_threshold=0)
+    monkeypatch.chdir(tmp_path)
+    cfg = fixture("genai", "qwen2")[0].replace("model.onnx", "config.json")
+    out = tmp_path / "repaired.onnx"
+    assert cli.main(["repair", str(folder / "model.onnx"), "--config", cfg, "-o", str(out)]) == 0
+    assert audit_rotary(str(out), config).status == "verified"
+    capsys.readouterr()
+    before = (folder / "weights.data").read_bytes()
+    args = ["repair", str(folder / "model.onnx"), "--config", cfg, "-o", str(folder / "weights.data")]
+    assert cli.main(args) == 2
+    assert "is a weight file of the model read" in capsys.readouterr().err
+    assert (folder / "weights.data").read_bytes() == before

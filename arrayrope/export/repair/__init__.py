@@ -18,8 +18,8 @@ import onnx
 
 from arrayrope._lib import checks
 
-from .._graph import ModelSource, data_folder, load_model
-from ..audit import audit_rotary
+from .._graph import ModelSource, data_folder, load_model, reads
+from ..audit import audit_rotary, audited
 from ..audit._expect import Layer, expected
 from ..audit._judge import Finding
 from ..build._spec import MIN_OPSET, MS_DOMAIN
@@ -100,7 +100,14 @@ def repair_rotary(
     sites = find_sites(Graph(work, folder))
     wrong = [i for i, f in enumerate(before.findings) if f.status == "failed"]
     if any(i < len(sites) for i in wrong) and _opset(work) < MIN_OPSET["onnx23"]:
-        work = _converted(work, MIN_OPSET["onnx23"])
+        try:
+            work = _converted(work, MIN_OPSET["onnx23"])
+        except ValueError as exc:
+            raise ValueError(
+                f"model: its rotations are rewritten as the standard RotaryEmbedding of opset "
+                f"{MIN_OPSET['onnx23']}, and onnx could not convert the model from opset {_opset(work)}: "
+                f"{exc.__cause__ or exc}"
+            ) from exc
     graph = Graph(work, folder)
     sites = find_sites(graph)
     attention = [
@@ -111,11 +118,12 @@ def repair_rotary(
         and any(a.name == "do_rotary" and a.i == 1 for a in n.attribute)
     ]
     if len(sites) + len(attention) != len(before.findings):  # the audit found them in this order
-        raise AssertionError("the rotations found differ from those audited")
+        raise ValueError("model: the rotations found after converting it to opset 23 differ from those audited")
     feed = sample_inputs(graph) if inputs is None else {k: np.asarray(v) for k, v in inputs.items()}
     wanted = [n for i in wrong if i < len(sites) for n in (sites[i].x, sites[i].cos, sites[i].positions) if n]
     seen = {**feed, **run(work, feed, [n for n in wanted if n not in feed], folder=folder)} if wanted else feed
-    changes, nodes, inits, replaced, caches = [], [], [], set(), {}
+    changes, nodes, inits, replaced = [], [], [], set()
+    made: dict[Any, tuple[str, str]] = {}  # caches written once, whichever nodes read them
     for i, finding in enumerate(before.findings):
         change = Change(finding.name, finding.kind, finding.layer, finding.difference, "")
         if finding.status != "failed":
@@ -130,24 +138,17 @@ def repair_rotary(
                 inits += b.initializers
                 replaced.add(sites[i].rotated)
             else:
-                caches[attention[i - len(sites)].output[0]] = (i, layer)
-                after = "the config's caches"
+                tensors, after = attention_caches(graph, attention[i - len(sites)], layer, exp.config, made)
+                work.graph.initializer.extend(tensors)
             changes.append(change._replace(after=after, repaired=True))
         except ValueError as exc:
             changes.append(change._replace(reason=str(exc)))
     out = rewritten(work, nodes, inits, replaced, contrib=False)
-    for node in out.graph.node:
-        if node.output and node.output[0] in caches:
-            i, layer = caches[node.output[0]]
-            old = set(node.input[7:9])
-            tensors, after = attention_caches(i, graph, node, layer, exp.config)
-            out.graph.initializer.extend(tensors)
-            changes[i] = changes[i]._replace(after=after)
-            read = {name for n in out.graph.node for name in n.input}
-            keep = [t for t in out.graph.initializer if t.name not in old or t.name in read]
-            del out.graph.initializer[:]
-            out.graph.initializer.extend(keep)
-    after_audit = audit_rotary(out, exp.config)
+    read = {name for n in out.graph.node for name in reads(n)} | {o.name for o in out.graph.output}
+    kept_inits = [t for t in out.graph.initializer if t.name in read]
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(kept_inits)
+    after_audit = audited(out, folder, exp, before.model, before.config)
     return Repaired(out, RepairReport(tuple(changes), before, after_audit, folder))
 
 

@@ -54,6 +54,10 @@ def standard_site(
     opset: int,
 ) -> tuple[Builder, str]:
     """The nodes that rotate ``site`` as ``layer`` says (ValueError where they cannot), and what they compute."""
+    b = Builder(f"arrayrope_repair/{i}/", taken=graph.producer.keys() | graph.initializers.keys())
+    if layer.settings.nope:
+        b.op("Identity", [site.x], out=site.rotated)
+        return b, "no rotation: its layer takes no rotary embedding in the config"
     if layer.settings.rotary_features != "leading":
         raise ValueError("its rotary features are the trailing ones of each head (MLA), which repair does not write")
     shape = shapes(site, seen)
@@ -64,7 +68,6 @@ def standard_site(
     if shape.position_axes and mrope is None:
         raise ValueError(f"it reads M-RoPE position ids ({shape.position_axes}, batch, seq), and the config has none")
     dtype = DTYPE_NAMES.get(graph.elem_type(site.x) or TensorProto.FLOAT, "float32")
-    b = Builder(f"arrayrope_repair/{i}/", taken=graph.producer.keys() | graph.initializers.keys())
     pos = _position_ids(b, graph, site, shape, seen)
 
     def spec_of(freqs: RopeFrequencies) -> Spec:
@@ -125,10 +128,14 @@ def _said(freqs: RopeFrequencies, rows: int | None) -> str:
 
 
 def attention_caches(
-    i: int, graph: Graph, node: NodeProto, layer: Layer, config: Mapping[str, Any]
+    graph: Graph, node: NodeProto, layer: Layer, config: Mapping[str, Any], made: dict[Any, tuple[str, str]]
 ) -> tuple[list[onnx.TensorProto], str]:
     """New ``cos_cache`` and ``sin_cache`` for an attention node that rotates inside, with a row for every
-    position of the config's context (its own rows, if more); the node's inputs point at them."""
+    position of the config's context (its own rows, if more), and what they hold; the node's inputs point at
+    them. Caches in ``made`` are reused (no tensors returned); a NoPE layer's node stops rotating."""
+    if layer.settings.nope:
+        next(a for a in node.attribute if a.name == "do_rotary").i = 0
+        return [], "no rotation (do_rotary=0): its layer takes no rotary embedding in the config"
     cos, sin = node.input[7], node.input[8]
     if not (graph.is_constant(cos) and graph.is_constant(sin)):
         raise ValueError("its caches are computed in the graph, which repair does not rewrite yet")
@@ -141,11 +148,15 @@ def attention_caches(
     assert stored is not None
     longest = layer.settings.max_position_embeddings or 0
     rows = max(int(stored.shape[0]), longest)
-    c, s = arrayrope.rope_tables(short, np.arange(rows, dtype=np.int64), dtype=np.float64)
     dtype = np_dtype(DTYPE_NAMES.get(graph.elem_type(cos) or TensorProto.FLOAT, "float32"))
-    names = (f"arrayrope_repair/{i}/cos_cache", f"arrayrope_repair/{i}/sin_cache")
-    tensors = [numpy_helper.from_array(np.asarray(t).astype(dtype), n) for t, n in zip((c, s), names, strict=True)]
-    node.input[7], node.input[8] = names
+    key = (repr(layer.settings), rows, np.dtype(dtype).str)
+    tensors = []
+    if key not in made:
+        c, s = arrayrope.rope_tables(short, np.arange(rows, dtype=np.int64), dtype=np.float64)
+        names = (f"arrayrope_repair/{len(made)}/cos_cache", f"arrayrope_repair/{len(made)}/sin_cache")
+        tensors = [numpy_helper.from_array(np.asarray(t).astype(dtype), n) for t, n in zip((c, s), names, strict=True)]
+        made[key] = names
+    node.input[7], node.input[8] = made[key]
     interleaved = int(layer.layout == "interleaved")
     for a in node.attribute:
         if a.name == "rotary_interleaved":
