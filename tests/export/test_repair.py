@@ -176,7 +176,7 @@ def test_a_layer_without_rope_loses_its_rotation():
     """SmolLM3's export against a config with its NoPE layer swapped: layer 0 stops rotating; layer 1, which the
     export gives no rotation at all, has none to rewrite, and the re-audit says so (not verified)."""
     model, config = load("optimum", "smollm3")
-    repaired, report = repair_rotary(model, {**config, "no_rope_layers": [0, 1]})
+    report = repair_rotary(model, {**config, "no_rope_layers": [0, 1]}).report
     assert report.repaired == 2 and report.status == "not verified", str(report)
     assert {c.after for c in report.changes} == {"no rotation: its layer takes no rotary embedding in the config"}
     assert report.after.missing == ((1, "expected: RoPE"),) and not report.after.findings
