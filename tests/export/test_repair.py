@@ -8,6 +8,8 @@ Runtime running the repaired model.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -21,6 +23,8 @@ from arrayrope import cli  # noqa: E402
 from arrayrope.export import audit_rotary, repair_rotary  # noqa: E402
 from arrayrope.export.fuse._match import Graph  # noqa: E402
 from arrayrope.export.fuse._probe import SAMPLE_SEQ, sample_inputs  # noqa: E402
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "exporters"
 
 
 @pytest.mark.parametrize(
@@ -201,3 +205,50 @@ def test_external_data_is_read_from_the_model_s_folder_and_never_written_over(tm
     assert cli.main(args) == 2
     assert "is a weight file of the model read" in capsys.readouterr().err
     assert (folder / "weights.data").read_bytes() == before
+
+
+def test_repaired_longrope_gives_the_checkpoint_s_logits():
+    """The oracle: transformers' own Phi-3 on the checkpoint the export was made from (float32, eager). A prefill
+    reaching past the original context, then decode steps on the repaired model's own key/value cache: the same
+    logits; the export as it was differs there."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    folder = FIXTURES / "checkpoints" / "phi3_longrope"
+    checkpoint = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, attn_implementation="eager", dtype=torch.float32
+    ).eval()
+    model, config = load("optimum", "phi3_longrope")
+    repaired = repair_rotary(model, config).model
+    sessions = {
+        name: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        for name, m in (("export", model), ("repaired", repaired))
+    }
+    prompt = np.random.default_rng(0).integers(0, config["vocab_size"], (1, 300))
+    steps = np.random.default_rng(1).integers(0, config["vocab_size"], 3)
+    with torch.no_grad():
+        out = checkpoint(input_ids=torch.from_numpy(prompt), use_cache=True)
+        want = [out.logits.numpy()]
+        cache = out.past_key_values
+        for t in steps:
+            out = checkpoint(input_ids=torch.tensor([[int(t)]]), past_key_values=cache, use_cache=True)
+            want.append(out.logits.numpy())
+            cache = out.past_key_values
+    heads, head_dim = config["num_key_value_heads"], config["hidden_size"] // config["num_attention_heads"]
+    for name, sess in sessions.items():
+        past = {i.name: np.zeros((1, heads, 0, head_dim), np.float32) for i in sess.get_inputs() if "past" in i.name}
+        got, ids, start = [], prompt, 0
+        for _ in range(len(steps) + 1):
+            n = ids.shape[1]
+            feed = {
+                "input_ids": ids,
+                "attention_mask": np.ones((1, start + n), np.int64),
+                "position_ids": np.arange(start, start + n)[None],
+                **past,
+            }
+            outputs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed), strict=True))
+            got.append(outputs["logits"])
+            past = {k: outputs[k.replace("past_key_values", "present")] for k in past}
+            start += n
+            ids = steps[len(got) - 1 : len(got)][None] if len(got) <= len(steps) else ids
+        worst = max(float(np.max(np.abs(g - w))) for g, w in zip(got, want, strict=True))
+        assert (worst <= 1e-4) == (name == "repaired"), (name, worst)
