@@ -46,6 +46,14 @@ def test_the_real_exporters_wrong_models_repair_to_verified(exporter, family, re
     assert report.status == "verified" and len(report.findings) == rewritten, str(report)
 
 
+def test_stored_tables_of_both_longrope_regimes_repair_to_verified():
+    """--max-positions: each regime's exact tables of that many rows, the switch choosing between them."""
+    model, config = load("optimum", "phi3_longrope")
+    report = repair_rotary(model, config, max_positions=1024).report
+    assert report.status == "verified" and report.repaired == 4, str(report)
+    assert all("tables stored, 1024 rows" in c.after for c in report.changes)
+
+
 def test_repaired_longrope_keeps_what_the_export_got_right():
     """optimum's Phi-3 uses the short factors at every length: right below the original context. The repaired
     model gives the export's logits there, and other logits once a call reaches past it."""
@@ -159,6 +167,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
         ([str(tmp_path), "--config", config, "-o", str(out)], "is a folder"),
         ([path, "--config", config, "-o", str(tmp_path / "no" / "out.onnx")], "does not exist"),
         ([path, "--config", config, "-o", str(out), "--max-positions", "0"], "--max-positions must be a positive"),
+        ([path, "--config", config, "-o", str(out), "--max-positions", "1000"], "the 1024 positions of the config"),
     ):
         assert cli.main(["repair", *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()

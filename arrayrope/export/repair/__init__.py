@@ -20,7 +20,7 @@ from arrayrope._lib import checks
 
 from .._graph import ModelSource, data_folder, load_model, reads
 from ..audit import audit_rotary, audited
-from ..audit._expect import Layer, expected
+from ..audit._expect import Layer, expected, length_context
 from ..audit._judge import Finding
 from ..build._spec import MIN_OPSET, MS_DOMAIN
 from ..fuse._edit import rewritten
@@ -90,6 +90,13 @@ def repair_rotary(
     """
     exp = expected(config)
     rows = None if max_positions is None else checks.positive_int(max_positions, "max_positions")
+    context = max((_context(lay) for lay in exp.rope), default=0)
+    if rows is not None and rows < context:
+        raise ValueError(
+            f"max_positions={rows} stores fewer rows than the {context} positions of the config's context "
+            f"(max_position_embeddings, or what its scaling extends it to); pass max_positions >= {context}, or "
+            "leave it out to compute the tables in the graph"
+        )
     source = load_model(model, keep_external=True)
     folder = data_folder(model, source)
     before = audit_rotary(model, config)
@@ -150,6 +157,12 @@ def repair_rotary(
     out.graph.initializer.extend(kept_inits)
     after_audit = audited(out, folder, exp, before.model, before.config)
     return Repaired(out, RepairReport(tuple(changes), before, after_audit, folder))
+
+
+def _context(layer: Layer) -> int:
+    """The positions a layer's rotation must cover: the end of the context its config implies."""
+    extended = length_context(layer.settings)
+    return extended[1] if extended is not None else layer.settings.max_position_embeddings or 0
 
 
 def _layer(finding: Finding, exp: Any) -> Layer:
