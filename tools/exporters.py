@@ -19,7 +19,8 @@ sets the scaling or layout that makes its RoPE differ from the default one, or w
 another form of attention (:data:`FAMILIES`).
 
 For each family and exporter the fixture folder keeps ``model.onnx`` (weights inside: the models are small)
-and the checkpoint's ``config.json``; ``VERSIONS.json`` records the exporters' versions, the commands and
+and the checkpoint's ``config.json``; ``checkpoints/`` keeps the whole checkpoint of the families in
+:data:`CHECKPOINTS`; ``VERSIONS.json`` records the exporters' versions, the commands and
 what each export did (or why it failed). Regenerate after changing :data:`FAMILIES` or the pinned versions,
 and commit the folder.
 """
@@ -170,6 +171,10 @@ FAMILIES: dict[str, tuple[str, dict[str, object]]] = {
     ),
 }
 
+#: Families whose checkpoint (config and weights) is kept too, in ``checkpoints/``: the oracle of tests that
+#: compare a model's logits with transformers' (a repaired export against the checkpoint it came from).
+CHECKPOINTS = ("phi3_longrope", "qwen2_yarn")
+
 _CHECKPOINT = textwrap.dedent(
     """
     import json, sys, torch, transformers
@@ -256,6 +261,12 @@ def main(argv: list[str] | None = None) -> int:
                 [str(pythons["optimum"]), "-c", _CHECKPOINT, family, config_class, json.dumps(kwargs), str(checkpoint)],
                 check=True,
             )
+            if family in CHECKPOINTS:  # the weights themselves, for tests that run transformers' model on them
+                kept = out / "checkpoints" / family
+                shutil.rmtree(kept, ignore_errors=True)
+                kept.mkdir(parents=True)
+                for name in ("config.json", "model.safetensors"):
+                    shutil.copy(checkpoint / name, kept / name)
             for exporter in exporters:
                 target = out / exporter / family
                 shutil.rmtree(target, ignore_errors=True)

@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "export": "arrayrope.cli.export",
     "check": "arrayrope.cli.check",
     "audit": "arrayrope.cli.audit",
+    "repair": "arrayrope.cli.repair",
     "plot": "arrayrope.cli.plot",
 }
 

@@ -27,13 +27,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of text")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Exit 0 every rotation matches, 1 one differs, 3 one could not be measured or a layer has none."""
+def check_model_and_config(args: argparse.Namespace) -> None:
+    """The model and the config exist, and the model is a file (the commands that read both: audit, repair)."""
     for option, path in (("model", args.model), ("--config", args.config)):
         if not os.path.exists(path):
             raise ValueError(f"{option} {path}: does not exist")
     if os.path.isdir(args.model):
         raise ValueError(f"model {args.model}: is a folder; name the .onnx file")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 0 every rotation matches, 1 one differs, 3 one could not be measured or a layer has none."""
+    check_model_and_config(args)
     from arrayrope.export import audit_rotary
 
     report = audit_rotary(args.model, args.config)

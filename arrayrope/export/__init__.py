@@ -19,6 +19,7 @@ keyword arguments. The package depends on the core and never the other way:
   rotation from the config), ``_measure`` (every rotation found and measured), ``_judge``
   (the first difference, in the config's terms), ``_report`` (:class:`AuditReport`) and
   :func:`audit_rotary`.
+* ``repair/``: every rotation the audit finds wrong rewritten to the config's (:func:`repair_rotary`).
 * ``torch/``: the PyTorch exporter bridge. ``_graphs`` (:func:`torch_options`, the
   graphs written for arrayrope's PyTorch op), ``_bridge`` (the op and its
   translations) and the install hook the core calls when its PyTorch backend loads.
@@ -51,6 +52,9 @@ if TYPE_CHECKING:  # the same names, for type checkers
     from .fuse._rewrite import FuseTables as FuseTables
     from .fuse._rewrite import FuseTarget as FuseTarget
     from .fuse._rewrite import fuse_rotary as fuse_rotary
+    from .repair import Repaired as Repaired
+    from .repair import RepairReport as RepairReport
+    from .repair import repair_rotary as repair_rotary
     from .torch._graphs import TorchOptions as TorchOptions
     from .torch._graphs import torch_options as torch_options
     from .torch._graphs import torch_translations as torch_translations
@@ -73,6 +77,9 @@ _WHERE = {
     "FuseTables": ".fuse._rewrite",
     "FuseTarget": ".fuse._rewrite",
     "fuse_rotary": ".fuse._rewrite",
+    "RepairReport": ".repair",
+    "Repaired": ".repair",
+    "repair_rotary": ".repair",
     "TorchOptions": ".torch._graphs",
     "torch_options": ".torch._graphs",
     "torch_translations": ".torch._graphs",
@@ -87,6 +94,8 @@ __all__ = [
     "FuseTarget",
     "Fused",
     "FusionReport",
+    "RepairReport",
+    "Repaired",
     "Rotation",
     "SpliceKeywords",
     "TorchOptions",
@@ -94,6 +103,7 @@ __all__ = [
     "add_rotary",
     "audit_rotary",
     "fuse_rotary",
+    "repair_rotary",
     "rotary_function",
     "rotary_model",
     "torch_options",

@@ -33,11 +33,12 @@ def save_with_data(model: onnx.ModelProto, path: str | os.PathLike[str], folder:
     tensors = [t for t in _tensors(out) if external_data_helper.uses_external_data(t)]
     sources = [_source(t, folder) for t in tensors]
     for file in {s for s, _, _ in sources}:
-        if os.path.exists(target) and os.path.samefile(file, target):
-            raise ValueError(
-                f"output={path!r}: its data file {target!r} is a weight file of the model it was fused from, "
-                "which writing would overwrite while it is read; write the fused model elsewhere"
-            )
+        for written, what in ((path, "it"), (target, f"its data file {target!r}")):
+            if os.path.exists(written) and os.path.samefile(file, written):
+                raise ValueError(
+                    f"output={path!r}: {what} is a weight file of the model read, which writing would overwrite "
+                    "while it is read; write the new model elsewhere"
+                )
     with open(target, "wb") as sink:
         for t, (file, offset, length) in zip(tensors, sources, strict=True):
             start = -(-sink.tell() // ALIGN) * ALIGN

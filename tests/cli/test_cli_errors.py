@@ -218,7 +218,7 @@ def test_every_option_shows_its_default_and_verdict_commands_their_exit_statuses
                 text_of = parser._get_formatter()._expand_help(action)
                 assert "default" in text_of or "required" in text_of, (prog, action.option_strings, text_of)
                 assert "None" not in text_of, (prog, action.option_strings, text_of)
-        if prog.split(" ", 1)[-1] in ("check", "demo", "parity", "export fuse", "audit"):
+        if prog.split(" ", 1)[-1] in ("check", "demo", "parity", "export fuse", "audit", "repair"):
             for status in ("0  verified", "1  failed", "2  usage or input error", "3  not verified"):
                 assert status in text, (prog, status)
         elif prog != "arrayrope":

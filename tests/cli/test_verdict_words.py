@@ -19,7 +19,10 @@ from arrayrope._lib.verdicts import EXIT_STATUS, Status
 from arrayrope.testing import ParityCase, Report, Row
 
 #: The commands the cases below run, by their prog.
-COVERED = {"arrayrope parity", "arrayrope demo", "arrayrope check", "arrayrope export fuse", "arrayrope audit"}
+COVERED = {
+    *("arrayrope parity", "arrayrope demo", "arrayrope check", "arrayrope export fuse", "arrayrope audit"),
+    "arrayrope repair",
+}
 
 
 def verdict_line(out: str) -> str:
@@ -90,6 +93,18 @@ def test_audit_says_each_word(model, tmp_path, capsys):
         path = tmp_path / "config.json"
         path.write_text(json.dumps({**config, "num_hidden_layers": layers, "rope_theta": base}))
         status = cli.main(["audit", str(model), "--config", str(path)])
+        assert_says(capsys, status, word)
+
+
+def test_repair_says_each_word(model, tmp_path, capsys):
+    """The export above repaired to another base (verified), kept where the config's frequencies follow the
+    call's length (failed), and against a config of a layer more (not verified)."""
+    config = {"head_dim": 16, "num_hidden_layers": 1, "rope_theta": 500.0, "max_position_embeddings": 64}
+    dynamic = {**config, "rope_theta": 10000.0, "rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}
+    for cfg, word in ((config, "verified"), (dynamic, "failed"), ({**config, "num_hidden_layers": 2}, "not verified")):
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(cfg))
+        status = cli.main(["repair", str(model), "--config", str(path), "-o", str(tmp_path / "repaired.onnx")])
         assert_says(capsys, status, word)
 
 

@@ -22,7 +22,7 @@ from ._judge import Finding, judge
 from ._measure import Rotation, rotations
 from ._report import AuditReport
 
-__all__ = ["AuditReport", "Finding", "audit_rotary"]
+__all__ = ["AuditReport", "Finding", "audit_rotary", "audited"]
 
 
 def audit_rotary(model: ModelSource, config: Mapping[str, Any] | str | os.PathLike[str]) -> AuditReport:
@@ -79,6 +79,16 @@ def audit_rotary(model: ModelSource, config: Mapping[str, Any] | str | os.PathLi
     exp = expected(config)  # the config first: it is small, and a bad one is refused before the model is read
     source = load_model(model, keep_external=True)
     folder = data_folder(model, source)
+    name = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
+    where = "<dict>" if isinstance(config, Mapping) else os.fspath(config)
+    return audited(source, folder, exp, name, where, start)
+
+
+def audited(
+    source: onnx.ModelProto, folder: str | None, exp: Expected, name: str, where: str, start: float | None = None
+) -> AuditReport:
+    """The audit of a loaded model whose external data is in ``folder``, against the config ``exp`` describes."""
+    start = time.perf_counter() if start is None else start
     _check_external(source, folder)
     graph = Graph(source, folder)
     first = exp.rope[0]
@@ -96,8 +106,6 @@ def audit_rotary(model: ModelSource, config: Mapping[str, Any] | str | os.PathLi
             f"{len(found)} rotation{'s' if len(found) > 1 else ''} found for {len(exp.rope)} layers with RoPE, "
             "and the node names do not say which layers they belong to",
         )
-    name = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
-    where = "<dict>" if isinstance(config, Mapping) else os.fspath(config)
     return AuditReport(name, where, exp.model_type, findings, missing, unplaced, time.perf_counter() - start)
 
 

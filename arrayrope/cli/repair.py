@@ -1,0 +1,56 @@
+"""``arrayrope repair MODEL --config CONFIG -o OUT``: rewrite the rotations the audit finds wrong to the config's."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+HELP = "rewrite every rotary embedding of an ONNX model that differs from its config to the config's, and audit it"
+VERDICT = True
+EPILOG = """\
+exit status (that of the audit of the repaired model):
+  0  verified: every rotation of the repaired model matches the config; the model was written
+  1  failed: a rotation still differs (one that could not be rewritten: the report says why); the model
+     was written with the rotations that could be
+  2  usage or input error (one line on stderr: 'arrayrope repair: error: ...'); nothing was written
+  3  not verified: a rotation could not be measured, or a layer the config gives RoPE has none found; the
+     model was written"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="the .onnx file to read (it is not changed)")
+    parser.add_argument(
+        "--config", required=True, help="the checkpoint's config.json, or the folder holding it (required)"
+    )
+    parser.add_argument("-o", "--output", required=True, help="where to write the repaired model (required)")
+    parser.add_argument(
+        "--max-positions",
+        type=int,
+        default=None,
+        help="a bound on the positions: tables of this many rows are stored (default: cos/sin computed in "
+        "the graph from the position ids, right at every position below 2**30)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 0 repaired and verified, 1 a rotation still differs, 3 not verified; 2 (raised) before anything."""
+    from .audit import check_model_and_config
+
+    check_model_and_config(args)
+    folder = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(folder):
+        raise ValueError(f"-o {args.output}: the folder {folder!r} does not exist")
+    if os.path.exists(args.output) and os.path.samefile(args.output, args.model):
+        raise ValueError(f"-o {args.output}: is the model read; name another file (the input is never written over)")
+    if args.max_positions is not None and args.max_positions < 1:
+        raise ValueError(f"--max-positions must be a positive int, got {args.max_positions}")
+    from arrayrope.export import repair_rotary
+
+    result = repair_rotary(args.model, args.config, max_positions=args.max_positions)
+    report = result.report
+    print(report)
+    result.save(args.output)
+    data = "" if report.data_folder is None else f" (its weights in {args.output}.data)"
+    print(f"verdict: {report.verdict()}")
+    print(f"wrote {args.output}{data}: {report.repaired} of {len(report.changes)} rotations rewritten")
+    return report.exit_status

@@ -1,0 +1,263 @@
+"""``arrayrope repair`` on the exporters' wrong models and on faults made from faithful ones.
+
+Oracles: the audit of the repaired model (it measures each rotation against transformers' formulas for the
+config, code repair does not run), the exporter's own graph where it was right (optimum's Phi-3 rotates calls
+shorter than the original context correctly: the repair must leave those logits as they were), and ONNX
+Runtime running the repaired model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from export.test_audit import caches, fixture, load, replace_constant, set_initializer  # noqa: E402
+
+import arrayrope  # noqa: E402
+from arrayrope import cli  # noqa: E402
+from arrayrope.export import audit_rotary, repair_rotary  # noqa: E402
+from arrayrope.export.fuse._match import Graph  # noqa: E402
+from arrayrope.export.fuse._probe import SAMPLE_SEQ, sample_inputs  # noqa: E402
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "exporters"
+
+
+@pytest.mark.parametrize(
+    ("exporter", "family", "rewritten", "what"),
+    [
+        ("optimum", "phi3_longrope", 4, "calls reaching position 256 take the long frequencies"),
+        ("genai", "qwen2_yarn", 2, "caches of 16384 rows, yarn, base 1e+06, rotary_dim 32"),
+    ],
+)
+def test_the_real_exporters_wrong_models_repair_to_verified(exporter, family, rewritten, what, tmp_path, capsys):
+    path, config = fixture(exporter, family)
+    out = tmp_path / "repaired.onnx"
+    assert audit_rotary(path, config).status == "failed"
+    args = ["repair", path, "--config", path.replace("model.onnx", "config.json"), "-o", str(out)]
+    assert cli.main(args) == 0
+    said = capsys.readouterr().out
+    assert f"{rewritten} of {rewritten} rotations rewritten" in said and what in said, said
+    report = audit_rotary(str(out), config)  # the file written, audited afresh
+    assert report.status == "verified" and len(report.findings) == rewritten, str(report)
+
+
+def test_stored_tables_of_both_longrope_regimes_repair_to_verified():
+    """--max-positions: each regime's exact tables of that many rows, the switch choosing between them."""
+    model, config = load("optimum", "phi3_longrope")
+    report = repair_rotary(model, config, max_positions=1024).report
+    assert report.status == "verified" and report.repaired == 4, str(report)
+    assert all("tables stored, 1024 rows" in c.after for c in report.changes)
+
+
+def test_repaired_longrope_keeps_what_the_export_got_right():
+    """optimum's Phi-3 uses the short factors at every length: right below the original context. The repaired
+    model gives the export's logits there, and other logits once a call reaches past it."""
+    model, config = load("optimum", "phi3_longrope")
+    repaired = repair_rotary(model, config).model
+    sessions = [
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]) for m in (model, repaired)
+    ]
+    original = config["original_max_position_embeddings"]
+    for past, same in ((3, True), (original - SAMPLE_SEQ, True), (original + 5, False)):
+        feed = sample_inputs(Graph(model), seed=past, past=past)
+        want, got = (s.run(["logits"], feed)[0] for s in sessions)
+        differs = float(np.max(np.abs(want - got)))
+        assert (differs <= 1e-5 * np.max(np.abs(want))) == same, (past, differs)
+
+
+def test_a_faithful_export_is_kept_as_it_is():
+    model, config = load("optimum", "llama3")
+    repaired, report = repair_rotary(model, config)
+    assert report.repaired == 0 and report.status == "verified"
+    assert {c.reason for c in report.changes} == {"it matches the config"}
+    assert [n.op_type for n in repaired.graph.node] == [n.op_type for n in model.graph.node]
+
+
+def _wrong_base(model, config):
+    right = arrayrope.rope_frequencies_from_config(config).inv_freq
+    assert replace_constant(model, right, arrayrope.rope_frequencies(32, base=10000.0).inv_freq) == 1
+
+
+def _llama3_dropped(model, config):
+    right = arrayrope.rope_frequencies_from_config(config).inv_freq
+    assert replace_constant(model, right, arrayrope.rope_frequencies(32, base=500000.0).inv_freq) == 1
+
+
+def _yarn_dropped(model, config):
+    freqs = arrayrope.rope_frequencies_from_config(config)
+    assert replace_constant(model, freqs.inv_freq, arrayrope.rope_frequencies(32, base=1e6).inv_freq) == 1
+    assert replace_constant(model, np.array([freqs.attention_factor]), np.array([1.0])) == 2
+
+
+def _factor_doubled(model, config):
+    freqs = arrayrope.rope_frequencies_from_config(config)
+    twice = np.array([2 * freqs.attention_factor])
+    assert replace_constant(model, np.array([freqs.attention_factor]), twice) == 2
+
+
+def _reversed(model, config):
+    right = arrayrope.rope_frequencies_from_config(config).inv_freq
+    assert replace_constant(model, right, -right) == 1
+
+
+def _genai_caches(base, rows=1024):
+    def make(model, config):
+        cos, sin = caches(arrayrope.rope_frequencies(32, base=base), rows)
+        set_initializer(model, "cos_cache", cos)
+        set_initializer(model, "sin_cache", sin)
+
+    return make
+
+
+@pytest.mark.parametrize(
+    ("exporter", "family", "fault"),
+    [
+        ("optimum", "qwen2", _wrong_base),
+        ("optimum", "llama3", _llama3_dropped),
+        ("optimum", "qwen2_yarn", _yarn_dropped),
+        ("optimum", "qwen2_yarn", _factor_doubled),
+        ("optimum", "qwen2", _reversed),
+        ("genai", "qwen2", _genai_caches(10000.0)),
+        ("genai", "llama3", _genai_caches(500000.0, rows=512)),  # the scaling dropped, the tables truncated
+    ],
+)
+def test_faults_made_from_faithful_exports_repair_to_verified(exporter, family, fault, tmp_path):
+    model, config = load(exporter, family)
+    fault(model, config)
+    path = tmp_path / "fault.onnx"
+    onnx.save(model, path)
+    assert audit_rotary(str(path), config).status == "failed"
+    repaired, report = repair_rotary(str(path), config)
+    assert report.status == "verified" and report.repaired == len(report.changes), str(report)
+    assert all(c.before for c in report.changes)
+    onnx.save(repaired, tmp_path / "repaired.onnx")
+    assert audit_rotary(str(tmp_path / "repaired.onnx"), config).status == "verified"
+    sess = ort.InferenceSession(repaired.SerializeToString(), providers=["CPUExecutionProvider"])
+    feed = sample_inputs(Graph(repaired if exporter == "optimum" else load("optimum", family)[0]))
+    if exporter == "genai":  # the optimum export's inputs; GroupQueryAttention takes one sequence with a past
+        names = {i.name: i.type for i in sess.get_inputs()}
+        feed = {
+            k: v[:1].astype(np.int32 if names[k] == "tensor(int32)" else v.dtype) for k, v in feed.items() if k in names
+        }
+    assert np.isfinite(sess.run(["logits"], feed)[0]).all()
+
+
+def test_dynamic_ntk_is_kept_with_the_reason(tmp_path, capsys):
+    """Frequencies that grow with every call length have no fixed tables: nothing rewritten, said, exit 1."""
+    path, _ = fixture("optimum", "llama_dynamic")
+    out = tmp_path / "repaired.onnx"
+    assert cli.main(["repair", path, "--config", path.replace("model.onnx", "config.json"), "-o", str(out)]) == 1
+    said = capsys.readouterr().out
+    assert "0 of 4 rotations rewritten" in said
+    assert said.count("kept: its frequencies grow with every call length past 512 positions (dynamic)") == 4
+
+
+def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
+    path, _ = fixture("optimum", "qwen2")
+    config = path.replace("model.onnx", "config.json")
+    out = tmp_path / "out.onnx"
+    for args, words in (
+        ([path, "--config", config, "-o", path], "is the model read"),
+        ([path, "--config", str(tmp_path / "none.json"), "-o", str(out)], "does not exist"),
+        ([str(tmp_path), "--config", config, "-o", str(out)], "is a folder"),
+        ([path, "--config", config, "-o", str(tmp_path / "no" / "out.onnx")], "does not exist"),
+        ([path, "--config", config, "-o", str(out), "--max-positions", "0"], "--max-positions must be a positive"),
+        ([path, "--config", config, "-o", str(out), "--max-positions", "1000"], "the 1024 positions of the config"),
+    ):
+        assert cli.main(["repair", *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("arrayrope repair: error: ") and words in err[0], err
+        assert not out.exists()
+
+
+def test_rotations_the_config_says_are_wrong_in_ways_not_written_are_kept(tmp_path, capsys):
+    """GenAI's caches for dynamic NTK (frequencies that grow with each length): kept with the reason, exit 1,
+    the model written with what could be repaired."""
+    path, _ = fixture("genai", "llama_dynamic")
+    out = tmp_path / "repaired.onnx"
+    assert cli.main(["repair", path, "--config", path.replace("model.onnx", "config.json"), "-o", str(out)]) == 1
+    said = capsys.readouterr().out
+    assert said.count("kept: its frequencies grow with every call length past 512 positions") == 2 and out.exists()
+
+
+def test_a_layer_without_rope_loses_its_rotation():
+    """SmolLM3's export against a config with its NoPE layer swapped: layer 0 stops rotating; layer 1, which the
+    export gives no rotation at all, has none to rewrite, and the re-audit says so (not verified)."""
+    model, config = load("optimum", "smollm3")
+    report = repair_rotary(model, {**config, "no_rope_layers": [0, 1]}).report
+    assert report.repaired == 2 and report.status == "not verified", str(report)
+    assert {c.after for c in report.changes} == {"no rotation: its layer takes no rotary embedding in the config"}
+    assert report.after.missing == ((1, "expected: RoPE"),) and not report.after.findings
+
+
+def test_external_data_is_read_from_the_model_s_folder_and_never_written_over(tmp_path, monkeypatch, capsys):
+    """GenAI keeps its caches in a data file: the re-audit reads them from the model's folder (not the working
+    directory), and an output naming that file is refused before anything is written."""
+    model, config = load("genai", "qwen2")
+    _genai_caches(10000.0)(model, config)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    onnx.save(model, folder / "model.onnx", save_as_external_data=True, location="weights.data", size_threshold=0)
+    monkeypatch.chdir(tmp_path)
+    cfg = fixture("genai", "qwen2")[0].replace("model.onnx", "config.json")
+    out = tmp_path / "repaired.onnx"
+    assert cli.main(["repair", str(folder / "model.onnx"), "--config", cfg, "-o", str(out)]) == 0
+    assert audit_rotary(str(out), config).status == "verified"
+    capsys.readouterr()
+    before = (folder / "weights.data").read_bytes()
+    args = ["repair", str(folder / "model.onnx"), "--config", cfg, "-o", str(folder / "weights.data")]
+    assert cli.main(args) == 2
+    assert "is a weight file of the model read" in capsys.readouterr().err
+    assert (folder / "weights.data").read_bytes() == before
+
+
+def test_repaired_longrope_gives_the_checkpoint_s_logits():
+    """The oracle: transformers' own Phi-3 on the checkpoint the export was made from (float32, eager). A prefill
+    reaching past the original context, then decode steps on the repaired model's own key/value cache: the same
+    logits; the export as it was differs there."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    folder = FIXTURES / "checkpoints" / "phi3_longrope"
+    checkpoint = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, attn_implementation="eager", dtype=torch.float32
+    ).eval()
+    model, config = load("optimum", "phi3_longrope")
+    repaired = repair_rotary(model, config).model
+    sessions = {
+        name: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        for name, m in (("export", model), ("repaired", repaired))
+    }
+    prompt = np.random.default_rng(0).integers(0, config["vocab_size"], (1, 300))
+    steps = np.random.default_rng(1).integers(0, config["vocab_size"], 3)
+    with torch.no_grad():
+        out = checkpoint(input_ids=torch.from_numpy(prompt), use_cache=True)
+        want = [out.logits.numpy()]
+        cache = out.past_key_values
+        for t in steps:
+            out = checkpoint(input_ids=torch.tensor([[int(t)]]), past_key_values=cache, use_cache=True)
+            want.append(out.logits.numpy())
+            cache = out.past_key_values
+    heads, head_dim = config["num_key_value_heads"], config["hidden_size"] // config["num_attention_heads"]
+    for name, sess in sessions.items():
+        past = {i.name: np.zeros((1, heads, 0, head_dim), np.float32) for i in sess.get_inputs() if "past" in i.name}
+        got, ids, start = [], prompt, 0
+        for _ in range(len(steps) + 1):
+            n = ids.shape[1]
+            feed = {
+                "input_ids": ids,
+                "attention_mask": np.ones((1, start + n), np.int64),
+                "position_ids": np.arange(start, start + n)[None],
+                **past,
+            }
+            outputs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed), strict=True))
+            got.append(outputs["logits"])
+            past = {k: outputs[k.replace("past_key_values", "present")] for k in past}
+            start += n
+            ids = steps[len(got) - 1 : len(got)][None] if len(got) <= len(steps) else ids
+        worst = max(float(np.max(np.abs(g - w))) for g, w in zip(got, want, strict=True))
+        assert (worst <= 1e-4) == (name == "repaired"), (name, worst)
