@@ -261,3 +261,33 @@ def test_repaired_longrope_gives_the_checkpoint_s_logits():
             ids = steps[len(got) - 1 : len(got)][None] if len(got) <= len(steps) else ids
         worst = max(float(np.max(np.abs(g - w))) for g, w in zip(got, want, strict=True))
         assert (worst <= 1e-4) == (name == "repaired"), (name, worst)
+
+
+def test_repaired_genai_caches_are_transformers_own_tables():
+    """The GenAI builder's YaRN caches repaired: the model gives the logits of the same export holding the cos/sin
+    that transformers' own Qwen2 rotary module computes for the checkpoint (the oracle), on a prompt reaching
+    past the original context; the export as it was does not."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RotaryEmbedding
+
+    model, config = load("genai", "qwen2_yarn")
+    checkpoint = transformers.AutoConfig.from_pretrained(FIXTURES / "checkpoints" / "qwen2_yarn")
+    rows = config["max_position_embeddings"]
+    with torch.no_grad():
+        cos, sin = Qwen2RotaryEmbedding(config=checkpoint)(torch.zeros(1), torch.arange(rows)[None])
+    half = cos.shape[-1] // 2
+    oracle = onnx.ModelProto()
+    oracle.CopyFrom(model)
+    set_initializer(oracle, "cos_cache", cos[0, :, :half].numpy().astype(np.float32))
+    set_initializer(oracle, "sin_cache", sin[0, :, :half].numpy().astype(np.float32))
+    repaired = repair_rotary(model, config).model
+    prompt = np.random.default_rng(0).integers(0, config["vocab_size"], (1, 4200))  # past the original 4096
+    logits = {}
+    for name, m in (("oracle", oracle), ("export", model), ("repaired", repaired)):
+        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        feed = {"input_ids": prompt, "attention_mask": np.ones_like(prompt)}
+        feed |= {i.name: np.zeros((1, 2, 0, 32), np.float32) for i in sess.get_inputs() if "past" in i.name}
+        logits[name] = sess.run(["logits"], feed)[0]
+    assert np.max(np.abs(logits["repaired"] - logits["oracle"])) <= 1e-4
+    assert np.max(np.abs(logits["export"] - logits["oracle"])) > 1e-3
