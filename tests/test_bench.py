@@ -232,3 +232,17 @@ def test_a_run_writes_to_a_folder_of_its_own_and_leaves_the_committed_results(be
     assert {p: p.read_bytes() for p in (ROOT / "bench" / "results").rglob("*") if p.is_file()} == committed
     with pytest.raises(SystemExit):
         run.parse(["--report"])  # rewriting a report needs the folder named
+
+
+def test_repair_bench_reports_ratios_of_the_repaired_model_to_the_export(tmp_path):
+    """``python -m bench.repair --tiny``: a table of both models' times and their ratio, nothing asserted of them."""
+    pytest.importorskip("onnxruntime")
+    from bench import repair
+
+    assert repair.main(["--tiny", "--out", str(tmp_path)]) == 0
+    table = (tmp_path / "repair.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| optimum phi3_longrope | computed | 1 | 0 |")]
+    assert [r.split(" | ")[4] for r in rows] == ["prefill 512", "decode"]
+    for r in rows:
+        export, repaired, ratio = (float(v) for v in r.strip(" |").split(" | ")[-3:])
+        assert abs(ratio - repaired / export) <= 2e-3 * ratio + 1e-3
