@@ -97,6 +97,13 @@ audited: ex.AuditReport = ex.audit_rotary(ex.rotary_model(16, target="portable",
 if not all(isinstance(f, ex.Finding) for f in audited.findings):
     raise SystemExit(f"audit_rotary reported {audited!r}")
 saved["audit"] = np.array([audited.exit_status, len(audited.findings)])
+
+wrong = ex.rotary_model(16, target="portable", max_positions=64, base=500.0)
+repaired: ex.Repaired = ex.repair_rotary(wrong, config)
+if not isinstance(repaired.report, ex.RepairReport):
+    raise SystemExit(f"repair_rotary reported {repaired.report!r}")
+saved["repair"] = np.array([repaired.report.exit_status, repaired.report.repaired])
+saved["repaired"] = run(repaired.model, {"x": x, "position_ids": pos})[0]
 np.savez(sys.argv[1], **saved)
 """
 
@@ -123,6 +130,8 @@ def test_every_public_name_works_without_docstrings(tmp_path):
     targets = arrayrope.export.ExportOptions.choices("target")
     for name in [f"model_{t}" for t in targets] + ["function", "fused"]:
         assert np.max(np.abs(saved[name] - expected)) <= 1e-6, name
+    full = rope_by_matrix(x, pos, inv_freq_formula(16, 10000.0), "half")  # base 500 repaired to the config's
+    assert saved["repair"].tolist() == [0, 1] and np.max(np.abs(saved["repaired"] - full)) <= 1e-6
     assert np.max(np.abs(saved["spliced"] + expected)) <= 1e-6  # the rotation of -x
     assert bool(saved["caught"]) and int(saved["max_positions"]) == 64
     assert int(saved["torch_rows"]) == 64  # the block's rows win over the module's
