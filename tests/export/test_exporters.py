@@ -86,6 +86,18 @@ def original_context(config):
     )
 
 
+@pytest.mark.parametrize("family", ["gemma3", "qwen2_yarn"])
+def test_fused_exports_audit_as_verified(family):
+    """The fused nodes' exact tables are read by digits of the position ids: the audit traces them back to the
+    ids (Gemma's are counted in the graph from the cache's length) and measures the fused model like the export."""
+    from arrayrope.export import audit_rotary
+
+    config = json.loads((FIXTURES / "optimum" / family / "config.json").read_text())
+    fused, _ = fuse_rotary(str(FIXTURES / "optimum" / family / "model.onnx"), validate=False)
+    report = audit_rotary(fused, config)
+    assert report.status == "verified" and len(report.findings) == 2 * config["num_hidden_layers"], str(report)
+
+
 @pytest.mark.parametrize("family", OPTIMUM)
 def test_fused_exports_agree_beyond_the_original_context(family):
     """The fused model and the export, on ONNX Runtime, with a cache reaching past the checkpoint's original

@@ -105,6 +105,14 @@ def _reversed(model, config):
     assert replace_constant(model, right, -right) == 1
 
 
+def _bases_swapped(model, config):
+    """Gemma 3's local (layer 0) and global (layer 1, linear scaling) frequencies each in the other's layer."""
+    local, full = (arrayrope.rope_frequencies_from_config(config, layer_idx=i).inv_freq for i in (0, 1))
+    held = np.full_like(local, 7.0)
+    for old, new in ((local, held), (full, local), (held, full)):
+        assert replace_constant(model, old, new) == 1
+
+
 def _genai_caches(base, rows=1024):
     def make(model, config):
         cos, sin = caches(arrayrope.rope_frequencies(32, base=base), rows)
@@ -122,6 +130,7 @@ def _genai_caches(base, rows=1024):
         ("optimum", "qwen2_yarn", _yarn_dropped),
         ("optimum", "qwen2_yarn", _factor_doubled),
         ("optimum", "qwen2", _reversed),
+        ("optimum", "gemma3", _bases_swapped),
         ("genai", "qwen2", _genai_caches(10000.0)),
         ("genai", "llama3", _genai_caches(500000.0, rows=512)),  # the scaling dropped, the tables truncated
     ],

@@ -54,6 +54,8 @@ _INT_VIEWS = frozenset(
     {"Unsqueeze", "Squeeze", "Reshape", "Expand", "Tile", "Identity", "Cast", "Flatten", "Clip", "Mod"}
 )
 _INTS = frozenset({TensorProto.INT64, TensorProto.INT32})
+#: Integer ops by constants that make the digits of position ids (the exact tables' indices), from the ids.
+_DIGIT_OPS = frozenset({"Div", "Mod", "Abs", "Clip"})
 _FLOATS = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE})
 
 
@@ -389,14 +391,17 @@ def _integer_sources(graph: Graph, table: str) -> list[str]:
 
 
 def _root(graph: Graph, name: str) -> str:
-    """Back through integer views to the first tensor of rank 1 or 2 (the position ids)."""
+    """Back through integer views to the first tensor of rank 1 or 2 (the position ids), and through the digits
+    that exact tables are read by (``Mod`` and ``Div`` by constants of ``Abs`` or ``Clip`` of the ids)."""
     current = name
     while True:
         shape = graph.shape(current)
         node = graph.producer.get(current)
-        if shape is not None and len(shape) <= 2:
+        digits = node is not None and node.op_type in _DIGIT_OPS and all(graph.is_constant(i) for i in node.input[1:])
+        if shape is not None and len(shape) <= 2 and not digits:
             return current
-        if node is None or node.op_type not in _INT_VIEWS or graph.elem_type(node.input[0]) not in _INTS:
+        views = _INT_VIEWS | _DIGIT_OPS if digits else _INT_VIEWS
+        if node is None or node.op_type not in views or graph.elem_type(node.input[0]) not in _INTS:
             return current
         current = node.input[0]
 
