@@ -205,7 +205,8 @@ def test_block_runs_as_pasted(page, lang, code, expected, section, line, folder,
         env = {**os.environ, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
         ran: set[tuple[str, pathlib.Path]] = set()  # bench lines that differ in size only run as one --tiny run
         for command in shell_lines(code):
-            needs_onnx = shlex.split(command, comments=True)[:2] in (["arrayrope", "export"], ["arrayrope", "check"])
+            onnx_commands = ("export", "check", "audit", "repair")  # their models are ONNX
+            needs_onnx = shlex.split(command, comments=True)[:2] in [["arrayrope", c] for c in onnx_commands]
             if needs_onnx and importlib.util.find_spec("onnx") is None:
                 pytest.skip("onnx is not installed")
             here = as_run_here(command, folder)
