@@ -9,12 +9,13 @@ HELP = "rewrite every rotary embedding of an ONNX model that differs from its co
 VERDICT = True
 EPILOG = """\
 exit status (that of the audit of the repaired model):
-  0  verified: every rotation of the repaired model matches the config; the model was written
+  0  verified: every rotation of the repaired model matches the config; the model was written (or, where
+     every rotation already matched, nothing was: the model needs no repair)
   1  failed: a rotation still differs (one that could not be rewritten: the report says why); the model
-     was written with the rotations that could be
+     was written with the rotations that could be, or not at all where none could
   2  usage or input error (one line on stderr: 'arrayrope repair: error: ...'); nothing was written
   3  not verified: a rotation could not be measured, or a layer the config gives RoPE has none found; the
-     model was written"""
+     model was written if a rotation was rewritten"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +50,15 @@ def run(args: argparse.Namespace) -> int:
     result = repair_rotary(args.model, args.config, max_positions=args.max_positions)
     report = result.report
     print(report)
+    if not report.repaired:
+        n = len(report.changes)
+        why = (
+            "the model needs no repair"
+            if report.status == "verified"
+            else "no rotation could be rewritten (each line above says why)"
+        )
+        print(f"verdict: {report.after.verdict()}; {why}: {args.output} not written ({n} of {n} rotations kept)")
+        return report.exit_status
     result.save(args.output)
     data = "" if report.data_folder is None else f" (its weights in {args.output}.data)"
     print(f"verdict: {report.verdict()}")

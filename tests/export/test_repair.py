@@ -70,12 +70,18 @@ def test_repaired_longrope_keeps_what_the_export_got_right():
         assert (differs <= 1e-5 * np.max(np.abs(want))) == same, (past, differs)
 
 
-def test_a_faithful_export_is_kept_as_it_is():
+def test_a_faithful_export_is_kept_as_it_is(tmp_path, capsys):
+    """Nothing to rewrite: the model returned is the input's copy, and the command writes nothing (exit 0)."""
     model, config = load("optimum", "llama3")
     repaired, report = repair_rotary(model, config)
     assert report.repaired == 0 and report.status == "verified"
     assert {c.reason for c in report.changes} == {"it matches the config"}
-    assert [n.op_type for n in repaired.graph.node] == [n.op_type for n in model.graph.node]
+    assert repaired is not model and repaired.SerializeToString() == model.SerializeToString()
+    path, _ = fixture("optimum", "llama3")
+    out = tmp_path / "repaired.onnx"
+    assert cli.main(["repair", path, "--config", path.replace("model.onnx", "config.json"), "-o", str(out)]) == 0
+    said = capsys.readouterr().out.splitlines()[-1]
+    assert said.startswith("verdict: verified: ") and "the model needs no repair" in said and not out.exists(), said
 
 
 def _wrong_base(model, config):
@@ -162,8 +168,9 @@ def test_dynamic_ntk_is_kept_with_the_reason(tmp_path, capsys):
     out = tmp_path / "repaired.onnx"
     assert cli.main(["repair", path, "--config", path.replace("model.onnx", "config.json"), "-o", str(out)]) == 1
     said = capsys.readouterr().out
-    assert "0 of 4 rotations rewritten" in said
+    assert "no rotation could be rewritten" in said and "not written (4 of 4 rotations kept)" in said
     assert said.count("kept: its frequencies grow with every call length past 512 positions (dynamic)") == 4
+    assert not out.exists()
 
 
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
@@ -186,12 +193,12 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
 
 def test_rotations_the_config_says_are_wrong_in_ways_not_written_are_kept(tmp_path, capsys):
     """GenAI's caches for dynamic NTK (frequencies that grow with each length): kept with the reason, exit 1,
-    the model written with what could be repaired."""
+    nothing written where nothing could be repaired."""
     path, _ = fixture("genai", "llama_dynamic")
     out = tmp_path / "repaired.onnx"
     assert cli.main(["repair", path, "--config", path.replace("model.onnx", "config.json"), "-o", str(out)]) == 1
     said = capsys.readouterr().out
-    assert said.count("kept: its frequencies grow with every call length past 512 positions") == 2 and out.exists()
+    assert said.count("kept: its frequencies grow with every call length past 512 positions") == 2 and not out.exists()
 
 
 def test_a_layer_without_rope_loses_its_rotation():

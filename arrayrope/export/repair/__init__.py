@@ -150,6 +150,12 @@ def repair_rotary(
             changes.append(change._replace(after=after, repaired=True))
         except ValueError as exc:
             changes.append(change._replace(reason=str(exc)))
+    if not any(c.repaired for c in changes):  # the model as it was (a copy): its audit stands
+        kept = source
+        if source is model:
+            kept = onnx.ModelProto()
+            kept.CopyFrom(source)
+        return Repaired(kept, RepairReport(tuple(changes), before, before, folder))
     out = rewritten(work, nodes, inits, replaced, contrib=False)
     read = {name for n in out.graph.node for name in reads(n)} | {o.name for o in out.graph.output}
     kept_inits = [t for t in out.graph.initializer if t.name in read]
