@@ -8,6 +8,7 @@ Runtime running the repaired model.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from export.test_audit import caches, fixture, load, replace_constant, set_initi
 
 import arrayrope  # noqa: E402
 from arrayrope import cli  # noqa: E402
-from arrayrope.export import audit_rotary, repair_rotary  # noqa: E402
+from arrayrope.export import audit_rotary, repair_rotary, rotary_model  # noqa: E402
 from arrayrope.export.fuse._match import Graph  # noqa: E402
 from arrayrope.export.fuse._probe import SAMPLE_SEQ, sample_inputs  # noqa: E402
 
@@ -119,6 +120,23 @@ def _bases_swapped(model, config):
         assert replace_constant(model, old, new) == 1
 
 
+def _scaling_changed(**wrong):
+    """The frequencies (and attention factor) of the same scaling with one setting changed: a wrong factor or
+    original context."""
+
+    def make(model, config):
+        with warnings.catch_warnings():  # yarn warns where its factor and the lengths disagree
+            warnings.simplefilter("ignore", UserWarning)
+            other = {**config, "rope_scaling": {**config["rope_scaling"], **wrong}}
+            right, made = (arrayrope.rope_frequencies_from_config(c) for c in (config, other))
+        assert replace_constant(model, right.inv_freq, made.inv_freq) == 1
+        if made.attention_factor != right.attention_factor:
+            old, new = np.array([right.attention_factor]), np.array([made.attention_factor])
+            assert replace_constant(model, old, new) == 2
+
+    return make
+
+
 def _genai_caches(base, rows=1024):
     def make(model, config):
         cos, sin = caches(arrayrope.rope_frequencies(32, base=base), rows)
@@ -135,6 +153,8 @@ def _genai_caches(base, rows=1024):
         ("optimum", "llama3", _llama3_dropped),
         ("optimum", "qwen2_yarn", _yarn_dropped),
         ("optimum", "qwen2_yarn", _factor_doubled),
+        ("optimum", "llama3", _scaling_changed(factor=4.0)),
+        ("optimum", "qwen2_yarn", _scaling_changed(original_max_position_embeddings=2048)),
         ("optimum", "qwen2", _reversed),
         ("optimum", "gemma3", _bases_swapped),
         ("genai", "qwen2", _genai_caches(10000.0)),
@@ -160,6 +180,55 @@ def test_faults_made_from_faithful_exports_repair_to_verified(exporter, family, 
             k: v[:1].astype(np.int32 if names[k] == "tensor(int32)" else v.dtype) for k, v in feed.items() if k in names
         }
     assert np.isfinite(sess.run(["logits"], feed)[0]).all()
+
+
+@pytest.mark.parametrize("target", ["portable", "onnx23", "ort"])
+def test_float16_rotations_repair_to_float16_nodes(target):
+    """A float16 model's rotations are rewritten in float16 (tables computed exactly, then rounded once); the
+    repaired node's output against explicit rotation matrices in float64 is within float16 rounding."""
+    config = {"head_dim": 16, "num_hidden_layers": 1, "rope_theta": 10000.0, "max_position_embeddings": 64}
+    repaired, report = repair_rotary(rotary_model(16, target=target, max_positions=64, dtype="float16"), config)
+    assert report.repaired == 0  # right as exported
+    model = rotary_model(16, target=target, max_positions=64, dtype="float16", base=500000.0)
+    repaired, report = repair_rotary(model, config)
+    assert report.repaired == 1 and report.status == "verified", str(report)
+    sess = ort.InferenceSession(repaired.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    x = np.random.default_rng(3).standard_normal((2, 3, 5, 16)).astype(np.float16)  # (batch, heads, seq, dim)
+    positions = np.array([[0, 1, 2, 40, 63], [7, 8, 9, 10, 11]])
+    feed = {names[0]: x, names[1]: positions.astype(np.int64)}
+    got = sess.run(None, feed)[0]
+    assert got.dtype == np.float16
+    inv = 1.0 / 10000.0 ** (np.arange(0, 16, 2) / 16)
+    angle = positions[:, None, :, None] * inv  # (batch, 1, seq, pairs)
+    x64 = x.astype(np.float64)
+    lo, hi = x64[..., :8], x64[..., 8:]
+    want = np.concatenate([lo * np.cos(angle) - hi * np.sin(angle), hi * np.cos(angle) + lo * np.sin(angle)], -1)
+    assert np.max(np.abs(got - want) / (np.abs(want) + 1)) <= 2e-3  # float16's rounding of cos, sin, products
+
+
+def test_bfloat16_rotations_in_standard_ops_are_refused_with_the_reason():
+    config = {"head_dim": 16, "num_hidden_layers": 1, "rope_theta": 10000.0, "max_position_embeddings": 64}
+    model = rotary_model(16, target="portable", max_positions=64, dtype="bfloat16", base=500000.0)
+    with pytest.raises(ValueError, match=r"bfloat16 model cannot be probed: .* use the float16 or float32 export"):
+        repair_rotary(model, config)
+
+
+@pytest.mark.parametrize("dtype", [onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16])
+def test_half_precision_caches_repair_in_their_type(dtype):
+    """GenAI's caches stored in float16 or bfloat16, truncated and unscaled: the config's caches in the same type."""
+    from onnx import helper
+
+    model, config = load("genai", "llama3")
+    wrong = caches(arrayrope.rope_frequencies(32, base=500000.0), 512)
+    for t in model.graph.initializer:
+        if t.name in ("cos_cache", "sin_cache"):
+            a = wrong[t.name != "cos_cache"].astype(np.float32)
+            t.CopyFrom(helper.make_tensor(t.name, dtype, a.shape, a.ravel().tolist()))
+    repaired, report = repair_rotary(model, config)
+    assert report.repaired == 2 and report.status == "verified", str(report)
+    written = [t for t in repaired.graph.initializer if t.name.endswith("_cache")]
+    assert len(written) == 2 and {t.data_type for t in written} == {dtype}
 
 
 def test_dynamic_ntk_is_kept_with_the_reason(tmp_path, capsys):

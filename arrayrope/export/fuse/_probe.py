@@ -121,7 +121,7 @@ def sample_inputs(graph: Graph, seed: int = 0, past: int | None = None, names: C
             raise ValueError(
                 f"input {value.name!r} is bfloat16, and a bfloat16 model cannot be probed: ONNX Runtime's Python API "
                 "takes no bfloat16 arrays and its CPU provider has no bfloat16 kernels for the arithmetic (Mul, "
-                "Add); fuse the float16 or float32 export of the same model, whose rotations are the same"
+                "Add); use the float16 or float32 export of the same model, whose rotations are the same"
             )
         if dtype is None:
             raise ValueError(f"input {value.name!r} has an element type sample inputs cannot be made for; pass inputs=")
