@@ -173,7 +173,7 @@ FAMILIES: dict[str, tuple[str, dict[str, object]]] = {
 
 #: Families whose checkpoint (config and weights) is kept too, in ``checkpoints/``: the oracle of tests that
 #: compare a model's logits with transformers' (a repaired export against the checkpoint it came from).
-CHECKPOINTS = ("phi3_longrope", "qwen2_yarn")
+CHECKPOINTS = ("phi3_longrope", "qwen2_yarn", "llama_dynamic")
 
 _CHECKPOINT = textwrap.dedent(
     """

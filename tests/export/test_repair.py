@@ -231,15 +231,56 @@ def test_half_precision_caches_repair_in_their_type(dtype):
     assert len(written) == 2 and {t.data_type for t in written} == {dtype}
 
 
-def test_dynamic_ntk_is_kept_with_the_reason(tmp_path, capsys):
-    """Frequencies that grow with every call length have no fixed tables: nothing rewritten, said, exit 1."""
-    path, _ = fixture("optimum", "llama_dynamic")
+def test_dynamic_ntk_takes_the_frequencies_of_each_call_s_length(tmp_path, capsys):
+    """optimum's export fixes the frequencies of one traced length: repaired, each call takes those of its own
+    length, computed in the graph up to the 2048 positions the config implies (or --max-positions), NaN past."""
+    path, config = fixture("optimum", "llama_dynamic")
     out = tmp_path / "repaired.onnx"
-    assert cli.main(["repair", path, "--config", path.replace("model.onnx", "config.json"), "-o", str(out)]) == 1
+    assert cli.main(["repair", path, "--config", path.replace("model.onnx", "config.json"), "-o", str(out)]) == 0
     said = capsys.readouterr().out
-    assert "no rotation could be rewritten" in said and "not written (4 of 4 rotations kept)" in said
-    assert said.count("kept: its frequencies grow with every call length past 512 positions (dynamic)") == 4
-    assert not out.exists()
+    assert "4 of 4 rotations rewritten" in said
+    assert said.count("take the frequencies of their length (computed in the graph for lengths up to 2048") == 4
+    report = repair_rotary(path, config, max_positions=3000).report
+    assert report.status == "verified" and "lengths up to 3000" in report.changes[0].after, str(report)
+
+
+def test_frequencies_of_the_call_s_length_are_exact_in_float32():
+    """The graph's cos/sin for dynamic NTK against float64 cos and sin of the registry's frequencies for the
+    call's length (the oracle; its own error ~1e-16): within 3e-7 at every position up to 16384 (Llama 2's head
+    of 128, factor 4 over 4096), where float32 angles are 1e-3 off; negative ids turn backwards; NaN for calls
+    longer than the lengths given."""
+    from onnx import TensorProto, helper
+
+    from arrayrope.export.build._builder import Builder
+    from arrayrope.export.build._lengths import ByLength, by_length_cos_sin
+
+    config = {
+        "head_dim": 128,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 4096,
+        "rope_scaling": {"rope_type": "dynamic", "factor": 4.0},
+    }
+    lengths = (4097, 7001, 16384)
+    freqs = {n: arrayrope.rope_frequencies_from_config(config, seq_len=n).inv_freq for n in lengths}
+    rows = np.stack([freqs[n] if n in freqs else np.full(64, 7.0) for n in range(4097, 16385)])
+    b = Builder("t/")
+    cos, sin = by_length_cos_sin(b, ByLength(4097, rows, np.ones(len(rows))), "ids", "float32")
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["B", "S"])
+    outs = [helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in (cos, sin)]
+    graph = helper.make_graph(b.nodes, "g", [ids], outs, b.initializers)
+    sess = ort.InferenceSession(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString(),
+        providers=["CPUExecutionProvider"],
+    )
+    for n in lengths:
+        positions = np.concatenate([np.arange(-3, 500), np.arange(n - 500, n)])[None]
+        got = sess.run(None, {"ids": positions})
+        angle = positions[..., None] * freqs[n]
+        worst = max(float(np.max(np.abs(g - w))) for g, w in zip(got, (np.cos(angle), np.sin(angle)), strict=True))
+        assert worst <= 3e-7, (n, worst)
+        rough = np.cos((positions[..., None].astype(np.float32) * freqs[n].astype(np.float32)).astype(np.float64))
+        assert np.max(np.abs(rough - np.cos(angle))) > 1e-4  # what the method is for
+    assert np.isnan(sess.run(None, {"ids": np.array([[0, 16384]])})[0]).all()
 
 
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
@@ -301,23 +342,30 @@ def test_external_data_is_read_from_the_model_s_folder_and_never_written_over(tm
     assert (folder / "weights.data").read_bytes() == before
 
 
-def test_repaired_longrope_gives_the_checkpoint_s_logits():
-    """The oracle: transformers' own Phi-3 on the checkpoint the export was made from (float32, eager). A prefill
+@pytest.mark.parametrize(
+    ("family", "prompt"),
+    [
+        ("phi3_longrope", 300),  # past the original context of 256
+        ("llama_dynamic", 2045),  # the base grown at every length past 512, up to the 2048 positions implied
+    ],
+)
+def test_repaired_models_give_the_checkpoint_s_logits(family, prompt):
+    """The oracle: transformers' own model on the checkpoint the export was made from (float32, eager). A prefill
     reaching past the original context, then decode steps on the repaired model's own key/value cache: the same
     logits; the export as it was differs there."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    folder = FIXTURES / "checkpoints" / "phi3_longrope"
+    folder = FIXTURES / "checkpoints" / family
     checkpoint = transformers.AutoModelForCausalLM.from_pretrained(
         folder, attn_implementation="eager", dtype=torch.float32
     ).eval()
-    model, config = load("optimum", "phi3_longrope")
+    model, config = load("optimum", family)
     repaired = repair_rotary(model, config).model
     sessions = {
         name: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
         for name, m in (("export", model), ("repaired", repaired))
     }
-    prompt = np.random.default_rng(0).integers(0, config["vocab_size"], (1, 300))
+    prompt = np.random.default_rng(0).integers(0, config["vocab_size"], (1, prompt))
     steps = np.random.default_rng(1).integers(0, config["vocab_size"], 3)
     with torch.no_grad():
         out = checkpoint(input_ids=torch.from_numpy(prompt), use_cache=True)
@@ -327,7 +375,8 @@ def test_repaired_longrope_gives_the_checkpoint_s_logits():
             out = checkpoint(input_ids=torch.tensor([[int(t)]]), past_key_values=cache, use_cache=True)
             want.append(out.logits.numpy())
             cache = out.past_key_values
-    heads, head_dim = config["num_key_value_heads"], config["hidden_size"] // config["num_attention_heads"]
+    heads = config["num_key_value_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     for name, sess in sessions.items():
         past = {i.name: np.zeros((1, heads, 0, head_dim), np.float32) for i in sess.get_inputs() if "past" in i.name}
         got, ids, start = [], prompt, 0

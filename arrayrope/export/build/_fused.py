@@ -22,7 +22,10 @@ plain token's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ._builder import Builder
+from ._lengths import ByLength, by_length_cos_sin
 from ._mrope import per_token as mrope_per_token
 from ._spec import MS_DOMAIN, Spec, np_dtype
 from ._tables import computed_cos_sin, guard, host_tables
@@ -81,38 +84,66 @@ class FusedEmitter:
                 )
         return self._per_token[key]
 
-    def apply(self, x: str, pos: str | None, out: str, heads: int | None) -> str:
-        """Rotate ``x`` (``heads`` heads) at positions ``pos`` (None: 0..seq-1) into ``out``."""
-        s, b = self.spec, self.b
-        o = s.options
-        with_heads = heads is not None and (o.rank == 3 or s.target == "ort")
-        standard = s.target == "onnx23"
-        if o.tables == "computed" or s.mrope_axes is not None:
-            return b.op(
-                "RotaryEmbedding",
-                [x, *self.per_token(x, pos)],
-                out=out,
-                domain="" if standard else MS_DOMAIN,
-                interleaved=int(o.layout == "interleaved"),
-                rotary_embedding_dim=s.rotary_dim if s.rotary_dim < s.head_dim else 0,
-                num_heads=heads if with_heads else None,
-                scale=None if standard else 1.0,
-            )
+    def inputs(self, x: str, pos: str | None) -> tuple[str, ...]:
+        """The inputs after ``x`` of the fused node rotating ``x`` at positions ``pos`` (None: 0..seq-1)."""
+        s = self.spec
+        if s.options.tables == "computed" or s.mrope_axes is not None:
+            return self.per_token(x, pos)
         cos, sin = self.caches()
         if pos is None and s.target == "ort":  # an offset of 0: positions 0..seq-1, nothing to guard
             pos = self._default_positions(x)
         else:
             pos = self._default_positions(x) if pos is None else pos
             if pos not in self._guarded:
-                self._guarded[pos] = guard(b, s, pos)
+                self._guarded[pos] = guard(self.b, s, pos)
             pos = self._guarded[pos]
-        return b.op(
+        return (cos, sin, pos) if s.target == "onnx23" else (pos, cos, sin)
+
+    def node(self, x: str, inputs: Sequence[str], out: str, heads: int | None) -> str:
+        """The fused node rotating ``x`` (``heads`` heads) with ``inputs`` (as :meth:`inputs` gives them)."""
+        s = self.spec
+        standard = s.target == "onnx23"
+        return self.b.op(
             "RotaryEmbedding",
-            [x, cos, sin, pos] if standard else [x, pos, cos, sin],
+            [x, *inputs],
             out=out,
             domain="" if standard else MS_DOMAIN,
-            interleaved=int(o.layout == "interleaved"),
+            interleaved=int(s.options.layout == "interleaved"),
             rotary_embedding_dim=s.rotary_dim if s.rotary_dim < s.head_dim else 0,
-            num_heads=heads if with_heads else None,
+            num_heads=heads if heads is not None and (s.options.rank == 3 or not standard) else None,
             scale=None if standard else 1.0,
         )
+
+    def apply(self, x: str, pos: str | None, out: str, heads: int | None) -> str:
+        """Rotate ``x`` (``heads`` heads) at positions ``pos`` (None: 0..seq-1) into ``out``."""
+        return self.node(x, self.inputs(x, pos), out, heads)
+
+
+class Switched:
+    """One standard ``RotaryEmbedding`` node whose tables each run chooses: ``long``'s when the largest position
+    id reaches ``changes``, ``short``'s below (LongRoPE's two regimes; dynamic NTK's frequencies of the call's
+    length, :class:`~._lengths.ByLength`). Caches of both regimes are chosen whole; where one regime is per
+    token, both are taken per token."""
+
+    def __init__(self, short: FusedEmitter, long: FusedEmitter | ByLength, changes: int) -> None:
+        assert short.spec.target == "onnx23" and short.spec.mrope_axes is None
+        self.short, self.long, self.changes = short, long, changes
+
+    def apply(self, x: str, pos: str | None, out: str, heads: int | None) -> str:
+        """Rotate ``x`` (``heads`` heads) at the int64 position ids ``pos`` ``(B, S)`` into ``out``."""
+        assert pos is not None
+        b, short, long = self.short.b, self.short, self.long
+        reaches = b.op("GreaterOrEqual", [b.op("ReduceMax", [pos], keepdims=0), b.scalar(self.changes, "changes")])
+        first = short.inputs(x, pos)
+        if isinstance(long, FusedEmitter) and len(first) == 3:  # both stored: the same guarded ids
+            second = long.inputs(x, pos)
+            tables = [b.op("Where", [reaches, lo, sh]) for lo, sh in zip(second[:2], first[:2], strict=True)]
+            return short.node(x, [*tables, first[2]], out, heads)
+        if len(first) == 3:  # the short caches, read per token
+            first = tuple(b.op("Gather", [t, first[2]], axis=0) for t in first[:2])
+        if isinstance(long, FusedEmitter):
+            second = long.per_token(x, pos)
+        else:
+            second = by_length_cos_sin(b, long, pos, short.spec.options.dtype)
+        tables = [b.op("Where", [reaches, lo, sh]) for lo, sh in zip(second, first, strict=True)]
+        return short.node(x, tables, out, heads)

@@ -48,7 +48,10 @@ def repair_rotary(
     config's tables for its layer: computed in the graph from the position ids by the
     exact float32 method, or stored with ``max_positions`` rows. LongRoPE's two regimes
     are both written, and each run takes the long one when its largest position id
-    reaches ``original_max_position_embeddings``, as transformers chooses. A
+    reaches ``original_max_position_embeddings``, as transformers chooses. Dynamic NTK
+    takes the frequencies of each run's length (its largest position id plus one) past
+    ``max_position_embeddings``, computed in the graph for every length up to the end
+    of the context the config implies (or ``max_positions``); longer runs give NaN. A
     ``GroupQueryAttention`` that rotates inside gets the config's ``cos_cache`` and
     ``sin_cache``, with a row for every position below ``max_position_embeddings`` (or
     as many as it had). The repaired model is then audited again.

@@ -13,34 +13,45 @@ import onnx
 from onnx import NodeProto, TensorProto, helper, numpy_helper
 
 import arrayrope
+from arrayrope.config import rope_frequencies_from_config
 from arrayrope.frequencies import RopeFrequencies
 
 from ..audit._expect import Layer, length_context
 from ..build._builder import Builder
 from ..build._emit import emitter, heads_spec, rotate_heads
-from ..build._fused import FusedEmitter
+from ..build._fused import FusedEmitter, Switched
+from ..build._lengths import ByLength
 from ..build._spec import DTYPE_NAMES, Spec, np_dtype
-from ..build._tables import guard
 from ..fuse._match import Graph, Site
 from ..fuse._probe import shapes
 from ..fuse._replace import _position_ids
 
 
-def regimes(layer: Layer, config: Mapping[str, Any]) -> tuple[RopeFrequencies, RopeFrequencies | None, int]:
+def regimes(
+    layer: Layer, config: Mapping[str, Any], rows: int | None
+) -> tuple[RopeFrequencies, RopeFrequencies | ByLength | None, int]:
     """``(frequencies, long, changes)``: the frequencies of calls up to ``changes`` positions, and those of longer
-    calls (None for types whose frequencies do not follow the call's length). ValueError for dynamic NTK, whose
-    frequencies grow with every length past ``max_position_embeddings``."""
+    calls (None for types whose frequencies do not follow the call's length): one set (LongRoPE), or one per call
+    length up to ``rows`` or the end of the context the config implies (dynamic NTK, whose frequencies grow with
+    every length)."""
     context = length_context(layer.settings)
     if context is None:
         return layer.frequencies(config, 1), None, 0
     changes, reach, _ = context
     short, long = layer.frequencies(config, changes), layer.frequencies(config, reach)
-    if not np.array_equal(layer.frequencies(config, changes + 1).inv_freq, long.inv_freq):
-        raise ValueError(
-            f"its frequencies grow with every call length past {changes} positions ({short.rope_type}): no fixed "
-            "tables hold them, and repair does not write frequencies computed from the length yet"
-        )
-    return short, long, changes
+    if np.array_equal(layer.frequencies(config, changes + 1).inv_freq, long.inv_freq):
+        return short, long, changes
+    lengths = range(changes + 1, max(rows or 0, reach) + 1)
+    made = [rope_frequencies_from_config(config, seq_len=n, layer_idx=layer.index) for n in lengths]
+    return (
+        short,
+        ByLength(
+            changes + 1,
+            np.stack([np.asarray(f.inv_freq, np.float64) for f in made]),
+            np.array([f.attention_factor for f in made], np.float64),
+        ),
+        changes,
+    )
 
 
 def standard_site(
@@ -63,10 +74,12 @@ def standard_site(
     shape = shapes(site, seen)
     if site.positions is None:
         raise ValueError("no integer positions were found that its tables are computed from")
-    short, long, changes = regimes(layer, config)
+    short, long, changes = regimes(layer, config, rows)
     mrope = layer.settings.mrope
     if shape.position_axes and mrope is None:
         raise ValueError(f"it reads M-RoPE position ids ({shape.position_axes}, batch, seq), and the config has none")
+    if shape.position_axes and long is not None:
+        raise ValueError("M-RoPE with a length-dependent rope type is not written")
     dtype = DTYPE_NAMES.get(graph.elem_type(site.x) or TensorProto.FLOAT, "float32")
     pos = _position_ids(b, graph, site, shape, seen)
 
@@ -85,40 +98,24 @@ def standard_site(
             mrope_interleaved=bool(mrope is not None and shape.position_axes and mrope[1]),
         )
 
+    spec = spec_of(short)
     said = _said(short, rows)
     if long is None:
-        spec = spec_of(short)
         rotate_heads(spec, b, emitter(spec, b), site.x, pos, site.rotated)
         return b, said
-    if shape.position_axes:
-        raise ValueError("M-RoPE with a length-dependent rope type is not written")
-    # transformers takes the long frequencies when a call's largest position id reaches ``changes``: one node,
-    # its tables chosen per run, so that the rotation is one (the audit measures it call by call)
-    reaches = b.op("GreaterOrEqual", [b.op("ReduceMax", [pos], keepdims=0), b.scalar(changes, "changes")])
-    spec, other = spec_of(short), spec_of(long)
-    first, second = FusedEmitter(spec, b), FusedEmitter(other, b)
-    if rows is None:
-        (cos_s, sin_s), (cos_l, sin_l) = first.per_token(site.x, pos), second.per_token(site.x, pos)
-        ids: list[str] = []
+    # transformers takes the longer call's frequencies when its largest position id reaches ``changes``: one
+    # node whose tables each run chooses, so that the rotation is one (the audit measures it call by call)
+    if isinstance(long, ByLength):
+        other: FusedEmitter | ByLength = long
+        said += (
+            f"; calls reaching position {changes} take the frequencies of their length (computed in the graph "
+            f"for lengths up to {long.last}, NaN past it)"
+        )
     else:
-        (cos_s, sin_s), (cos_l, sin_l) = first.caches(), second.caches()
-        ids = [guard(b, spec, pos)]
-    cos, sin = (b.op("Where", [reaches, lo, sh]) for lo, sh in ((cos_l, cos_s), (sin_l, sin_s)))
-    x, out = site.x, site.rotated
-    flat = spec.options.rank == 3
-    if flat:
-        x, out = b.op("Reshape", [x, b.ints([0, 0, -1], "flat")]), b.name("flat_rotated")
-    y = b.op(
-        "RotaryEmbedding",
-        [x, cos, sin, *ids],
-        out=out,
-        interleaved=int(layer.layout == "interleaved"),
-        rotary_embedding_dim=spec.rotary_dim if spec.rotary_dim < spec.head_dim else 0,
-        num_heads=shape.heads if flat else None,
-    )
-    if flat:
-        b.op("Reshape", [y, b.ints([0, 0, -1, spec.head_dim], "heads")], out=site.rotated)
-    return b, f"{said}; calls reaching position {changes} take the long frequencies"
+        other = FusedEmitter(spec_of(long), b)
+        said += f"; calls reaching position {changes} take the long frequencies"
+    rotate_heads(spec, b, Switched(FusedEmitter(spec, b), other, changes), site.x, pos, site.rotated)
+    return b, said
 
 
 def _said(freqs: RopeFrequencies, rows: int | None) -> str:
@@ -139,8 +136,17 @@ def attention_caches(
     cos, sin = node.input[7], node.input[8]
     if not (graph.is_constant(cos) and graph.is_constant(sin)):
         raise ValueError("its caches are computed in the graph, which repair does not rewrite yet")
-    short, long, _ = regimes(layer, config)
-    if long is not None:
+    context = length_context(layer.settings)
+    short = layer.frequencies(config, 1)
+    if context is not None:
+        changes = context[0]
+        if not np.array_equal(
+            layer.frequencies(config, changes + 1).inv_freq, layer.frequencies(config, context[1]).inv_freq
+        ):
+            raise ValueError(
+                f"its frequencies grow with every call length past {changes} positions ({short.rope_type}): caches "
+                "computed in the graph from the sequence length are not written yet"
+            )
         raise ValueError(f"its caches would need both {short.rope_type} regimes and a switch, not written yet")
     if layer.settings.mrope is not None or layer.settings.rotary_features != "leading":
         raise ValueError("its config's rotation (M-RoPE, or trailing rotary features) has no cache form")
