@@ -17,6 +17,16 @@ CHUNK = 64 << 20
 ALIGN = 1 << 16
 
 
+def save_whole(model: onnx.ModelProto, path: str | os.PathLike[str], folder: str | None) -> None:
+    """Write a rewritten model to ``path``, whole: its tensors left in external data files in ``folder`` copied
+    to one data file beside it (:func:`save_with_data`); a model holding its tensors saved as ``onnx.save``
+    saves it (with its tensors beside it beyond protobuf's 2 GiB)."""
+    if folder is None:
+        onnx.save(model, path, save_as_external_data=model.ByteSize() >= 2**31 - 1)  # protobuf's limit
+    else:
+        save_with_data(model, path, folder)
+
+
 def save_with_data(model: onnx.ModelProto, path: str | os.PathLike[str], folder: str) -> str:
     """Write ``model`` to ``path`` and its external tensors, read from ``folder``, to ``path + ".data"``.
 

@@ -213,9 +213,6 @@ class Fused(NamedTuple):
         ...     os.listdir(folder)
         ['fused.onnx']
         """
-        if self.report.data_folder is None:
-            onnx.save(self.model, path, save_as_external_data=self.model.ByteSize() >= 2**31 - 1)  # protobuf's limit
-            return
-        from .._external import save_with_data
+        from .._external import save_whole
 
-        save_with_data(self.model, path, self.report.data_folder)
+        save_whole(self.model, path, self.report.data_folder)

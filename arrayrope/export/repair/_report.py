@@ -136,9 +136,6 @@ class Repaired(NamedTuple):
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the repaired model to ``path``, whole (as :meth:`Fused.save` writes a fused one)."""
-        if self.report.data_folder is None:
-            onnx.save(self.model, path, save_as_external_data=self.model.ByteSize() >= 2**31 - 1)
-            return
-        from .._external import save_with_data
+        from .._external import save_whole
 
-        save_with_data(self.model, path, self.report.data_folder)
+        save_whole(self.model, path, self.report.data_folder)
