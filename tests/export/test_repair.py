@@ -227,7 +227,8 @@ def test_half_precision_caches_repair_in_their_type(dtype):
             t.CopyFrom(helper.make_tensor(t.name, dtype, a.shape, a.ravel().tolist()))
     repaired, report = repair_rotary(model, config)
     assert report.repaired == 2 and report.status == "verified", str(report)
-    written = [t for t in repaired.graph.initializer if t.name.endswith("_cache")]
+    read = {n.input[i] for n in repaired.graph.node if n.op_type == "GroupQueryAttention" for i in (7, 8)}
+    written = [t for t in repaired.graph.initializer if t.name in read]
     assert len(written) == 2 and {t.data_type for t in written} == {dtype}
 
 
@@ -301,14 +302,24 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
         assert not out.exists()
 
 
-def test_rotations_the_config_says_are_wrong_in_ways_not_written_are_kept(tmp_path, capsys):
-    """GenAI's caches for dynamic NTK (frequencies that grow with each length): kept with the reason, exit 1,
-    nothing written where nothing could be repaired."""
+def test_genai_caches_chosen_per_run_by_the_total_length(tmp_path, capsys):
+    """GroupQueryAttention reads one cos/sin cache: for a length-dependent type an If on the run's total length
+    chooses it. Dynamic NTK (GenAI's 512 unscaled rows): caches computed for the run's length past 512.
+    LongRoPE (GenAI's own If, computed in the graph, against long factors the export does not have): both
+    regimes stored; its 12-column caches still keep ONNX Runtime from running the node (not verified, nothing
+    failed)."""
     path, _ = fixture("genai", "llama_dynamic")
     out = tmp_path / "repaired.onnx"
-    assert cli.main(["repair", path, "--config", path.replace("model.onnx", "config.json"), "-o", str(out)]) == 1
+    assert cli.main(["repair", path, "--config", path.replace("model.onnx", "config.json"), "-o", str(out)]) == 0
     said = capsys.readouterr().out
-    assert said.count("kept: its frequencies grow with every call length past 512 positions") == 2 and not out.exists()
+    assert said.count("runs longer than 512 positions take caches computed for their length in the graph") == 2
+    model, config = load("genai", "phi3_longrope")
+    config["rope_scaling"]["long_factor"] = [1.5 * f for f in config["rope_scaling"]["long_factor"]]
+    assert audit_rotary(model, config).status == "failed"
+    report = repair_rotary(model, config).report
+    assert report.repaired == 2 and not report.after.failures, str(report)
+    assert all("take the long frequencies' caches" in c.after for c in report.changes)
+    assert all("refuses to run the node" in f.note for f in report.after.findings), str(report.after)
 
 
 def test_a_layer_without_rope_loses_its_rotation():
@@ -397,31 +408,58 @@ def test_repaired_models_give_the_checkpoint_s_logits(family, prompt):
         assert (worst <= 1e-4) == (name == "repaired"), (name, worst)
 
 
-def test_repaired_genai_caches_are_transformers_own_tables():
-    """The GenAI builder's YaRN caches repaired: the model gives the logits of the same export holding the cos/sin
-    that transformers' own Qwen2 rotary module computes for the checkpoint (the oracle), on a prompt reaching
-    past the original context; the export as it was does not."""
+@pytest.mark.parametrize(
+    ("family", "module", "prompt"),
+    [
+        ("qwen2_yarn", "qwen2.modeling_qwen2.Qwen2RotaryEmbedding", 4200),  # past the original 4096
+        ("llama_dynamic", "llama.modeling_llama.LlamaRotaryEmbedding", 1500),  # past 512: the base grown
+    ],
+)
+def test_repaired_genai_caches_are_transformers_own_tables(family, module, prompt):
+    """The GenAI builder's caches repaired: a prefill reaching past the original context and two decode steps
+    on the model's own key/value cache give the logits of the same export holding, at each step, the cos/sin that
+    transformers' own rotary module computes for the checkpoint at that length (the oracle); the export as it was
+    does not (or cannot run there)."""
+    import importlib
+
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from transformers.models.qwen2.modeling_qwen2 import Qwen2RotaryEmbedding
-
-    model, config = load("genai", "qwen2_yarn")
-    checkpoint = transformers.AutoConfig.from_pretrained(FIXTURES / "checkpoints" / "qwen2_yarn")
-    rows = config["max_position_embeddings"]
-    with torch.no_grad():
-        cos, sin = Qwen2RotaryEmbedding(config=checkpoint)(torch.zeros(1), torch.arange(rows)[None])
-    half = cos.shape[-1] // 2
-    oracle = onnx.ModelProto()
-    oracle.CopyFrom(model)
-    set_initializer(oracle, "cos_cache", cos[0, :, :half].numpy().astype(np.float32))
-    set_initializer(oracle, "sin_cache", sin[0, :, :half].numpy().astype(np.float32))
+    path, attr = module.rsplit(".", 1)
+    rotary = getattr(importlib.import_module(f"transformers.models.{path}"), attr)
+    model, config = load("genai", family)
+    rotate = rotary(config=transformers.AutoConfig.from_pretrained(FIXTURES / "checkpoints" / family))
     repaired = repair_rotary(model, config).model
-    prompt = np.random.default_rng(0).integers(0, config["vocab_size"], (1, 4200))  # past the original 4096
-    logits = {}
-    for name, m in (("oracle", oracle), ("export", model), ("repaired", repaired)):
-        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-        feed = {"input_ids": prompt, "attention_mask": np.ones_like(prompt)}
-        feed |= {i.name: np.zeros((1, 2, 0, 32), np.float32) for i in sess.get_inputs() if "past" in i.name}
-        logits[name] = sess.run(["logits"], feed)[0]
-    assert np.max(np.abs(logits["repaired"] - logits["oracle"])) <= 1e-4
-    assert np.max(np.abs(logits["export"] - logits["oracle"])) > 1e-3
+    tokens = np.random.default_rng(0).integers(0, config["vocab_size"], (1, prompt + 2))
+
+    def oracle(length):  # the export with transformers' tables of a call of that length
+        with torch.no_grad():
+            cos, sin = rotate(torch.zeros(1), torch.arange(length)[None])
+        half = cos.shape[-1] // 2
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        set_initializer(m, "cos_cache", cos[0, :, :half].numpy().astype(np.float32))
+        set_initializer(m, "sin_cache", sin[0, :, :half].numpy().astype(np.float32))
+        return m
+
+    def generate(models):  # a prefill, then one token at a time on the model's own key/value cache
+        out, past, start = [], None, 0
+        for end in (prompt, prompt + 1, prompt + 2):
+            sess = ort.InferenceSession(models(end).SerializeToString(), providers=["CPUExecutionProvider"])
+            if past is None:
+                past = {i.name: np.zeros((1, 2, 0, 32), np.float32) for i in sess.get_inputs() if "past" in i.name}
+            feed = {"input_ids": tokens[:, start:end], "attention_mask": np.ones((1, end), np.int64), **past}
+            outputs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed), strict=True))
+            out.append(outputs["logits"])
+            past = {k: outputs[k.replace("past_key_values", "present")] for k in past}
+            start = end
+        return out
+
+    want = generate(oracle)
+    got = generate(lambda _: repaired)
+    assert max(float(np.max(np.abs(g - w))) for g, w in zip(got, want, strict=True)) <= 1e-4
+    if family == "llama_dynamic":  # GenAI's caches hold 512 rows: ONNX Runtime refuses a longer call
+        with pytest.raises(Exception, match="cos_cache"):
+            generate(lambda _: model)
+    else:
+        export = generate(lambda _: model)
+        assert max(float(np.max(np.abs(g - w))) for g, w in zip(export, want, strict=True)) > 1e-3

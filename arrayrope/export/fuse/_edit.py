@@ -23,7 +23,7 @@ def rewritten(
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
-    if not replaced:
+    if not (replaced or nodes or inits):
         return out
     kept = [n for n in g.node if not set(n.output) & replaced]
     new_inits, renamed = _distinct(list(g.initializer), inits)

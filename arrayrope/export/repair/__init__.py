@@ -148,8 +148,10 @@ def repair_rotary(
                 inits += b.initializers
                 replaced.add(sites[i].rotated)
             else:
-                tensors, after = attention_caches(graph, attention[i - len(sites)], layer, exp.config, made)
-                work.graph.initializer.extend(tensors)
+                b, after = attention_caches(graph, attention[i - len(sites)], layer, exp.config, made)
+                nodes += b.nodes
+                inits += b.initializers
+                replaced.update(o for n in b.nodes for o in n.output)
             changes.append(change._replace(after=after, repaired=True))
         except ValueError as exc:
             changes.append(change._replace(reason=str(exc)))

@@ -9,8 +9,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import onnx
-from onnx import NodeProto, TensorProto, helper, numpy_helper
+from onnx import GraphProto, NodeProto, TensorProto, helper
 
 import arrayrope
 from arrayrope.config import rope_frequencies_from_config
@@ -20,8 +19,9 @@ from ..audit._expect import Layer, length_context
 from ..build._builder import Builder
 from ..build._emit import emitter, heads_spec, rotate_heads
 from ..build._fused import FusedEmitter, Switched
-from ..build._lengths import ByLength
-from ..build._spec import DTYPE_NAMES, Spec, np_dtype
+from ..build._lengths import ByLength, by_length_cos_sin
+from ..build._options import DTypeName
+from ..build._spec import DTYPE_NAMES, Spec, np_dtype, onnx_dtype
 from ..fuse._match import Graph, Site
 from ..fuse._probe import shapes
 from ..fuse._replace import _position_ids
@@ -126,42 +126,34 @@ def _said(freqs: RopeFrequencies, rows: int | None) -> str:
 
 def attention_caches(
     graph: Graph, node: NodeProto, layer: Layer, config: Mapping[str, Any], made: dict[Any, tuple[str, str]]
-) -> tuple[list[onnx.TensorProto], str]:
-    """New ``cos_cache`` and ``sin_cache`` for an attention node that rotates inside, with a row for every
-    position of the config's context (its own rows, if more), and what they hold; the node's inputs point at
-    them. Caches in ``made`` are reused (no tensors returned); a NoPE layer's node stops rotating."""
+) -> tuple[Builder, str]:
+    """New ``cos_cache`` and ``sin_cache`` for an attention node that rotates inside, and what they hold; the
+    node's inputs point at them. Stored caches have a row for every position of the config's context (its own
+    rows, if more). Dynamic NTK's are chosen per run: those stored below ``max_position_embeddings``, past it
+    one row per position of the run, computed for its total length. The builder holds what the graph gains;
+    caches in ``made`` are reused. A NoPE layer's node stops rotating."""
+    b = Builder(f"arrayrope_repair/caches{len(made)}/", taken=graph.producer.keys() | graph.initializers.keys())
     if layer.settings.nope:
         next(a for a in node.attribute if a.name == "do_rotary").i = 0
-        return [], "no rotation (do_rotary=0): its layer takes no rotary embedding in the config"
-    cos, sin = node.input[7], node.input[8]
-    if not (graph.is_constant(cos) and graph.is_constant(sin)):
-        raise ValueError("its caches are computed in the graph, which repair does not rewrite yet")
-    context = length_context(layer.settings)
-    short = layer.frequencies(config, 1)
-    if context is not None:
-        changes = context[0]
-        if not np.array_equal(
-            layer.frequencies(config, changes + 1).inv_freq, layer.frequencies(config, context[1]).inv_freq
-        ):
-            raise ValueError(
-                f"its frequencies grow with every call length past {changes} positions ({short.rope_type}): caches "
-                "computed in the graph from the sequence length are not written yet"
-            )
-        raise ValueError(f"its caches would need both {short.rope_type} regimes and a switch, not written yet")
+        return b, "no rotation (do_rotary=0): its layer takes no rotary embedding in the config"
     if layer.settings.mrope is not None or layer.settings.rotary_features != "leading":
         raise ValueError("its config's rotation (M-RoPE, or trailing rotary features) has no cache form")
-    stored = graph.constant(cos)
-    assert stored is not None
-    longest = layer.settings.max_position_embeddings or 0
-    rows = max(int(stored.shape[0]), longest)
-    dtype = np_dtype(DTYPE_NAMES.get(graph.elem_type(cos) or TensorProto.FLOAT, "float32"))
-    key = (repr(layer.settings), rows, np.dtype(dtype).str)
-    tensors = []
+    cos = node.input[7]
+    stored = graph.constant(cos) if graph.is_constant(cos) else None
+    rows = max(0 if stored is None else int(stored.shape[0]), layer.settings.max_position_embeddings or 0)
+    if not rows:
+        raise ValueError("its caches are computed in the graph, and the config has no max_position_embeddings")
+    name = DTYPE_NAMES.get(graph.elem_type(cos) or TensorProto.FLOAT, "float32")
+    short, long, changes = regimes(layer, config, None)
+    total = node.input[6] if len(node.input) > 6 else ""
+    if long is not None and not total:
+        raise ValueError("it has no total_sequence_length input to choose its caches by")
+    key = (repr(layer.settings), rows, name, total)
     if key not in made:
-        c, s = arrayrope.rope_tables(short, np.arange(rows, dtype=np.int64), dtype=np.float64)
-        names = (f"arrayrope_repair/{len(made)}/cos_cache", f"arrayrope_repair/{len(made)}/sin_cache")
-        tensors = [numpy_helper.from_array(np.asarray(t).astype(dtype), n) for t, n in zip((c, s), names, strict=True)]
-        made[key] = names
+        if long is None:
+            made[key] = _stored_caches(b, short, rows, name)
+        else:
+            made[key] = _chosen_by_length(b, short, long, changes, total, rows, name)
     node.input[7], node.input[8] = made[key]
     interleaved = int(layer.layout == "interleaved")
     for a in node.attribute:
@@ -170,4 +162,63 @@ def attention_caches(
             break
     else:
         node.attribute.append(helper.make_attribute("rotary_interleaved", interleaved))
-    return tensors, f"caches of {rows} rows, {short.rope_type}, base {short.base:g}, rotary_dim {short.rotary_dim}"
+    said = f"caches of {rows} rows, {short.rope_type}, base {short.base:g}, rotary_dim {short.rotary_dim}"
+    if isinstance(long, ByLength):
+        said += (
+            f"; runs longer than {changes} positions take caches computed for their length in the graph "
+            f"(lengths up to {long.last}, NaN past it)"
+        )
+    elif long is not None:
+        said += f"; runs longer than {changes} positions take the long frequencies' caches"
+    return b, said
+
+
+def _stored_caches(b: Builder, freqs: RopeFrequencies, rows: int, dtype: DTypeName) -> tuple[str, str]:
+    """``cos_cache`` and ``sin_cache`` of ``rows`` rows: the exact tables, rounded once to ``dtype``."""
+    c, s = arrayrope.rope_tables(freqs, np.arange(rows, dtype=np.int64), dtype=np.float64)
+    return b.const(np.asarray(c).astype(np_dtype(dtype)), "cos_cache"), b.const(
+        np.asarray(s).astype(np_dtype(dtype)), "sin_cache"
+    )
+
+
+def _chosen_by_length(
+    b: Builder,
+    short: RopeFrequencies,
+    long: RopeFrequencies | ByLength,
+    changes: int,
+    total: str,
+    rows: int,
+    dtype: DTypeName,
+) -> tuple[str, str]:
+    """``cos_cache`` and ``sin_cache`` chosen by an ``If`` on the run's total length: ``short``'s stored up to
+    ``changes``, past it the long frequencies' (LongRoPE: stored too), or one row per position ``0 .. total - 1``
+    computed for the frequencies of that length (dynamic NTK). Each branch holds its own constants."""
+    length = b.op("Cast", [total], to=TensorProto.INT64)
+    longer = b.op("Greater", [length, b.scalar(changes, "changes")])
+    then, other = (Builder(f"{b.prefix}{hint}/", function=True, taken=b.taken) for hint in ("long", "short"))
+    if isinstance(long, ByLength):
+        ids = then.op("Range", [then.scalar(0, "zero"), length, then.scalar(1, "one")])
+        ids = then.op("Unsqueeze", [ids, then.ints([0], "batch_axis")])
+        tables = by_length_cos_sin(then, long, ids, dtype)
+        grown = [then.op("Squeeze", [t, then.ints([0], "batch_axis")]) for t in tables]
+    else:
+        grown = list(_stored_caches(then, long, rows, dtype))
+    kept = list(_stored_caches(other, short, rows, dtype))
+    elem = onnx_dtype(dtype)
+    outs = [b.name("cos_cache"), b.name("sin_cache")]
+
+    def branch(built: Builder, results: list[str], name: str) -> GraphProto:
+        typed = [helper.make_tensor_value_info(t, elem, None) for t in results]
+        return helper.make_graph(built.nodes, name, [], typed)
+
+    b.nodes.append(
+        helper.make_node(
+            "If",
+            [longer],
+            outs,
+            name=b.name("length_caches"),
+            then_branch=branch(then, grown, "long"),
+            else_branch=branch(other, kept, "short"),
+        )
+    )
+    return outs[0], outs[1]
