@@ -241,8 +241,10 @@ def test_repair_bench_reports_ratios_of_the_repaired_model_to_the_export(tmp_pat
 
     assert repair.main(["--tiny", "--out", str(tmp_path)]) == 0
     table = (tmp_path / "repair.md").read_text()
-    rows = [line for line in table.splitlines() if line.startswith("| optimum phi3_longrope | computed | 1 | 0 |")]
-    assert [r.split(" | ")[4] for r in rows] == ["prefill 512", "decode"]
+    rows = [
+        line for line in table.splitlines() if line.startswith("| optimum phi3_longrope | computed | export | 1 | 0 |")
+    ]
+    assert [r.split(" | ")[5] for r in rows] == ["prefill 512", "decode"]
     for r in rows:
         export, repaired, ratio = (float(v) for v in r.strip(" |").split(" | ")[-3:])
         assert abs(ratio - repaired / export) <= 2e-3 * ratio + 1e-3

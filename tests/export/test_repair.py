@@ -253,7 +253,7 @@ def test_frequencies_of_the_call_s_length_are_exact_in_float32():
     from onnx import TensorProto, helper
 
     from arrayrope.export.build._builder import Builder
-    from arrayrope.export.build._lengths import ByLength, by_length_cos_sin
+    from arrayrope.export.build._lengths import ByLength, by_length_cos_sin, by_length_rows
 
     config = {
         "head_dim": 128,
@@ -265,23 +265,32 @@ def test_frequencies_of_the_call_s_length_are_exact_in_float32():
     freqs = {n: arrayrope.rope_frequencies_from_config(config, seq_len=n).inv_freq for n in lengths}
     rows = np.stack([freqs[n] if n in freqs else np.full(64, 7.0) for n in range(4097, 16385)])
     b = Builder("t/")
-    cos, sin = by_length_cos_sin(b, ByLength(4097, rows, np.ones(len(rows))), "ids", "float32")
+    by = ByLength(4097, rows, np.ones(len(rows)))
+    cos, sin = by_length_cos_sin(b, by, "ids", "float32")
+    caches = by_length_rows(b, by, "length", "float32")  # rows 0 .. length - 1, as a cache
     ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["B", "S"])
-    outs = [helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in (cos, sin)]
-    graph = helper.make_graph(b.nodes, "g", [ids], outs, b.initializers)
+    length = helper.make_tensor_value_info("length", TensorProto.INT64, [])
+    outs = [helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in (cos, sin, *caches)]
+    graph = helper.make_graph(b.nodes, "g", [ids, length], outs, b.initializers)
     sess = ort.InferenceSession(
         helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString(),
         providers=["CPUExecutionProvider"],
     )
     for n in lengths:
         positions = np.concatenate([np.arange(-3, 500), np.arange(n - 500, n)])[None]
-        got = sess.run(None, {"ids": positions})
+        got = sess.run(None, {"ids": positions, "length": np.array(n)})
         angle = positions[..., None] * freqs[n]
-        worst = max(float(np.max(np.abs(g - w))) for g, w in zip(got, (np.cos(angle), np.sin(angle)), strict=True))
+        worst = max(float(np.max(np.abs(g - w))) for g, w in zip(got[:2], (np.cos(angle), np.sin(angle)), strict=True))
+        assert worst <= 3e-7, (n, worst)
+        cached = np.arange(n)[:, None] * freqs[n]
+        assert got[2].shape == cached.shape
+        worst = max(
+            float(np.max(np.abs(g - w))) for g, w in zip(got[2:], (np.cos(cached), np.sin(cached)), strict=True)
+        )
         assert worst <= 3e-7, (n, worst)
         rough = np.cos((positions[..., None].astype(np.float32) * freqs[n].astype(np.float32)).astype(np.float64))
         assert np.max(np.abs(rough - np.cos(angle))) > 1e-4  # what the method is for
-    assert np.isnan(sess.run(None, {"ids": np.array([[0, 16384]])})[0]).all()
+    assert all(np.isnan(t).all() for t in sess.run(None, {"ids": np.array([[0, 16384]]), "length": np.array(16385)}))
 
 
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):

@@ -73,18 +73,21 @@ def split_turns(by: ByLength) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.f
     )
 
 
-def by_length_cos_sin(b: Builder, by: ByLength, ids: str, dtype: DTypeName) -> tuple[str, str]:
-    """cos and sin ``(B, S, h)`` in ``dtype`` at the int64 position ids ``(B, S)``, for the frequencies of the
-    call's length (NaN for calls longer than ``by`` answers)."""
-    a, r = split_turns(by)
-    length = b.op("Add", [b.op("ReduceMax", [ids], keepdims=0), b.scalar(1, "one")])
+def _row(b: Builder, by: ByLength, length: str) -> str:
+    """The row of the frequencies of a call of ``length`` (int64 scalar): the NaN row past the longest."""
     row = b.op("Sub", [length, b.scalar(by.first, "first_length")])
-    row = b.op("Clip", [row, b.scalar(0, "zero"), b.scalar(len(by.inv_freq), "nan_row")])
-    signed = b.op("Unsqueeze", [ids, b.ints([-1], "last_axis")])  # (B, S, 1)
-    magnitude = b.op("Abs", [signed])
+    return b.op("Clip", [row, b.scalar(0, "zero"), b.scalar(len(by.inv_freq), "nan_row")])
+
+
+def _turned(
+    b: Builder, turns: tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]], row: str, magnitude: str, levels: range
+) -> tuple[str, str]:
+    """float32 cos and sin ``(..., h)`` of the non-negative positions ``magnitude`` ``(..., 1)``, whose digits
+    outside ``levels`` are 0, turned by the frequencies of ``row``."""
+    a, r = turns
     exact: list[str] = []
     small: str | None = None
-    for level in range(len(a)):
+    for level in levels:
         digit = magnitude
         if level:
             digit = b.op("Div", [digit, b.const(np.array(1 << (DIGIT_BITS * level), np.int64), "radix")])
@@ -101,17 +104,67 @@ def by_length_cos_sin(b: Builder, by: ByLength, ids: str, dtype: DTypeName) -> t
     assert small is not None
     cos, sin = b.op("Cos", [small]), b.op("Sin", [small])
     for angle in exact:
-        c, s = b.op("Cos", [angle]), b.op("Sin", [angle])
-        cos, sin = (
-            b.op("Sub", [b.op("Mul", [cos, c]), b.op("Mul", [sin, s])]),
-            b.op("Add", [b.op("Mul", [sin, c]), b.op("Mul", [cos, s])]),
-        )
-    factors = np.append(by.attention_factor, np.nan).astype(np.float32)
+        cos, sin = _composed(b, (cos, sin), (b.op("Cos", [angle]), b.op("Sin", [angle])))
+    return cos, sin
+
+
+def _composed(b: Builder, first: tuple[str, str], second: tuple[str, str]) -> tuple[str, str]:
+    """cos and sin of the sum of two angles, from theirs (broadcasting)."""
+    (c1, s1), (c2, s2) = first, second
+    return (
+        b.op("Sub", [b.op("Mul", [c1, c2]), b.op("Mul", [s1, s2])]),
+        b.op("Add", [b.op("Mul", [s1, c2]), b.op("Mul", [c1, s2])]),
+    )
+
+
+def _finished(b: Builder, by: ByLength, row: str, cos: str, sin: str, dtype: DTypeName) -> tuple[str, str]:
+    """cos and sin scaled by the attention factor of ``row``, in ``dtype``."""
     if np.any(by.attention_factor != 1.0):
+        factors = np.append(by.attention_factor, np.nan).astype(np.float32)
         factor = b.op("Gather", [b.const(factors, "attention_factor"), row], axis=0)
         cos, sin = b.op("Mul", [cos, factor]), b.op("Mul", [sin, factor])
-    direction = b.op("Cast", [b.op("Sign", [signed])], to=onnx_dtype("float32"))  # sin(0) = 0 either way
-    sin = b.op("Mul", [sin, direction])
     if dtype != "float32":
         cos, sin = (b.op("Cast", [t], to=onnx_dtype(dtype)) for t in (cos, sin))
     return cos, sin
+
+
+def by_length_cos_sin(b: Builder, by: ByLength, ids: str, dtype: DTypeName) -> tuple[str, str]:
+    """cos and sin ``(B, S, h)`` in ``dtype`` at the int64 position ids ``(B, S)``, for the frequencies of the
+    call's length (NaN for calls longer than ``by`` answers)."""
+    turns = split_turns(by)
+    row = _row(b, by, b.op("Add", [b.op("ReduceMax", [ids], keepdims=0), b.scalar(1, "one")]))
+    signed = b.op("Unsqueeze", [ids, b.ints([-1], "last_axis")])  # (B, S, 1)
+    cos, sin = _turned(b, turns, row, b.op("Abs", [signed]), range(len(turns[0])))
+    direction = b.op("Cast", [b.op("Sign", [signed])], to=onnx_dtype("float32"))  # sin(0) = 0 either way
+    return _finished(b, by, row, cos, b.op("Mul", [sin, direction]), dtype)
+
+
+def by_length_rows(b: Builder, by: ByLength, length: str, dtype: DTypeName) -> tuple[str, str]:
+    """cos and sin ``(length, h)`` in ``dtype``: rows ``0 .. length - 1`` for the frequencies of a call of
+    ``length`` (an int64 scalar), a cache. The rotations of the low digit (1024 rows) and of the higher ones
+    (one row per 1024 positions) are each computed once and composed on their grid."""
+    turns = split_turns(by)
+    row = _row(b, by, length)
+    radix = 1 << DIGIT_BITS
+    low = b.op(
+        "Unsqueeze",
+        [b.op("Range", [b.scalar(0, "zero"), b.scalar(radix, "radix"), b.scalar(1, "one")]), b.ints([-1], "last_axis")],
+    )
+    cos, sin = _turned(b, turns, row, low, range(1))  # (1024, h)
+    levels = len(turns[0])
+    if levels > 1:  # the higher digits' rotation of each block of 1024 rows, composed with each row's
+        blocks = b.op("Div", [b.op("Add", [length, b.scalar(radix - 1, "round_up")]), b.scalar(radix, "radix")])
+        starts = b.op(
+            "Mul", [b.op("Range", [b.scalar(0, "zero"), blocks, b.scalar(1, "one")]), b.scalar(radix, "radix")]
+        )
+        hc, hs = _turned(b, turns, row, b.op("Unsqueeze", [starts, b.ints([-1], "last_axis")]), range(1, levels))
+        grid = b.ints([1], "grid_axis")
+        cos, sin = _composed(b, (b.op("Unsqueeze", [hc, grid]), b.op("Unsqueeze", [hs, grid])), (cos, sin))
+    half = len(by.inv_freq[0])
+    flat = b.ints([-1, half], "rows")
+    end = b.op("Unsqueeze", [length, b.ints([0], "first_axis")])
+    cos, sin = (
+        b.op("Slice", [b.op("Reshape", [t, flat]), b.ints([0], "start"), end, b.ints([0], "first_axis")])
+        for t in (cos, sin)
+    )
+    return _finished(b, by, row, cos, sin, dtype)

@@ -1,6 +1,7 @@
 """One rotation rewritten to its layer's rotation in the config: standard-op rotations replaced by fused nodes
-whose tables the config gives (LongRoPE's two regimes chosen per run, as transformers chooses them), and the
-stored caches of an attention node that rotates inside replaced by the config's."""
+whose tables the config gives, and the caches of an attention node that rotates inside replaced by the config's.
+Length-dependent types choose per run, as transformers does: LongRoPE's two regimes, dynamic NTK's frequencies
+of the run's length."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from ..audit._expect import Layer, length_context
 from ..build._builder import Builder
 from ..build._emit import emitter, heads_spec, rotate_heads
 from ..build._fused import FusedEmitter, Switched
-from ..build._lengths import ByLength, by_length_cos_sin
+from ..build._lengths import ByLength, by_length_rows
 from ..build._options import DTypeName
 from ..build._spec import DTYPE_NAMES, Spec, np_dtype, onnx_dtype
 from ..fuse._match import Graph, Site
@@ -42,16 +43,16 @@ def regimes(
     if np.array_equal(layer.frequencies(config, changes + 1).inv_freq, long.inv_freq):
         return short, long, changes
     lengths = range(changes + 1, max(rows or 0, reach) + 1)
-    made = [rope_frequencies_from_config(config, seq_len=n, layer_idx=layer.index) for n in lengths]
-    return (
-        short,
-        ByLength(
+    key = ("by length", repr(layer.settings), lengths)  # the cache layers of the same settings share
+    if key not in layer.cache:
+        made = [rope_frequencies_from_config(config, seq_len=n, layer_idx=layer.index) for n in lengths]
+        layer.cache[key] = ByLength(
             changes + 1,
             np.stack([np.asarray(f.inv_freq, np.float64) for f in made]),
             np.array([f.attention_factor for f in made], np.float64),
-        ),
-        changes,
-    )
+        )
+    by: ByLength = layer.cache[key]
+    return short, by, changes
 
 
 def standard_site(
@@ -197,10 +198,7 @@ def _chosen_by_length(
     longer = b.op("Greater", [length, b.scalar(changes, "changes")])
     then, other = (Builder(f"{b.prefix}{hint}/", function=True, taken=b.taken) for hint in ("long", "short"))
     if isinstance(long, ByLength):
-        ids = then.op("Range", [then.scalar(0, "zero"), length, then.scalar(1, "one")])
-        ids = then.op("Unsqueeze", [ids, then.ints([0], "batch_axis")])
-        tables = by_length_cos_sin(then, long, ids, dtype)
-        grown = [then.op("Squeeze", [t, then.ints([0], "batch_axis")]) for t in tables]
+        grown = list(by_length_rows(then, long, length, dtype))
     else:
         grown = list(_stored_caches(then, long, rows, dtype))
     kept = list(_stored_caches(other, short, rows, dtype))
