@@ -20,7 +20,8 @@ another form of attention (:data:`FAMILIES`).
 
 For each family and exporter the fixture folder keeps ``model.onnx`` (weights inside: the models are small)
 and the checkpoint's ``config.json``; ``checkpoints/`` keeps the whole checkpoint of the families in
-:data:`CHECKPOINTS`; ``VERSIONS.json`` records the exporters' versions, the commands and
+:data:`CHECKPOINTS`, whose GenAI exports keep their ``genai_config.json`` (for onnxruntime-genai's own
+generation loop); ``VERSIONS.json`` records the exporters' versions, the commands and
 what each export did (or why it failed). Regenerate after changing :data:`FAMILIES` or the pinned versions,
 and commit the folder.
 """
@@ -275,7 +276,10 @@ def main(argv: list[str] | None = None) -> int:
                     command, written = export(exporter, pythons[exporter], checkpoint, work)
                 except subprocess.CalledProcessError as exc:
                     lines = (exc.stderr or exc.stdout or "").strip().splitlines()
-                    record["exports"][key] = {"failed": lines[-1] if lines else f"exit status {exc.returncode}"}
+                    said = (
+                        lines[-1].replace(str(checkpoint), "CHECKPOINT") if lines else f"exit status {exc.returncode}"
+                    )
+                    record["exports"][key] = {"failed": said}
                     print(f"{key}: failed: {record['exports'][key]['failed']}", file=sys.stderr)
                     continue
                 target.mkdir(parents=True)
@@ -285,9 +289,18 @@ def main(argv: list[str] | None = None) -> int:
 
                     onnx.save(onnx.load(str(written / "model.onnx")), str(target / "model.onnx"))
                 shutil.copy(checkpoint / "config.json", target / "config.json")
+                if family in CHECKPOINTS and (written / "genai_config.json").exists():  # for GenAI's own loop
+                    shutil.copy(written / "genai_config.json", target / "genai_config.json")
                 record["exports"][key] = {
                     "command": " ".join(
-                        "CHECKPOINT" if c == str(checkpoint) else "OUT" if c == str(written) else c for c in command
+                        "CHECKPOINT"
+                        if c == str(checkpoint)
+                        else "OUT"
+                        if c == str(written)
+                        else "CACHE"
+                        if c.startswith(str(work))  # a temporary folder: named, so that a rerun writes the same
+                        else c
+                        for c in command
                     )
                 }
                 size = (target / "model.onnx").stat().st_size

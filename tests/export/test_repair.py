@@ -8,6 +8,7 @@ Runtime running the repaired model.
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -417,30 +418,41 @@ def test_repaired_models_give_the_checkpoint_s_logits(family, prompt):
         assert (worst <= 1e-4) == (name == "repaired"), (name, worst)
 
 
-@pytest.mark.parametrize(
-    ("family", "module", "prompt"),
-    [
-        ("qwen2_yarn", "qwen2.modeling_qwen2.Qwen2RotaryEmbedding", 4200),  # past the original 4096
-        ("llama_dynamic", "llama.modeling_llama.LlamaRotaryEmbedding", 1500),  # past 512: the base grown
-    ],
-)
-def test_repaired_genai_caches_are_transformers_own_tables(family, module, prompt):
-    """The GenAI builder's caches repaired: a prefill reaching past the original context and two decode steps
-    on the model's own key/value cache give the logits of the same export holding, at each step, the cos/sin that
-    transformers' own rotary module computes for the checkpoint at that length (the oracle); the export as it was
-    does not (or cannot run there)."""
+GENAI_CASES = [
+    ("qwen2_yarn", "qwen2.modeling_qwen2.Qwen2RotaryEmbedding", 4200),  # past the original 4096
+    ("llama_dynamic", "llama.modeling_llama.LlamaRotaryEmbedding", 1500),  # past 512: the base grown
+]
+STEPS = 2  # decode steps after the prefill
+
+
+def _generate(models, tokens, prompt):
+    """Logits of a prefill of ``prompt`` tokens, then one token at a time on the model's own key/value cache, each
+    run on ``models(length)`` (the model for a call of that total length) on ONNX Runtime."""
+    out, past, start = [], None, 0
+    for end in range(prompt, prompt + STEPS + 1):
+        sess = ort.InferenceSession(models(end).SerializeToString(), providers=["CPUExecutionProvider"])
+        if past is None:
+            past = {i.name: np.zeros((1, 2, 0, 32), np.float32) for i in sess.get_inputs() if "past" in i.name}
+        feed = {"input_ids": tokens[:, start:end], "attention_mask": np.ones((1, end), np.int64), **past}
+        outputs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed), strict=True))
+        out.append(outputs["logits"])
+        past = {k: outputs[k.replace("past_key_values", "present")] for k in past}
+        start = end
+    return out
+
+
+def _transformers_tables(family, module, model, tokens, prompt):
+    """The oracle: the logits of the GenAI export holding, at each step, the cos/sin that transformers' own rotary
+    module computes for the checkpoint for a call of that length."""
     import importlib
 
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     path, attr = module.rsplit(".", 1)
     rotary = getattr(importlib.import_module(f"transformers.models.{path}"), attr)
-    model, config = load("genai", family)
     rotate = rotary(config=transformers.AutoConfig.from_pretrained(FIXTURES / "checkpoints" / family))
-    repaired = repair_rotary(model, config).model
-    tokens = np.random.default_rng(0).integers(0, config["vocab_size"], (1, prompt + 2))
 
-    def oracle(length):  # the export with transformers' tables of a call of that length
+    def oracle(length):
         with torch.no_grad():
             cos, sin = rotate(torch.zeros(1), torch.arange(length)[None])
         half = cos.shape[-1] // 2
@@ -450,25 +462,52 @@ def test_repaired_genai_caches_are_transformers_own_tables(family, module, promp
         set_initializer(m, "sin_cache", sin[0, :, :half].numpy().astype(np.float32))
         return m
 
-    def generate(models):  # a prefill, then one token at a time on the model's own key/value cache
-        out, past, start = [], None, 0
-        for end in (prompt, prompt + 1, prompt + 2):
-            sess = ort.InferenceSession(models(end).SerializeToString(), providers=["CPUExecutionProvider"])
-            if past is None:
-                past = {i.name: np.zeros((1, 2, 0, 32), np.float32) for i in sess.get_inputs() if "past" in i.name}
-            feed = {"input_ids": tokens[:, start:end], "attention_mask": np.ones((1, end), np.int64), **past}
-            outputs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed), strict=True))
-            out.append(outputs["logits"])
-            past = {k: outputs[k.replace("past_key_values", "present")] for k in past}
-            start = end
-        return out
+    return _generate(oracle, tokens, prompt)
 
-    want = generate(oracle)
-    got = generate(lambda _: repaired)
+
+@pytest.mark.parametrize(("family", "module", "prompt"), GENAI_CASES)
+def test_repaired_genai_caches_are_transformers_own_tables(family, module, prompt):
+    """The GenAI builder's caches repaired: a prefill reaching past the original context and decode steps on the
+    model's own key/value cache give the oracle's logits (the export holding transformers' tables at each step);
+    the export as it was does not (or cannot run there)."""
+    model, config = load("genai", family)
+    tokens = np.random.default_rng(0).integers(0, config["vocab_size"], (1, prompt + STEPS))
+    want = _transformers_tables(family, module, model, tokens, prompt)
+    repaired = repair_rotary(model, config).model
+    got = _generate(lambda _: repaired, tokens, prompt)
     assert max(float(np.max(np.abs(g - w))) for g, w in zip(got, want, strict=True)) <= 1e-4
     if family == "llama_dynamic":  # GenAI's caches hold 512 rows: ONNX Runtime refuses a longer call
         with pytest.raises(Exception, match="cos_cache"):
-            generate(lambda _: model)
+            _generate(lambda _: model, tokens, prompt)
     else:
-        export = generate(lambda _: model)
+        export = _generate(lambda _: model, tokens, prompt)
         assert max(float(np.max(np.abs(g - w))) for g, w in zip(export, want, strict=True)) > 1e-3
+
+
+@pytest.mark.parametrize(("family", "module", "prompt"), GENAI_CASES)
+def test_onnxruntime_genai_s_own_loop_runs_the_repaired_model(family, module, prompt, tmp_path):
+    """The repaired model in the folder the builder wrote, run by onnxruntime-genai's generator (its buffers of
+    past keys and values shared with the present ones, its own inputs): the oracle's logits at every step. A
+    dynamic NTK model is run past ``max_position_embeddings`` with the genai_config's context raised to the
+    config's (factor 4 over 512), as its user would."""
+    og = pytest.importorskip("onnxruntime_genai")
+    model, config = load("genai", family)
+    tokens = np.random.default_rng(0).integers(3, config["vocab_size"], (1, prompt + STEPS))
+    want = _transformers_tables(family, module, model, tokens, prompt)
+    folder = tmp_path / family
+    folder.mkdir()
+    repair_rotary(model, config).save(folder / "model.onnx")
+    settings = json.loads((FIXTURES / "genai" / family / "genai_config.json").read_text())
+    longest = max(settings["model"]["context_length"], 4 * config["max_position_embeddings"])
+    settings["model"]["context_length"] = settings["search"]["max_length"] = longest
+    (folder / "genai_config.json").write_text(json.dumps(settings))
+    generator_model = og.Model(str(folder))
+    params = og.GeneratorParams(generator_model)
+    params.set_search_options(max_length=prompt + STEPS + 1, do_sample=False)
+    generator = og.Generator(generator_model, params)
+    got = []
+    for start, end in zip([0, *range(prompt, prompt + STEPS)], range(prompt, prompt + STEPS + 1), strict=True):
+        generator.append_tokens(tokens[:, start:end].astype(np.int32))  # the tokens given, none chosen
+        got.append(np.asarray(generator.get_output("logits")))
+    assert [g.shape for g in got] == [w.shape for w in want]
+    assert max(float(np.max(np.abs(g - w))) for g, w in zip(got, want, strict=True)) <= 1e-4
