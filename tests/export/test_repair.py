@@ -366,7 +366,7 @@ def test_external_data_is_read_from_the_model_s_folder_and_never_written_over(tm
 @pytest.mark.parametrize(
     ("family", "prompt"),
     [
-        ("phi3_longrope", 300),  # past the original context of 256
+        ("phi3_longrope", 2048),  # past the original context of 256, and past max_position_embeddings
         ("llama_dynamic", 2045),  # the base grown at every length past 512, up to the 2048 positions implied
     ],
 )
