@@ -46,17 +46,19 @@ def load_model(model: object, argument: str = "model", *, keep_external: bool = 
         with open_regular_file(path, where, PROTOBUF_LIMIT):  # refuses FIFOs, devices, folders, huge files
             pass
         try:
-            if not keep_external:
-                return onnx.load(path)
-            out = onnx.load(path, load_external_data=False)
-            folder = os.path.dirname(os.path.abspath(path))
-            for t in inner_tensors(out.graph):
-                if external_data_helper.uses_external_data(t):
-                    external_data_helper.load_external_data_for_tensor(t, folder)
-            return out
+            out = onnx.load(path, load_external_data=not keep_external)
+            if keep_external:
+                folder = os.path.dirname(os.path.abspath(path))
+                for t in inner_tensors(out.graph):
+                    if external_data_helper.uses_external_data(t):
+                        external_data_helper.load_external_data_for_tensor(t, folder)
         except Exception as exc:  # onnx raises several types for unreadable files
             first = " ".join(str(exc).split())[:200]
             raise ValueError(f"{where} does not load as an ONNX model: {first}") from None
+        if not out.HasField("graph"):  # protobuf reads any empty (or all-unknown) bytes as an empty message
+            empty = "the file is empty" if os.path.getsize(path) == 0 else "it holds no graph"
+            raise ValueError(f"{where} does not load as an ONNX model: {empty}")
+        return out
     raise TypeError(f"{argument} must be an onnx.ModelProto or a path to a .onnx file, got {type(model).__name__}")
 
 

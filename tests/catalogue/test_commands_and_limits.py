@@ -47,6 +47,10 @@ def _commands():
         yield ["check", "{tmp}/missing.onnx"], "does not exist"
         yield ["check", "{tmp}"], "is not a regular file (a folder)"
         yield ["check", "{tmp}/empty.onnx", "--provider", "tpu"], "argument --provider: invalid choice"
+        config = os.path.join(os.path.dirname(__file__), "..", "fixtures", "exporters", "optimum", "qwen2")
+        for command in (["audit"], ["check"], ["export", "fuse"]):  # protobuf reads no bytes as an empty model
+            extra = ["--config", config] if command == ["audit"] else ["-o", "{tmp}/out.onnx"] * (command != ["check"])
+            yield [*command, "{tmp}/empty.onnx", *extra], "does not load as an ONNX model: the file is empty"
 
 
 @pytest.mark.parametrize("argv, message", list(_commands()), ids=lambda v: " ".join(v) if isinstance(v, list) else "")

@@ -97,11 +97,20 @@ def test_audit_says_each_word(model, tmp_path, capsys):
 
 
 def test_repair_says_each_word(model, tmp_path, capsys):
-    """The export above repaired to another base (verified), kept where the config's frequencies follow the
-    call's length (failed), and against a config of a layer more (not verified)."""
+    """The export above repaired to another base (verified), kept where the config's rotation has a form repair
+    does not write (MLA's trailing rotary features: failed), and against a config of a layer more (not
+    verified)."""
     config = {"head_dim": 16, "num_hidden_layers": 1, "rope_theta": 500.0, "max_position_embeddings": 64}
-    dynamic = {**config, "rope_theta": 10000.0, "rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}
-    for cfg, word in ((config, "verified"), (dynamic, "failed"), ({**config, "num_hidden_layers": 2}, "not verified")):
+    mla = {
+        **config,
+        "model_type": "deepseek_v3",
+        "qk_rope_head_dim": 16,
+        "qk_nope_head_dim": 16,
+        "v_head_dim": 16,
+        "num_attention_heads": 2,
+        "hidden_size": 64,
+    }
+    for cfg, word in ((config, "verified"), (mla, "failed"), ({**config, "num_hidden_layers": 2}, "not verified")):
         path = tmp_path / "config.json"
         path.write_text(json.dumps(cfg))
         status = cli.main(["repair", str(model), "--config", str(path), "-o", str(tmp_path / "repaired.onnx")])

@@ -108,6 +108,11 @@ def _factor_doubled(model, config):
     assert replace_constant(model, np.array([freqs.attention_factor]), twice) == 2
 
 
+def _factor_dropped(model, config):
+    freqs = arrayrope.rope_frequencies_from_config(config)
+    assert replace_constant(model, np.array([freqs.attention_factor]), np.array([1.0])) == 2
+
+
 def _reversed(model, config):
     right = arrayrope.rope_frequencies_from_config(config).inv_freq
     assert replace_constant(model, right, -right) == 1
@@ -154,6 +159,7 @@ def _genai_caches(base, rows=1024):
         ("optimum", "llama3", _llama3_dropped),
         ("optimum", "qwen2_yarn", _yarn_dropped),
         ("optimum", "qwen2_yarn", _factor_doubled),
+        ("optimum", "qwen2_yarn", _factor_dropped),
         ("optimum", "llama3", _scaling_changed(factor=4.0)),
         ("optimum", "qwen2_yarn", _scaling_changed(original_max_position_embeddings=2048)),
         ("optimum", "qwen2", _reversed),
@@ -295,10 +301,33 @@ def test_frequencies_of_the_call_s_length_are_exact_in_float32():
 
 
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
-    path, _ = fixture("optimum", "qwen2")
+    """Arguments, files and configs the model contradicts (its head dim, head counts, layer count; rotary
+    features wider than the head), a model without rotation: one line each, nothing written."""
+    from onnx import helper
+
+    path, cfg = fixture("optimum", "qwen2")
+    genai, _ = fixture("genai", "qwen2")
     config = path.replace("model.onnx", "config.json")
     out = tmp_path / "out.onnx"
+
+    def changed(name, **keys):
+        written = tmp_path / f"{name}.json"
+        written.write_text(json.dumps({k: v for k, v in {**cfg, **keys}.items() if v is not None}))
+        return str(written)
+
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    x, y = (helper.make_tensor_value_info(n, 1, ["B", 4]) for n in ("x", "y"))
+    plain = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x], [y]))
+    onnx.save(plain, tmp_path / "plain.onnx")
     for args, words in (
+        ([path, "--config", changed("wide", head_dim=64), "-o", str(out)], "turns vectors of 32 features"),
+        ([genai, "--config", changed("wide", head_dim=64), "-o", str(out)], "has heads of 32"),
+        ([path, "--config", changed("few", num_hidden_layers=1, layer_types=None), "-o", str(out)], "in layer 1"),
+        ([genai, "--config", changed("heads", num_attention_heads=8), "-o", str(out)], "has num_heads=4"),
+        ([genai, "--config", changed("kv", num_key_value_heads=4), "-o", str(out)], "has kv_num_heads=2"),
+        ([path, "--config", changed("partial", partial_rotary_factor=2.0), "-o", str(out)], "partial_rotary_factor"),
+        ([str(tmp_path / "empty.onnx"), "--config", config, "-o", str(out)], "does not load as an ONNX model"),
+        ([str(tmp_path / "plain.onnx"), "--config", config, "-o", str(out)], "no rotation was found"),
         ([path, "--config", config, "-o", path], "is the model read"),
         ([path, "--config", str(tmp_path / "none.json"), "-o", str(out)], "does not exist"),
         ([str(tmp_path), "--config", config, "-o", str(out)], "is a folder"),
@@ -511,3 +540,35 @@ def test_onnxruntime_genai_s_own_loop_runs_the_repaired_model(family, module, pr
         got.append(np.asarray(generator.get_output("logits")))
     assert [g.shape for g in got] == [w.shape for w in want]
     assert max(float(np.max(np.abs(g - w))) for g, w in zip(got, want, strict=True)) <= 1e-4
+
+
+def test_mrope_rotations_repair_to_the_config_s_sections_and_base():
+    """Qwen2-VL's text decoder exported by PyTorch, repaired against a config of other M-RoPE sections and base:
+    the repaired model's hidden states, with each position axis at its own positions, are those of transformers'
+    own model built from that config with the same weights (the oracle)."""
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    from export.test_audit_transformers import qwen2_vl_text
+
+    model, cfg = qwen2_vl_text("torchscript-17")
+    other = cfg.to_dict()
+    other["rope_parameters"] = {"rope_type": "default", "rope_theta": 5000.0, "mrope_section": [3, 3, 2]}
+    assert audit_rotary(model, other).status == "failed"
+    repaired, report = repair_rotary(model, other)
+    assert report.status == "verified" and report.repaired == 4, str(report)
+    torch.manual_seed(0)  # the weights qwen2_vl_text made
+    original = tf.Qwen2VLTextModel(cfg).eval()
+    oracle = tf.Qwen2VLTextModel(tf.Qwen2VLTextConfig(**other)).eval()
+    oracle.load_state_dict(original.state_dict())
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, cfg.vocab_size, (2, 9))
+    positions = np.stack([np.arange(9) + 40, np.arange(9) * 3, 100 - np.arange(9)])[:, None].repeat(2, axis=1)
+    feed = {"input_ids": ids, "attention_mask": np.ones_like(ids), "position_ids": positions}
+    with torch.no_grad():
+        want = oracle(**{k: torch.from_numpy(v) for k, v in feed.items()}, use_cache=False).last_hidden_state.numpy()
+    sessions = [
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]) for m in (repaired, model)
+    ]
+    got, before = (s.run(None, {i.name: feed[i.name] for i in s.get_inputs()})[0] for s in sessions)
+    assert np.max(np.abs(got - want)) <= 1e-4, np.max(np.abs(got - want))
+    assert np.max(np.abs(before - want)) > 1e-3

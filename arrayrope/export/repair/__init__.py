@@ -130,8 +130,13 @@ def repair_rotary(
     if len(sites) + len(attention) != len(before.findings):  # the audit found them in this order
         raise ValueError("model: the rotations found after converting it to opset 23 differ from those audited")
     feed = sample_inputs(graph) if inputs is None else {k: np.asarray(v) for k, v in inputs.items()}
-    wanted = [n for i in wrong if i < len(sites) for n in (sites[i].x, sites[i].cos, sites[i].positions) if n]
-    seen = {**feed, **run(work, feed, [n for n in wanted if n not in feed], folder=folder)} if wanted else feed
+    wanted = [n for i in wrong if i < len(sites) for n in (sites[i].cos, sites[i].positions) if n]
+    wanted += [site.x for site in sites]  # every rotation's width, checked against the config's
+    wanted = list(dict.fromkeys(n for n in wanted if n not in feed))
+    seen = {**feed, **run(work, feed, wanted, folder=folder)} if wanted else feed
+    contradiction = _contradiction(exp, graph, sites, attention, seen, before.findings)
+    if contradiction:
+        raise ValueError(f"config: {contradiction}; pass the config of the checkpoint this model was made from")
     changes, nodes, inits, replaced = [], [], [], set()
     made: dict[Any, tuple[str, str]] = {}  # caches written once, whichever nodes read them
     for i, finding in enumerate(before.findings):
@@ -168,6 +173,52 @@ def repair_rotary(
     out.graph.initializer.extend(kept_inits)
     after_audit = audited(out, folder, exp, before.model, before.config)
     return Repaired(out, RepairReport(tuple(changes), before, after_audit, folder))
+
+
+def _contradiction(
+    exp: Any,
+    graph: Graph,
+    sites: list[Any],
+    attention: list[Any],
+    seen: Mapping[str, npt.NDArray[Any]],
+    findings: tuple[Finding, ...],
+) -> str:
+    """How the model contradicts the config (empty where it does not): a layer past the config's, rotations of
+    another width than its head (or rotary) dim, attention nodes of other head counts."""
+    named = [f.layer for f in findings if f.layer is not None]
+    if named and max(named) >= len(exp.layers):
+        return f"num_hidden_layers is {len(exp.layers)}, and the model rotates in layer {max(named)}"
+    for i, site in enumerate(sites):
+        x = seen.get(site.x)
+        try:
+            layer = _layer(findings[i], exp)
+        except ValueError:
+            continue
+        if x is None or x.ndim != 4 or layer.settings.nope:
+            continue
+        freqs = layer.frequencies(exp.config, 1)
+        width = int(x.shape[-1])
+        if width not in (freqs.head_dim, freqs.rotary_dim):
+            return (
+                f"its head_dim is {freqs.head_dim} (rotary dim {freqs.rotary_dim}), and the model's rotation "
+                f"{findings[i].name} turns vectors of {width} features"
+            )
+    config = exp.config
+    for node in attention:
+        attrs = {a.name: a.i for a in node.attribute}
+        for key, attr in (("num_attention_heads", "num_heads"), ("num_key_value_heads", "kv_num_heads")):
+            stated = config.get(key) or (config.get("num_attention_heads") if key == "num_key_value_heads" else None)
+            if isinstance(stated, int) and attr in attrs and attrs[attr] != stated:
+                return f"{key} is {stated}, and the model's {node.op_type} {node.name!r} has {attr}={attrs[attr]}"
+        query = graph.shape(node.input[0])
+        heads, kv = attrs.get("num_heads", 0), attrs.get("kv_num_heads", 0)
+        packed = len(node.input) < 2 or not node.input[1]
+        parts = heads + 2 * kv if packed else heads
+        if query and isinstance(query[-1], int) and parts and exp.rope:
+            width, d = query[-1] // parts, exp.rope[0].frequencies(config, 1).head_dim
+            if width != d:
+                return f"its head_dim is {d}, and the model's {node.op_type} {node.name!r} has heads of {width}"
+    return ""
 
 
 def _context(layer: Layer) -> int:
