@@ -138,8 +138,8 @@ def as_typed(message: str, parser: argparse.ArgumentParser | None, names: dict[s
         def assigned(m: re.Match[str], option: str = option) -> str:
             return typed(option, m.group(1) if m.group(1) is not None else m.group(2))
 
-        message = re.sub(rf"(?<![\w-]){word}=(?:'([^']*)'|([^\s,;)]+))", assigned, message)
-        message = re.sub(rf"(?<![\w-]){word}(?=:| (?:must|is|needs|applies|<=|>=|<|>) )", option, message)
+        message = re.sub(rf"(?<![\w./-]){word}=(?:'([^']*)'|([^\s,;)]+))", assigned, message)
+        message = re.sub(rf"(?<![\w./-]){word}(?=:| (?:must|is|needs|applies|<=|>=|<|>) )", option, message)
     return message
 
 

@@ -241,10 +241,15 @@ def test_every_option_shows_its_default_and_verdict_commands_their_exit_statuses
             ["export", "--head-dim", "8", "--layout", "half", "--target", "ort", "--dtype", "float64", "-o", "x.onnx"],
             "arrayrope export: error: --dtype float64 cannot be carried by --target ort",
         ),
+        (  # a path ending like an option's name stays as typed (audit has a --json flag)
+            ["audit", "x.onnx", "--config", "missing.json"],
+            "arrayrope audit: error: --config missing.json: does not exist",
+        ),
     ],
 )
 def test_one_error_form_naming_the_option_as_typed(args, expected, tmp_path):
-    if args[0] in ("export", "check"):
+    (tmp_path / "x.onnx").write_bytes(b"")
+    if args[0] in ("export", "check", "audit"):
         pytest.importorskip("onnx")
     done = arrayrope(*args, cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and done.stdout == "", done
