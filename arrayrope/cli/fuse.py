@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from ._output import check_output
+
 HELP = "replace each rotary embedding of an ONNX model with one fused node, checked on ONNX Runtime"
 VERDICT = True
 PYTHON_NAMES = {"providers": "--provider", "validate": "--no-validate"}
@@ -73,17 +75,11 @@ def _check_arguments(args: argparse.Namespace) -> None:
     """Every argument that can be checked without reading the model, before any work."""
     if args.max_positions is not None and args.max_positions < 1:
         raise ValueError(f"--max-positions must be a positive int, got {args.max_positions}")
-    folder = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(folder):
-        raise ValueError(f"-o {args.output}: the folder {folder!r} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise ValueError(f"-o {args.output}: the folder {folder!r} is not writable")
-    if os.path.isdir(args.output):
-        raise ValueError(f"-o {args.output}: is a folder; name the .onnx file to write")
     for option, path in (("model", args.model), ("--inputs", args.inputs)):
         if path is not None and not os.path.isfile(path):
             what = "is not a regular file" if os.path.exists(path) else "does not exist"
             raise ValueError(f"{option} {path}: {what}")
+    check_output(args.output, args.model)
 
 
 def run(args: argparse.Namespace) -> int:

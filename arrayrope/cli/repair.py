@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
+
+from ._output import check_output
 
 HELP = "rewrite every rotary embedding of an ONNX model that differs from its config to the config's, and audit it"
 VERDICT = True
@@ -38,11 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from .audit import check_model_and_config
 
     check_model_and_config(args)
-    folder = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(folder):
-        raise ValueError(f"-o {args.output}: the folder {folder!r} does not exist")
-    if os.path.exists(args.output) and os.path.samefile(args.output, args.model):
-        raise ValueError(f"-o {args.output}: is the model read; name another file (the input is never written over)")
+    check_output(args.output, args.model)
     if args.max_positions is not None and args.max_positions < 1:
         raise ValueError(f"--max-positions must be a positive int, got {args.max_positions}")
     from arrayrope.export import repair_rotary

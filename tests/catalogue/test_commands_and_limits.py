@@ -51,6 +51,9 @@ def _commands():
         for command in (["audit"], ["check"], ["export", "fuse"]):  # protobuf reads no bytes as an empty model
             extra = ["--config", config] if command == ["audit"] else ["-o", "{tmp}/out.onnx"] * (command != ["check"])
             yield [*command, "{tmp}/empty.onnx", *extra], "does not load as an ONNX model: the file is empty"
+        for command in (["export", "fuse"], ["repair"]):  # the input is never written over
+            extra = ["--config", config] if command == ["repair"] else []
+            yield [*command, "{tmp}/empty.onnx", *extra, "-o", "{tmp}/empty.onnx"], "is the model read"
 
 
 @pytest.mark.parametrize("argv, message", list(_commands()), ids=lambda v: " ".join(v) if isinstance(v, list) else "")
