@@ -151,6 +151,22 @@ def fail(args: argparse.Namespace, message: str) -> int:
     return USAGE
 
 
+#: The status of a command whose reader closed the pipe before the end (``| head``): as a shell reports a
+#: process ended by SIGPIPE, with nothing printed.
+PIPE_CLOSED = 128 + 13
+
+
+def _stdout_to_nowhere() -> None:
+    """Point stdout at the null device, so that the interpreter's flush at exit finds no closed pipe."""
+    import os
+
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (captured)
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -161,7 +177,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return USAGE
     try:
-        return int(args._run(args) or 0)
+        status = int(args._run(args) or 0)
+        sys.stdout.flush()  # here, where a reader that went away (``| head``) is answered below
+        return status
+    except BrokenPipeError:
+        _stdout_to_nowhere()
+        return PIPE_CLOSED
     except KeyboardInterrupt:
         print(f"{getattr(args, '_prog', 'arrayrope')}: interrupted", file=sys.stderr)
         return 130

@@ -254,3 +254,19 @@ def test_one_error_form_naming_the_option_as_typed(args, expected, tmp_path):
     done = arrayrope(*args, cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and done.stdout == "", done
     assert done.stderr.startswith(expected), done.stderr
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly():
+    """``arrayrope demo | head -1``: the command stops at its next write, with the status a shell gives a process
+    ended by SIGPIPE (141) and nothing on stderr, not 'error: Broken pipe'."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "arrayrope", "demo", "--backends", "numpy"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # as head does after its line
+    status = proc.wait(timeout=120)
+    assert first.startswith(b"arrayrope demo") and status == 141, (first, status)
+    assert proc.stderr.read() == b""
