@@ -170,7 +170,9 @@ def _stdout_to_nowhere() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+        args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+        if extra:  # said by the command's own parser, in its form: 'arrayrope audit: error: ...'
+            getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # --help or --version (0) or an argument error, already printed (2)
         return int(exc.code or 0) if not isinstance(exc.code, str) else USAGE
     if args.command is None:

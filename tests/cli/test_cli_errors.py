@@ -241,6 +241,14 @@ def test_every_option_shows_its_default_and_verdict_commands_their_exit_statuses
             ["export", "--head-dim", "8", "--layout", "half", "--target", "ort", "--dtype", "float64", "-o", "x.onnx"],
             "arrayrope export: error: --dtype float64 cannot be carried by --target ort",
         ),
+        (  # an unknown flag is the command's error, not the top-level parser's
+            ["audit", "x.onnx", "--config", "c.json", "--bogus", "1"],
+            "arrayrope audit: error: unrecognized arguments: --bogus 1",
+        ),
+        (
+            ["export", "fuse", "x.onnx", "-o", "y.onnx", "--frob"],
+            "arrayrope export fuse: error: unrecognized arguments",
+        ),
         (  # a path ending like an option's name stays as typed (audit has a --json flag)
             ["audit", "x.onnx", "--config", "missing.json"],
             "arrayrope audit: error: --config missing.json: does not exist",
