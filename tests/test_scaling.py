@@ -697,3 +697,22 @@ def test_dynamic_with_the_smallest_rotary_dims():
     check(ours, *dynamic_ref(4, 1e4, 2.0, 64, 100))
     two = arrayrope.rope_frequencies(2, scaling=sc, max_position_embeddings=64, seq_len=100)
     assert two.inv_freq.tolist() == [1.0]
+
+
+def test_a_scaling_warning_points_at_the_users_line():
+    """Raised deep in the package (config read, registry, rope type), the warning is attributed to the caller's
+    own line, whichever entry point they called."""
+    config = {
+        "head_dim": 32,
+        "rope_theta": 1e4,
+        "max_position_embeddings": 4096,
+        "rope_scaling": {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 1024},
+    }
+    for call in (
+        lambda: arrayrope.rope_frequencies_from_config(config),
+        lambda: arrayrope.RotaryEmbedding.from_config({**config, "model_type": "qwen2"}),
+        lambda: arrayrope.rope_frequencies(32, scaling={"rope_type": "linear", "factor": 2.0, "bogus": 1}),
+    ):
+        with pytest.warns(UserWarning) as caught:
+            call()
+        assert [w.filename for w in caught] == [__file__], [(w.filename, w.lineno) for w in caught]

@@ -59,12 +59,12 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from .._lib.warn import warn_caller
 from . import _types  # noqa: F401  (registers the built-in rope types)
 from ._params import positive_length, real_value, yarn_mscale
 from ._registry import (
@@ -205,9 +205,8 @@ def _check_keys(scaling: Mapping[str, Any], entry: RopeType, *, base: float, hea
         raise ValueError(f"scaling for rope_type {entry.name!r} is missing required key(s) {missing}")
     unknown = sorted(set(scaling) - entry.keys)
     if unknown:
-        warnings.warn(
-            f"scaling: key(s) {unknown} are not used by rope_type {entry.name!r} and were ignored",
-            stacklevel=4,
+        warn_caller(
+            f"scaling: key(s) {unknown} are not used by rope_type {entry.name!r} and were ignored"
         )
     theta = real_value(scaling, "rope_theta")
     if theta is not None and not math.isclose(theta, base, rel_tol=1e-12):

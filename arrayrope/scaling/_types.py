@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from .._lib.warn import warn_caller
 from . import _fit
 from ._params import (
     factor_of,
@@ -108,10 +108,9 @@ def _yarn(
     if max_position_embeddings is not None and factor_of(params) is not None:
         implicit = max_position_embeddings / original
         if implicit not in (1.0, factor):
-            warnings.warn(
+            warn_caller(
                 f"yarn: scaling['factor']={factor:g} differs from max_position_embeddings / "
-                f"original_max_position_embeddings = {implicit:g}; the explicit factor is used",
-                stacklevel=4,
+                f"original_max_position_embeddings = {implicit:g}; the explicit factor is used"
             )
     attention = real_value(params, "attention_factor", minimum=0.0, strict_min=True)
     if attention is None:
