@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from .scaling import rope_type
 __all__ = [
     "CONFIG_KEYS",
     "MAX_CONFIG_BYTES",
+    "TransformersConfig",
     "load_config",
     "no_rope",
     "rope_config",
@@ -26,12 +27,51 @@ __all__ = [
     "settings",
 ]
 
+
+@runtime_checkable
+class TransformersConfig(Protocol):
+    """A config object, such as transformers' ``PretrainedConfig``: anything with ``to_dict()``.
+
+    Its ``to_dict()`` gives the contents of its ``config.json``; every function that
+    takes a config takes one.
+
+    Methods
+    -------
+    to_dict()
+        The config's keys and values.
+
+    Examples
+    --------
+    >>> import arrayrope
+    >>> from arrayrope.config import TransformersConfig
+    >>> class Config:
+    ...     def to_dict(self):
+    ...         return {"head_dim": 64, "rope_theta": 1e6}
+    >>> isinstance(Config(), TransformersConfig)
+    True
+    >>> arrayrope.rope_frequencies_from_config(Config()).base
+    1000000.0
+    """
+
+    def __init__(self) -> None: ...  # a protocol takes no arguments (numpydoc reads this signature)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config's keys and values.
+
+        Returns
+        -------
+        dict
+            The config as ``config.json`` holds it.
+        """
+        ...
+
+
 #: The largest config.json read (Hugging Face configs are a few KiB).
 MAX_CONFIG_BYTES = 16 << 20
 
 
 def rope_frequencies_from_config(
-    config: Mapping[str, Any] | str | os.PathLike[str],
+    config: Mapping[str, Any] | str | os.PathLike[str] | TransformersConfig,
     *,
     seq_len: int | None = None,
     layer_type: str | None = None,
@@ -41,7 +81,7 @@ def rope_frequencies_from_config(
 
     Parameters
     ----------
-    config : dict or path
+    config : dict, TransformersConfig or path
         A parsed config, or the path of a ``config.json`` (or of the folder holding it).
         Read: ``head_dim`` (else ``hidden_size // num_attention_heads``), ``rope_theta``,
         ``partial_rotary_factor``, ``max_position_embeddings``,
@@ -126,7 +166,10 @@ def rope_frequencies_from_config(
 
 
 def rope_config(
-    config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: str | None = None, layer_idx: int | None = None
+    config: Mapping[str, Any] | str | os.PathLike[str] | TransformersConfig,
+    *,
+    layer_type: str | None = None,
+    layer_idx: int | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of :func:`rope_frequencies` that a config describes, checked.
 
@@ -140,7 +183,7 @@ def rope_config(
 
     Parameters
     ----------
-    config : dict or path
+    config : dict, TransformersConfig or path
         A config as transformers writes it (``config.json``'s contents), or the path of that file or of
         the folder holding it.
     layer_type : str, optional
@@ -188,7 +231,10 @@ def rope_config(
 
 
 def settings(
-    config: Mapping[str, Any] | str | os.PathLike[str], *, layer_type: str | None = None, layer_idx: int | None = None
+    config: Mapping[str, Any] | str | os.PathLike[str] | TransformersConfig,
+    *,
+    layer_type: str | None = None,
+    layer_idx: int | None = None,
 ) -> Settings:
     """Everything a config says about its rotary embedding (frequencies, rotary features, layout), checked.
 
@@ -199,7 +245,7 @@ def settings(
 
     Parameters
     ----------
-    config : dict or path
+    config : dict, TransformersConfig or path
         A config as transformers writes it (``config.json``'s contents), or the path of that file or of
         the folder holding it.
     layer_type : str, optional
@@ -236,12 +282,12 @@ def settings(
         raise ValueError(message) from None
 
 
-def load_config(config: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[str, Any]:
+def load_config(config: Mapping[str, Any] | str | os.PathLike[str] | TransformersConfig) -> Mapping[str, Any]:
     """A config as a mapping: a dict as it is, or a ``config.json`` (or its folder) read with the checks above.
 
     Parameters
     ----------
-    config : dict or path
+    config : dict, TransformersConfig or path
         A config as transformers writes it (``config.json``'s contents), or the path of that file or of
         the folder holding it.
 
@@ -264,7 +310,12 @@ def _load(config: Any) -> tuple[Mapping[str, Any], str]:
     if isinstance(config, Mapping):
         return config, "config"
     if not isinstance(config, (str, os.PathLike)):
-        raise TypeError(f"config must be a dict or the path of a config.json, got {type(config).__name__}")
+        made = config.to_dict() if callable(getattr(config, "to_dict", None)) else None
+        if isinstance(made, Mapping):  # a transformers config object
+            return made, "config"
+        raise TypeError(
+            f"config must be a dict, a transformers config or the path of a config.json, got {type(config).__name__}"
+        )
     path = os.fspath(config)
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")

@@ -332,7 +332,7 @@ def test_bad_config_files(tmp_path, content, exc, match):
 def test_missing_file_and_wrong_type(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         arrayrope.rope_frequencies_from_config(tmp_path / "nope.json")
-    with pytest.raises(TypeError, match="dict or the path"):
+    with pytest.raises(TypeError, match="a transformers config or the path"):
         arrayrope.rope_frequencies_from_config(42)
 
 
@@ -808,3 +808,34 @@ def test_a_partial_factor_of_1_where_the_family_ignores_the_key_reads_as_the_who
     np.testing.assert_allclose(freqs.inv_freq, module.inv_freq.double().numpy(), rtol=1e-6)
     with pytest.raises(ValueError, match="ignores it and rotates the whole head"):
         arrayrope.rope_frequencies_from_config({"model_type": "llama", **sizes, "partial_rotary_factor": 0.5})
+
+
+def test_transformers_config_objects_are_taken_wherever_a_config_is(tmp_path):
+    """A PretrainedConfig, as users hold it: the same frequencies as its config.json and its dict (the oracle:
+    transformers' own rotary module for the frequencies), from every entry point that takes a config."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    cfg = transformers.LlamaConfig(
+        hidden_size=256,
+        num_attention_heads=4,
+        num_hidden_layers=2,
+        max_position_embeddings=4096,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 1024,
+        },
+    )
+    cfg.save_pretrained(tmp_path)
+    want = LlamaRotaryEmbedding(config=cfg).inv_freq.to(torch.float64).numpy()
+    for given in (cfg, cfg.to_dict(), tmp_path):
+        freqs = arrayrope.rope_frequencies_from_config(given)
+        assert np.allclose(freqs.inv_freq, want, rtol=1e-6, atol=0), given
+        assert arrayrope.RotaryEmbedding.from_config(given).freqs.inv_freq.tolist() == freqs.inv_freq.tolist()
+    with pytest.raises(TypeError, match=r"a transformers config or the path of a config\.json, got int"):
+        arrayrope.rope_frequencies_from_config(3)

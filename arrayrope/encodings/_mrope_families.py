@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -110,17 +109,9 @@ UNSUPPORTED["qwen3_omni_moe_thinker"] = UNSUPPORTED["qwen3_omni_moe"]
 
 def read_config(config: Any) -> Config:
     """The family's rules and the facts of its config that the positions depend on."""
-    if isinstance(config, (str, os.PathLike)):
-        from ..config import load_config
+    from ..config import load_config
 
-        config = load_config(config)
-    elif not isinstance(config, Mapping):
-        if not callable(getattr(config, "to_dict", None)):
-            raise TypeError(
-                "config must be a dict, a transformers config or the path of a config.json, "
-                f"got {type(config).__name__}"
-            )
-        config = config.to_dict()
+    config = load_config(config)
     model_type = config.get("model_type")
     if isinstance(model_type, str) and model_type in UNSUPPORTED:
         raise ValueError(

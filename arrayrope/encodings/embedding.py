@@ -169,7 +169,7 @@ class RotaryEmbedding:
         layout: Layout | None = None,
         axes: Axes = "bhsd",
     ) -> RotaryEmbedding:
-        """A rotary embedding from a Hugging Face config (dict or ``config.json`` path).
+        """A rotary embedding from a Hugging Face config (dict, transformers config object or ``config.json`` path).
 
         See :func:`arrayrope.rope_frequencies_from_config` for the fields read. The rotary
         features, the pair layout and the direction are those transformers' attention of the

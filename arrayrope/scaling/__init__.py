@@ -205,9 +205,7 @@ def _check_keys(scaling: Mapping[str, Any], entry: RopeType, *, base: float, hea
         raise ValueError(f"scaling for rope_type {entry.name!r} is missing required key(s) {missing}")
     unknown = sorted(set(scaling) - entry.keys)
     if unknown:
-        warn_caller(
-            f"scaling: key(s) {unknown} are not used by rope_type {entry.name!r} and were ignored"
-        )
+        warn_caller(f"scaling: key(s) {unknown} are not used by rope_type {entry.name!r} and were ignored")
     theta = real_value(scaling, "rope_theta")
     if theta is not None and not math.isclose(theta, base, rel_tol=1e-12):
         raise ValueError(

@@ -551,6 +551,7 @@ def test_mrope_rotations_repair_to_the_config_s_sections_and_base():
     from export.test_audit_transformers import qwen2_vl_text
 
     model, cfg = qwen2_vl_text("torchscript-17")
+    assert audit_rotary(model, cfg).status == "verified"  # the config object itself, as users hold it
     other = cfg.to_dict()
     other["rope_parameters"] = {"rope_type": "default", "rope_theta": 5000.0, "mrope_section": [3, 3, 2]}
     assert audit_rotary(model, other).status == "failed"

@@ -15,6 +15,8 @@ from typing import Any
 import onnx
 from onnx import external_data_helper
 
+from arrayrope.config import TransformersConfig
+
 from .._graph import ModelSource, data_folder, load_model
 from ..fuse._match import Graph
 from ._expect import BLOCK, Expected, expected
@@ -25,7 +27,9 @@ from ._report import AuditReport
 __all__ = ["AuditReport", "Finding", "audit_rotary", "audited"]
 
 
-def audit_rotary(model: ModelSource, config: Mapping[str, Any] | str | os.PathLike[str]) -> AuditReport:
+def audit_rotary(
+    model: ModelSource, config: Mapping[str, Any] | str | os.PathLike[str] | TransformersConfig
+) -> AuditReport:
     """Compare every rotation of an ONNX model with the rotation its checkpoint's config describes.
 
     Each rotation is found whatever its form: a subgraph in standard ops (as
@@ -48,7 +52,7 @@ def audit_rotary(model: ModelSource, config: Mapping[str, Any] | str | os.PathLi
     ----------
     model : onnx.ModelProto or path
         The model (a ``.onnx`` file: its external data stays on disk).
-    config : dict or path
+    config : dict, TransformersConfig or path
         The checkpoint's ``config.json``, the folder holding it, or the parsed dict.
 
     Returns
@@ -80,7 +84,7 @@ def audit_rotary(model: ModelSource, config: Mapping[str, Any] | str | os.PathLi
     source = load_model(model, keep_external=True)
     folder = data_folder(model, source)
     name = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
-    where = "<dict>" if isinstance(config, Mapping) else os.fspath(config)
+    where = os.fspath(config) if isinstance(config, (str, os.PathLike)) else "<dict>"
     return audited(source, folder, exp, name, where, start)
 
 

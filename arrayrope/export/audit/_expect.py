@@ -13,7 +13,7 @@ import numpy.typing as npt
 from arrayrope._config_keys import Settings
 from arrayrope._config_layers import layer_count
 from arrayrope._config_read import text_config
-from arrayrope.config import load_config, rope_frequencies_from_config, settings
+from arrayrope.config import TransformersConfig, load_config, rope_frequencies_from_config, settings
 from arrayrope.encodings.mrope import pair_axes
 from arrayrope.frequencies import RopeFrequencies
 from arrayrope.scaling import ROPE_TYPES, rope_type
@@ -194,10 +194,10 @@ def _original(s: Settings) -> int | None:
     return int(value) if value is not None else None
 
 
-def expected(config: Mapping[str, Any] | str | os.PathLike[str]) -> Expected:
+def expected(config: Mapping[str, Any] | str | os.PathLike[str] | TransformersConfig) -> Expected:
     """Every layer's rotation as the config describes it (ValueError naming the config where it has no RoPE)."""
     cfg = load_config(config)
-    where = "config" if isinstance(config, Mapping) else f"config file {os.fspath(config)!r}"
+    where = f"config file {os.fspath(config)!r}" if isinstance(config, (str, os.PathLike)) else "config"
     text, text_where, fam = text_config(cfg, where)
     stated = any(text.get(k) is not None for k in ("rope_theta", "rope_scaling", "rope_parameters"))
     if fam is None and not stated:

@@ -17,6 +17,7 @@ import numpy.typing as npt
 import onnx
 
 from arrayrope._lib import checks
+from arrayrope.config import TransformersConfig
 
 from .._graph import ModelSource, data_folder, load_model, reads
 from ..audit import audit_rotary, audited
@@ -35,7 +36,7 @@ __all__ = ["Change", "RepairReport", "Repaired", "repair_rotary"]
 
 def repair_rotary(
     model: ModelSource,
-    config: Mapping[str, Any] | str | os.PathLike[str],
+    config: Mapping[str, Any] | str | os.PathLike[str] | TransformersConfig,
     *,
     max_positions: int | None = None,
     inputs: Mapping[str, npt.ArrayLike] | None = None,
@@ -60,7 +61,7 @@ def repair_rotary(
     ----------
     model : onnx.ModelProto or path
         The model; it is not modified.
-    config : dict or path
+    config : dict, TransformersConfig or path
         The checkpoint's ``config.json``, the folder holding it, or the parsed dict.
     max_positions : int, optional
         A bound on the positions: tables of this many rows are stored. Default:
