@@ -187,6 +187,14 @@ def test_block_runs_as_pasted(page, lang, code, expected, section, line, folder,
         if missing:
             SKIPPED_SECTIONS.add((page, section))
             pytest.skip(f"{missing} is not installed")
+        if 'if __name__ == "__main__":' in code:  # a script that starts processes: run as one, as pasted
+            script = folder / "script.py"
+            script.write_text(code)
+            done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, done.stderr[-3000:]
+            if expected is not None:
+                assert same(expected, done.stdout), f"{page.name} line {line}: {done.stdout!r}"
+            return
         out = io.StringIO()
         # a module of its own, as a pasted script's __main__ is: the classes it defines pickle (torch.save)
         module = types.ModuleType("__readme__")
