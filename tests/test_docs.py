@@ -61,3 +61,23 @@ def test_the_readme_links_to_pages_and_headings_that_exist():
             assert anchor in {slug(h) for h in headings}, (path, anchor)
     assert slug("Verdicts and exit statuses") == "verdicts-and-exit-statuses"
     assert slug("A RotaryEmbedding in a model") == "a-rotaryembedding-in-a-model"
+
+
+def test_the_cli_reference_holds_what_each_command_s_help_prints():
+    """docs/reference/cli.md holds every parser's help (written by tools/cli_reference.py), under the Python
+    version named on the page (argparse lays help out differently across versions); every command has a block."""
+    import importlib.util
+    import sys
+
+    tool = REFERENCE.parent.parent / "tools" / "cli_reference.py"
+    spec = importlib.util.spec_from_file_location("cli_reference", tool)
+    assert spec is not None and spec.loader is not None
+    cli_reference = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli_reference)
+    page = cli_reference.PAGE.read_text()
+    version = cli_reference.VERSION.search(page)
+    assert version is not None
+    if version.group(1) != f"{sys.version_info[0]}.{sys.version_info[1]}":
+        pytest.skip(f"the page holds the help of Python {version.group(1)}; run tools/cli_reference.py to compare")
+    assert {m.group("name") for m in cli_reference.BLOCK.finditer(page)} == set(cli_reference.helps())
+    assert cli_reference.rendered(page) == page, "run python tools/cli_reference.py"

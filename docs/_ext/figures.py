@@ -4,10 +4,9 @@
 * ``precision.png``: the worst error of float32 cos/sin tables against position, arrayrope's
   :func:`arrayrope.rope_tables` and the common recipe ``cos(float32(p) * float32(theta))``, each
   against exact angles (:func:`arrayrope.testing.exact_angles`, then cos in float64);
-* ``speed.png``: the bench's own plot (``bench._report.plot``) of the committed runs in ``bench/results``;
+* ``speed.png``: the bench's own plot (``bench._report.plot``) of the committed runs in ``bench/results``.
 
-and the command line's help, ``cli/<command>.txt``: what ``arrayrope <command> --help`` prints, from the
-parsers of :mod:`arrayrope.cli`, for the CLI reference.
+The CLI reference holds the commands' help itself (``tools/cli_reference.py`` writes it).
 """
 
 from __future__ import annotations
@@ -89,29 +88,6 @@ def speed(path: pathlib.Path) -> None:
         raise RuntimeError("bench/results/results.json holds no sweep to plot")
 
 
-def cli_help(folder: pathlib.Path) -> None:
-    """``arrayrope.txt`` and one ``<command>.txt`` per command (``export-fuse.txt`` for a nested one)."""
-    import argparse
-    import os
-
-    from arrayrope.cli import build_parser
-
-    folder.mkdir(exist_ok=True)
-    os.environ["COLUMNS"] = "80"  # argparse wraps at the terminal's width: the same on every machine
-
-    def write(parser: argparse.ArgumentParser, name: str) -> None:
-        (folder / f"{name}.txt").write_text(parser.format_help())
-        for action in parser._actions:  # argparse has no public list of a parser's subcommands
-            if isinstance(action, argparse._SubParsersAction):
-                for command, sub in action.choices.items():
-                    write(sub, command if name == "arrayrope" else f"{name}-{command}")
-
-    try:
-        write(build_parser(), "arrayrope")
-    finally:
-        del os.environ["COLUMNS"]
-
-
 FIGURES = {"wavelengths.png": wavelengths, "precision.png": precision, "speed.png": speed}
 
 
@@ -119,7 +95,6 @@ def draw(app: Any = None) -> None:
     OUT.mkdir(exist_ok=True)
     for name, figure in FIGURES.items():
         figure(OUT / name)
-    cli_help(OUT / "cli")
 
 
 def setup(app: Any) -> dict[str, Any]:
