@@ -120,3 +120,58 @@ def test_longrope_rotations_are_left_alone_with_the_reason_and_the_verdict_says_
     if bound is not None:
         at = [int(r.split(" at position ")[1].split(",")[0]) for r in reasons]
         assert all(64 <= p < bound for p in at), at  # past the original context, within the bound
+
+
+def test_the_whole_model_check_compares_every_position_s_logits():
+    """transformers 5's models take logits_to_keep, and read a tensor as the indices of the positions kept.
+    Exported with a 0-d one as an input (TorchScript), the check of the fused model keeps the last position,
+    whose rotation turns furthest, not position 0's, where no rotation shows."""
+    import io
+    import warnings
+
+    import torch
+
+    net = hf_models.model("llama", 1).net
+
+    class Keep(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, input_ids, attention_mask, position_ids, logits_to_keep):
+            out = self.net(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=False,
+                logits_to_keep=logits_to_keep,
+            )
+            return out.logits
+
+    feed = hf_models.inputs()
+    names = [*feed, "logits_to_keep"]
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            Keep().eval(),
+            (*(torch.from_numpy(v) for v in feed.values()), torch.tensor(1)),
+            f,
+            dynamo=False,
+            opset_version=17,
+            input_names=names,
+            output_names=["logits"],
+            dynamic_axes={n: {0: "batch", 1: "seq"} for n in names[:3]},
+        )
+    model = onnx.load_from_string(f.getvalue())
+    from arrayrope.export.fuse._match import Graph
+    from arrayrope.export.fuse._probe import sample_inputs
+
+    feed = sample_inputs(Graph(model))
+    last = feed["input_ids"].shape[1] - 1
+    assert feed["logits_to_keep"] == last
+    full = dict(feed, logits_to_keep=np.array(0))
+    plain = {k: feed[k] for k in ("input_ids", "attention_mask", "position_ids")}
+    want = hf_models.logits(hf_models.model("llama", 1), plain)
+    assert np.allclose(run(model, feed), want[:, last], atol=1e-5)  # the oracle: transformers' own logits
+    assert not np.allclose(run(model, full), want[:, last], atol=1e-5)

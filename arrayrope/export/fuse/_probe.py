@@ -97,8 +97,10 @@ def sample_inputs(graph: Graph, seed: int = 0, past: int | None = None, names: C
     new tokens after ``SAMPLE_PAST`` cached ones (past key/values of that length, an attention mask of ones
     over all ``past + seq`` positions, position ids ``past .. past + seq - 1``). Symbolic dimensions are sized
     by their names (:func:`_dim_size`: batch, past, total, sequence, and sums of them such as
-    ``past_sequence_length + sequence_length``); other integer inputs (token ids) stay below the rows of every
-    table they index. ``past`` sets the cached tokens of a decoder (positions from ``past`` on); ``names``, where
+    ``past_sequence_length + sequence_length``). ``logits_to_keep``, which transformers reads as the
+    indices of the positions whose logits are kept, keeps the last ones (all, where it holds as many);
+    other integer inputs (token ids) stay below the rows of every table they index. ``past`` sets the
+    cached tokens of a decoder (positions from ``past`` on); ``names``, where
     given, are the only inputs made.
     """
     rng = np.random.default_rng(seed)
@@ -130,6 +132,9 @@ def sample_inputs(graph: Graph, seed: int = 0, past: int | None = None, names: C
             feed[value.name] = rng.standard_normal(dims).astype(dtype)
         elif np.dtype(dtype).kind == "b" or "mask" in name:
             feed[value.name] = np.ones(dims, dtype=dtype)
+        elif "logits_to_keep" in name:  # a tensor is read as the indices of the positions kept: all, else the last
+            count = dims[0] if dims else 1
+            feed[value.name] = np.arange(SAMPLE_SEQ - count, SAMPLE_SEQ).clip(0).reshape(dims).astype(dtype)
         elif "position" in name:
             start = past if dims and dims[-1] == SAMPLE_SEQ else 0
             feed[value.name] = np.broadcast_to(start + np.arange(dims[-1] if dims else 1), dims).astype(dtype)
