@@ -444,33 +444,36 @@ def plot(sweep: list[Record], path: Path, meta: Meta) -> None:
     settings = settings_of(meta, sweep)
     if not sweep or not settings:
         return
-    fig, axes = plt.subplots(1, len(settings), figsize=(8 * len(settings), 5), sharey=True, squeeze=False)
-    for ax, setting in zip(axes[0], settings, strict=True):
+    # one panel per thread setting, stacked: the figure keeps a page's width, and its text stays legible there
+    fig, axes = plt.subplots(len(settings), 1, figsize=(9, 4.2 * len(settings)), sharex=True, squeeze=False)
+    for ax, setting in zip(axes[:, 0], settings, strict=True):
         _panel(ax, [r for r in sweep if r.get("threads", "1") == setting])
-        ax.set_title(
-            f"Rotary application relative to a copy ({setting_label(meta, setting)}, {meta['cpu'][:40]})", fontsize=9
-        )
+        ax.set_title(f"{setting_label(meta, setting)}, {meta['cpu'][:40]}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def _panel(ax: Any, sweep: list[Record]) -> None:
+    """One line per backend and variant, each its own colour; the variant also by its line style."""
     styles = {"arrayrope half": "-", "arrayrope interleaved": "--", "naive half": ":", "ORT fused half": "-."}
-    colors: dict[str, Any] = {}
-    for backend in dict.fromkeys(r["backend"] for r in sweep):
+    series = [
+        (backend, variant)
+        for backend in dict.fromkeys(r["backend"] for r in sweep)
+        for variant in styles
+        if any(not math.isnan(r["x_copy"].get(variant, math.nan)) for r in sweep if r["backend"] == backend)
+    ]
+    palette = [f"C{i}" for i in range(10)] + ["black", "olive", "teal", "navy"]
+    for (backend, variant), color in zip(series, palette * (1 + len(series) // len(palette)), strict=False):
         recs = [r for r in sweep if r["backend"] == backend]
         xs = [r["shape"][2] for r in recs]
-        for variant, style in styles.items():
-            ys = [r["x_copy"].get(variant, math.nan) for r in recs]
-            if all(math.isnan(y) for y in ys):
-                continue
-            (line,) = ax.plot(xs, ys, style, marker="o", ms=3, color=colors.get(backend), label=f"{backend}: {variant}")
-            colors.setdefault(backend, line.get_color())
+        ys = [r["x_copy"].get(variant, math.nan) for r in recs]
+        ax.plot(xs, ys, styles[variant], marker="o", ms=3, color=color, label=f"{backend}: {variant}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set_xlabel("sequence length S, x = (1, 8, S, 128) float32")
-    ax.set_ylabel("time / copy of x (same backend, same run)")
-    ax.legend(fontsize=7, ncol=2)
+    ax.set_xlabel("sequence length S, x = (1, 8, S, 128) float32", fontsize=10)
+    ax.set_ylabel("time / time of a copy of x\n(lower is faster)", fontsize=10)
+    ax.tick_params(labelsize=9)
+    ax.legend(fontsize=8, ncol=1, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(True, which="both", alpha=0.3)
