@@ -156,6 +156,18 @@ def fail(args: argparse.Namespace, message: str) -> int:
 PIPE_CLOSED = 128 + 13
 
 
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (poll says so of its descriptor, writing nothing)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(event & (select.POLLERR | select.POLLHUP) for _, event in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), or stdout without a descriptor
+        return False
+
+
 def _stdout_to_nowhere() -> None:
     """Point stdout at the null device, so that the interpreter's flush at exit finds no closed pipe."""
     import os
@@ -182,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         status = int(args._run(args) or 0)
         sys.stdout.flush()  # here, where a reader that went away (``| head``) is answered below
         return status
-    except BrokenPipeError:
+    except BrokenPipeError as exc:
+        if not _stdout_closed():  # another pipe broke (an output file that is a FIFO, a worker): an error
+            return fail(args, describe(exc))
         _stdout_to_nowhere()
         return PIPE_CLOSED
     except KeyboardInterrupt:

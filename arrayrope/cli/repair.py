@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="a bound on the positions: tables of this many rows are stored (default: cos/sin computed in "
-        "the graph from the position ids, right at every position below 2**30)",
+        "the graph from the position ids, right at every position below 2**30; dynamic NTK's for calls up to "
+        "the context the config implies, which this bound extends)",
     )
 
 
@@ -49,11 +50,10 @@ def run(args: argparse.Namespace) -> int:
     print(report)
     if not report.repaired:
         n = len(report.changes)
-        why = (
-            "the model needs no repair"
-            if report.status == "verified"
-            else "no rotation could be rewritten (each line above says why)"
-        )
+        why = {
+            "verified": "the model needs no repair",
+            "failed": "no rotation could be rewritten (each line above says why)",
+        }.get(report.status, "no rotation was found wrong, and none rewritten")
         print(f"verdict: {report.after.verdict()}; {why}: {args.output} not written ({n} of {n} rotations kept)")
         return report.exit_status
     result.save(args.output)

@@ -250,6 +250,8 @@ def test_dynamic_ntk_takes_the_frequencies_of_each_call_s_length(tmp_path, capsy
     assert said.count("take the frequencies of their length (computed in the graph for lengths up to 2048") == 4
     report = repair_rotary(path, config, max_positions=3000).report
     assert report.status == "verified" and "lengths up to 3000" in report.changes[0].after, str(report)
+    report = repair_rotary(path, config, max_positions=2**24).report  # tables of 16M lengths: refused, said
+    assert report.repaired == 0 and "pass a smaller max_positions" in report.changes[0].reason, str(report)
 
 
 def test_frequencies_of_the_call_s_length_are_exact_in_float32():
@@ -276,7 +278,7 @@ def test_frequencies_of_the_call_s_length_are_exact_in_float32():
     cos, sin = by_length_cos_sin(b, by, "ids", "float32")
     caches = by_length_rows(b, by, "length", "float32")  # rows 0 .. length - 1, as a cache
     ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["B", "S"])
-    length = helper.make_tensor_value_info("length", TensorProto.INT64, [])
+    length = helper.make_tensor_value_info("length", TensorProto.INT64, [1])  # as some exporters shape it
     outs = [helper.make_tensor_value_info(t, TensorProto.FLOAT, None) for t in (cos, sin, *caches)]
     graph = helper.make_graph(b.nodes, "g", [ids, length], outs, b.initializers)
     sess = ort.InferenceSession(
@@ -285,7 +287,7 @@ def test_frequencies_of_the_call_s_length_are_exact_in_float32():
     )
     for n in lengths:
         positions = np.concatenate([np.arange(-3, 500), np.arange(n - 500, n)])[None]
-        got = sess.run(None, {"ids": positions, "length": np.array(n)})
+        got = sess.run(None, {"ids": positions, "length": np.array([n])})
         angle = positions[..., None] * freqs[n]
         worst = max(float(np.max(np.abs(g - w))) for g, w in zip(got[:2], (np.cos(angle), np.sin(angle)), strict=True))
         assert worst <= 3e-7, (n, worst)
@@ -297,7 +299,7 @@ def test_frequencies_of_the_call_s_length_are_exact_in_float32():
         assert worst <= 3e-7, (n, worst)
         rough = np.cos((positions[..., None].astype(np.float32) * freqs[n].astype(np.float32)).astype(np.float64))
         assert np.max(np.abs(rough - np.cos(angle))) > 1e-4  # what the method is for
-    assert all(np.isnan(t).all() for t in sess.run(None, {"ids": np.array([[0, 16384]]), "length": np.array(16385)}))
+    assert all(np.isnan(t).all() for t in sess.run(None, {"ids": np.array([[0, 16384]]), "length": np.array([16385])}))
 
 
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):

@@ -84,7 +84,13 @@ def audit_rotary(
     source = load_model(model, keep_external=True)
     folder = data_folder(model, source)
     name = "<ModelProto>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
-    where = os.fspath(config) if isinstance(config, (str, os.PathLike)) else "<dict>"
+    where = (
+        os.fspath(config)
+        if isinstance(config, (str, os.PathLike))
+        else "<dict>"
+        if isinstance(config, Mapping)
+        else f"<{type(config).__name__}>"
+    )
     return audited(source, folder, exp, name, where, start)
 
 

@@ -24,14 +24,24 @@ class Builder:
         Constants as ``Constant`` nodes (a function has no initializers) instead of initializers.
     taken : iterable of str
         Names already used in the graph; the builder makes none of them.
+    shared : dict, optional
+        Constants made under a key, by name, shared with the other builders given it.
     """
 
-    def __init__(self, prefix: str = "", *, function: bool = False, taken: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        prefix: str = "",
+        *,
+        function: bool = False,
+        taken: Iterable[str] = (),
+        shared: dict[Any, str] | None = None,
+    ) -> None:
         self.prefix = prefix
         self.function = function
         self.nodes: list[NodeProto] = []
         self.initializers: list[TensorProto] = []
         self.taken = set(taken)
+        self.shared = shared
         self._count = 0
 
     def name(self, hint: str) -> str:
@@ -43,14 +53,19 @@ class Builder:
                 self.taken.add(name)
                 return name
 
-    def const(self, value: npt.NDArray[Any], hint: str = "c") -> str:
-        """A constant tensor's name."""
+    def const(self, value: npt.NDArray[Any], hint: str = "c", *, key: Any = None) -> str:
+        """A constant tensor's name. With a ``key``, builders given the same ``shared`` dict make it once (the
+        first one holds it; large tables are then not copied per rotation)."""
+        if key is not None and self.shared is not None and key in self.shared:
+            return self.shared[key]
         name = self.name(hint)
         tensor = numpy_helper.from_array(np.asarray(value), name)
         if self.function:
             self.nodes.append(helper.make_node("Constant", [], [name], name=name, value=tensor))
         else:
             self.initializers.append(tensor)
+        if key is not None and self.shared is not None:
+            self.shared[key] = name
         return name
 
     def ints(self, values: Sequence[int], hint: str = "i") -> str:

@@ -73,15 +73,35 @@ def split_turns(by: ByLength) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.f
     )
 
 
+#: Bytes of the per-length tables a graph may hold (two float32 tables per digit level).
+LIMIT = 1 << 28
+
+
+def table_bytes(by: ByLength) -> int:
+    """Bytes of the constants :func:`split_turns` makes of ``by``."""
+    return 2 * 4 * _levels(by) * (len(by.inv_freq) + 1) * int(by.inv_freq.shape[1])
+
+
+def _turn_constants(b: Builder, by: ByLength) -> tuple[list[str], list[str]]:
+    """The constants of :func:`split_turns`, per level: made once per ``by`` among builders that share."""
+    levels = _levels(by)
+    keys = [(kind, id(by), level) for kind in ("turns", "rest") for level in range(levels)]
+    if b.shared is not None and all(k in b.shared for k in keys):
+        return [b.shared[k] for k in keys[:levels]], [b.shared[k] for k in keys[levels:]]
+    a, r = split_turns(by)
+    return (
+        [b.const(a[level], f"level{level}_turns", key=("turns", id(by), level)) for level in range(len(a))],
+        [b.const(r[level], f"level{level}_rest", key=("rest", id(by), level)) for level in range(len(r))],
+    )
+
+
 def _row(b: Builder, by: ByLength, length: str) -> str:
     """The row of the frequencies of a call of ``length`` (int64 scalar): the NaN row past the longest."""
     row = b.op("Sub", [length, b.scalar(by.first, "first_length")])
     return b.op("Clip", [row, b.scalar(0, "zero"), b.scalar(len(by.inv_freq), "nan_row")])
 
 
-def _turned(
-    b: Builder, turns: tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]], row: str, magnitude: str, levels: range
-) -> tuple[str, str]:
+def _turned(b: Builder, turns: tuple[list[str], list[str]], row: str, magnitude: str, levels: range) -> tuple[str, str]:
     """float32 cos and sin ``(..., h)`` of the non-negative positions ``magnitude`` ``(..., 1)``, whose digits
     outside ``levels`` are 0, turned by the frequencies of ``row``."""
     a, r = turns
@@ -94,8 +114,8 @@ def _turned(
         if level < len(a) - 1:
             digit = b.op("Mod", [digit, b.const(np.array(1 << DIGIT_BITS, np.int64), "digit_mod")])
         d = b.op("Cast", [digit], to=onnx_dtype("float32"))
-        at = b.op("Gather", [b.const(a[level], f"level{level}_turns"), row], axis=0)  # (h,)
-        rest = b.op("Gather", [b.const(r[level], f"level{level}_rest"), row], axis=0)
+        at = b.op("Gather", [a[level], row], axis=0)  # (h,)
+        rest = b.op("Gather", [r[level], row], axis=0)
         y = b.op("Mul", [d, at])
         x = b.op("Sub", [y, b.op("Round", [y])])  # exact: the distance to the nearest whole turn
         exact.append(b.op("Mul", [x, b.const(np.array(_P1, np.float32), "two_pi_high")]))
@@ -131,7 +151,7 @@ def _finished(b: Builder, by: ByLength, row: str, cos: str, sin: str, dtype: DTy
 def by_length_cos_sin(b: Builder, by: ByLength, ids: str, dtype: DTypeName) -> tuple[str, str]:
     """cos and sin ``(B, S, h)`` in ``dtype`` at the int64 position ids ``(B, S)``, for the frequencies of the
     call's length (NaN for calls longer than ``by`` answers)."""
-    turns = split_turns(by)
+    turns = _turn_constants(b, by)
     row = _row(b, by, b.op("Add", [b.op("ReduceMax", [ids], keepdims=0), b.scalar(1, "one")]))
     signed = b.op("Unsqueeze", [ids, b.ints([-1], "last_axis")])  # (B, S, 1)
     cos, sin = _turned(b, turns, row, b.op("Abs", [signed]), range(len(turns[0])))
@@ -143,7 +163,8 @@ def by_length_rows(b: Builder, by: ByLength, length: str, dtype: DTypeName) -> t
     """cos and sin ``(length, h)`` in ``dtype``: rows ``0 .. length - 1`` for the frequencies of a call of
     ``length`` (an int64 scalar), a cache. The rotations of the low digit (1024 rows) and of the higher ones
     (one row per 1024 positions) are each computed once and composed on their grid."""
-    turns = split_turns(by)
+    turns = _turn_constants(b, by)
+    length = b.op("Reshape", [length, b.ints([], "scalar")])  # a (1,) total length as well as a scalar
     row = _row(b, by, length)
     radix = 1 << DIGIT_BITS
     low = b.op(

@@ -133,7 +133,7 @@ def sample_inputs(graph: Graph, seed: int = 0, past: int | None = None, names: C
         elif np.dtype(dtype).kind == "b" or "mask" in name:
             feed[value.name] = np.ones(dims, dtype=dtype)
         elif "logits_to_keep" in name:  # a tensor is read as the indices of the positions kept: all, else the last
-            count = dims[0] if dims else 1
+            count = int(np.prod(dims))
             feed[value.name] = np.arange(SAMPLE_SEQ - count, SAMPLE_SEQ).clip(0).reshape(dims).astype(dtype)
         elif "position" in name:
             start = past if dims and dims[-1] == SAMPLE_SEQ else 0

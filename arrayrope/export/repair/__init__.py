@@ -65,7 +65,9 @@ def repair_rotary(
         The checkpoint's ``config.json``, the folder holding it, or the parsed dict.
     max_positions : int, optional
         A bound on the positions: tables of this many rows are stored. Default:
-        cos/sin computed in the graph, right at every position below ``2**30``.
+        cos/sin computed in the graph, right at every position below ``2**30`` (dynamic NTK's
+        frequencies for calls up to the context the config implies, NaN past it; this bound,
+        where given, extends that).
     inputs : mapping, optional
         Inputs for the run that measures shapes (default: made from the input
         types, as :func:`fuse_rotary` makes them).
@@ -137,9 +139,13 @@ def repair_rotary(
     seen = {**feed, **run(work, feed, wanted, folder=folder)} if wanted else feed
     contradiction = _contradiction(exp, graph, sites, attention, seen, before.findings)
     if contradiction:
-        raise ValueError(f"config: {contradiction}; pass the config of the checkpoint this model was made from")
+        raise ValueError(
+            f"config: {contradiction}: the model and the config disagree on its shape, which repair does not "
+            "change; check that the config is the checkpoint's the model was made from"
+        )
     changes, nodes, inits, replaced = [], [], [], set()
     made: dict[Any, tuple[str, str]] = {}  # caches written once, whichever nodes read them
+    shared: dict[Any, str] = {}  # per-length tables made once for every site that reads them
     for i, finding in enumerate(before.findings):
         change = Change(finding.name, finding.kind, finding.layer, finding.difference, "")
         if finding.status != "failed":
@@ -149,7 +155,7 @@ def repair_rotary(
         try:
             layer = _layer(finding, exp)
             if i < len(sites):
-                b, after = standard_site(i, graph, sites[i], seen, layer, exp.config, rows, MIN_OPSET["onnx23"])
+                b, after = standard_site(i, graph, sites[i], seen, layer, exp.config, rows, MIN_OPSET["onnx23"], shared)
                 nodes += b.nodes
                 inits += b.initializers
                 replaced.add(sites[i].rotated)
@@ -205,18 +211,22 @@ def _contradiction(
                 f"{findings[i].name} turns vectors of {width} features"
             )
     config = exp.config
-    for node in attention:
+    for j, node in enumerate(attention):
         attrs = {a.name: a.i for a in node.attribute}
         for key, attr in (("num_attention_heads", "num_heads"), ("num_key_value_heads", "kv_num_heads")):
-            stated = config.get(key) or (config.get("num_attention_heads") if key == "num_key_value_heads" else None)
+            stated = config.get(key)  # compared where the config names it so
             if isinstance(stated, int) and attr in attrs and attrs[attr] != stated:
                 return f"{key} is {stated}, and the model's {node.op_type} {node.name!r} has {attr}={attrs[attr]}"
+        try:
+            layer = _layer(findings[len(sites) + j], exp)
+        except ValueError:
+            continue
         query = graph.shape(node.input[0])
         heads, kv = attrs.get("num_heads", 0), attrs.get("kv_num_heads", 0)
         packed = len(node.input) < 2 or not node.input[1]
         parts = heads + 2 * kv if packed else heads
-        if query and isinstance(query[-1], int) and parts and exp.rope:
-            width, d = query[-1] // parts, exp.rope[0].frequencies(config, 1).head_dim
+        if query and isinstance(query[-1], int) and parts and not layer.settings.nope:
+            width, d = query[-1] // parts, layer.frequencies(config, 1).head_dim
             if width != d:
                 return f"its head_dim is {d}, and the model's {node.op_type} {node.name!r} has heads of {width}"
     return ""

@@ -5,6 +5,7 @@ of the run's length."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ import numpy.typing as npt
 from onnx import GraphProto, NodeProto, TensorProto, helper
 
 import arrayrope
+from arrayrope._lib.digits import DIGIT_BITS
 from arrayrope.config import rope_frequencies_from_config
 from arrayrope.frequencies import RopeFrequencies
 
@@ -20,7 +22,7 @@ from ..audit._expect import Layer, length_context
 from ..build._builder import Builder
 from ..build._emit import emitter, heads_spec, rotate_heads
 from ..build._fused import FusedEmitter, Switched
-from ..build._lengths import ByLength, by_length_rows
+from ..build._lengths import LIMIT, ByLength, by_length_rows
 from ..build._options import DTypeName
 from ..build._spec import DTYPE_NAMES, Spec, np_dtype, onnx_dtype
 from ..fuse._match import Graph, Site
@@ -44,6 +46,14 @@ def regimes(
         return short, long, changes
     lengths = range(changes + 1, max(rows or 0, reach) + 1)
     key = ("by length", repr(layer.settings), lengths)  # the cache layers of the same settings share
+    levels = max(1, math.ceil(max(lengths[-1] - 1, 1).bit_length() / DIGIT_BITS))
+    size = 2 * 4 * levels * (len(lengths) + 1) * (short.rotary_dim // 2)
+    if size > LIMIT:
+        raise ValueError(
+            f"its frequencies follow the call's length ({short.rope_type}) up to {lengths[-1]} positions: tables of "
+            f"{len(lengths)} lengths would take {size / 2**20:.0f} MiB of the graph (at most {LIMIT >> 20} MiB); pass "
+            "a smaller max_positions"
+        )
     if key not in layer.cache:
         made = [rope_frequencies_from_config(config, seq_len=n, layer_idx=layer.index) for n in lengths]
         layer.cache[key] = ByLength(
@@ -64,9 +74,11 @@ def standard_site(
     config: Mapping[str, Any],
     rows: int | None,
     opset: int,
+    shared: dict[Any, str],
 ) -> tuple[Builder, str]:
-    """The nodes that rotate ``site`` as ``layer`` says (ValueError where they cannot), and what they compute."""
-    b = Builder(f"arrayrope_repair/{i}/", taken=graph.producer.keys() | graph.initializers.keys())
+    """The nodes that rotate ``site`` as ``layer`` says (ValueError where they cannot), and what they compute;
+    large constants made once among the sites (``shared``)."""
+    b = Builder(f"arrayrope_repair/{i}/", taken=graph.producer.keys() | graph.initializers.keys(), shared=shared)
     if layer.settings.nope:
         b.op("Identity", [site.x], out=site.rotated)
         return b, "no rotation: its layer takes no rotary embedding in the config"
@@ -144,7 +156,8 @@ def attention_caches(
     rows = max(0 if stored is None else int(stored.shape[0]), layer.settings.max_position_embeddings or 0)
     if not rows:
         raise ValueError("its caches are computed in the graph, and the config has no max_position_embeddings")
-    name = DTYPE_NAMES.get(graph.elem_type(cos) or TensorProto.FLOAT, "float32")
+    elem = graph.elem_type(cos) or graph.elem_type(node.input[0]) or TensorProto.FLOAT  # else the query's type
+    name = DTYPE_NAMES.get(elem, "float32")
     short, long, changes = regimes(layer, config, None)
     total = node.input[6] if len(node.input) > 6 else ""
     if long is not None and not total:
