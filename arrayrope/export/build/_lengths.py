@@ -50,9 +50,9 @@ class ByLength:
         return self.first + len(self.inv_freq) - 1
 
 
-def _levels(by: ByLength) -> int:
-    """Digit levels covering every position of the longest call."""
-    return max(1, math.ceil(max(by.last - 1, 1).bit_length() / DIGIT_BITS))
+def _levels(last: int) -> int:
+    """Digit levels covering every position of a call of ``last`` positions."""
+    return max(1, math.ceil(max(last - 1, 1).bit_length() / DIGIT_BITS))
 
 
 def split_turns(by: ByLength) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
@@ -61,7 +61,7 @@ def split_turns(by: ByLength) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.f
     row of NaN for calls longer than the rows."""
     turns = by.inv_freq / (2 * math.pi)
     a, r = [], []
-    for level in range(_levels(by)):
+    for level in range(_levels(by.last)):
         u = np.mod(turns * float(1 << (DIGIT_BITS * level)), 1.0)  # exact: a power of two, then the fraction
         hi = np.round(u * 2**_FRACTION_BITS) / 2**_FRACTION_BITS
         a.append(hi)
@@ -77,14 +77,14 @@ def split_turns(by: ByLength) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.f
 LIMIT = 1 << 28
 
 
-def table_bytes(by: ByLength) -> int:
-    """Bytes of the constants :func:`split_turns` makes of ``by``."""
-    return 2 * 4 * _levels(by) * (len(by.inv_freq) + 1) * int(by.inv_freq.shape[1])
+def table_bytes(first: int, last: int, pairs: int) -> int:
+    """Bytes of the constants :func:`split_turns` makes for calls of ``first`` to ``last`` positions."""
+    return 2 * 4 * _levels(last) * (last - first + 2) * pairs
 
 
 def _turn_constants(b: Builder, by: ByLength) -> tuple[list[str], list[str]]:
     """The constants of :func:`split_turns`, per level: made once per ``by`` among builders that share."""
-    levels = _levels(by)
+    levels = _levels(by.last)
     keys = [(kind, id(by), level) for kind in ("turns", "rest") for level in range(levels)]
     if b.shared is not None and all(k in b.shared for k in keys):
         return [b.shared[k] for k in keys[:levels]], [b.shared[k] for k in keys[levels:]]

@@ -5,7 +5,6 @@ of the run's length."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,7 +13,6 @@ import numpy.typing as npt
 from onnx import GraphProto, NodeProto, TensorProto, helper
 
 import arrayrope
-from arrayrope._lib.digits import DIGIT_BITS
 from arrayrope.config import rope_frequencies_from_config
 from arrayrope.frequencies import RopeFrequencies
 
@@ -22,7 +20,7 @@ from ..audit._expect import Layer, length_context
 from ..build._builder import Builder
 from ..build._emit import emitter, heads_spec, rotate_heads
 from ..build._fused import FusedEmitter, Switched
-from ..build._lengths import LIMIT, ByLength, by_length_rows
+from ..build._lengths import LIMIT, ByLength, by_length_rows, table_bytes
 from ..build._options import DTypeName
 from ..build._spec import DTYPE_NAMES, Spec, np_dtype, onnx_dtype
 from ..fuse._match import Graph, Site
@@ -46,8 +44,7 @@ def regimes(
         return short, long, changes
     lengths = range(changes + 1, max(rows or 0, reach) + 1)
     key = ("by length", repr(layer.settings), lengths)  # the cache layers of the same settings share
-    levels = max(1, math.ceil(max(lengths[-1] - 1, 1).bit_length() / DIGIT_BITS))
-    size = 2 * 4 * levels * (len(lengths) + 1) * (short.rotary_dim // 2)
+    size = table_bytes(lengths[0], lengths[-1], short.rotary_dim // 2)
     if size > LIMIT:
         raise ValueError(
             f"its frequencies follow the call's length ({short.rope_type}) up to {lengths[-1]} positions: tables of "
