@@ -10,13 +10,13 @@ HELP = "rewrite every rotary embedding of an ONNX model that differs from its co
 VERDICT = True
 EPILOG = """\
 exit status (that of the audit of the repaired model):
-  0  verified: every rotation of the repaired model matches the config; the model was written (or, where
-     every rotation already matched, nothing was: the model needs no repair)
+  0  verified: every rotation of the repaired model matches the config; the model was written
   1  failed: a rotation still differs (one that could not be rewritten: the report says why); the model
      was written with the rotations that could be, or not at all where none could
   2  usage or input error (one line on stderr: 'arrayrope repair: error: ...'); nothing was written
-  3  not verified: a rotation could not be measured, or a layer the config gives RoPE has none found; the
-     model was written if a rotation was rewritten"""
+  3  not verified: nothing was repaired because every rotation already matches (nothing written), or a
+     rotation could not be measured, or a layer the config gives RoPE has none found (the model was
+     written if a rotation was rewritten)"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,16 +45,24 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-positions must be a positive int, got {args.max_positions}")
     from arrayrope.export import repair_rotary
 
+    from ._verdict import NOT_VERIFIED
+
     result = repair_rotary(args.model, args.config, max_positions=args.max_positions)
     report = result.report
     print(report)
-    if not report.repaired:
+    if not report.repaired:  # nothing repaired: the repair itself is not verified, whatever the model is
         n = len(report.changes)
-        why = {
-            "verified": "the model needs no repair",
-            "failed": "no rotation could be rewritten (each line above says why)",
-        }.get(report.status, "no rotation was found wrong, and none rewritten")
-        print(f"verdict: {report.after.verdict()}; {why}: {args.output} not written ({n} of {n} rotations kept)")
+        kept = f"{args.output} not written ({n} of {n} rotations kept)"
+        if report.status == "verified":
+            audit = report.after.verdict().split(": ", 1)[1]
+            print(f"verdict: not verified: nothing to repair, the model needs none ({audit}); {kept}")
+            return NOT_VERIFIED
+        why = (
+            "no rotation could be rewritten (each line above says why)"
+            if report.status == "failed"
+            else ("no rotation was found wrong, and none rewritten")
+        )
+        print(f"verdict: {report.after.verdict()}; {why}: {kept}")
         return report.exit_status
     result.save(args.output)
     data = "" if report.data_folder is None else f" (its weights in {args.output}.data)"
