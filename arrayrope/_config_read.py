@@ -346,6 +346,12 @@ def _layout(cfg: Mapping[str, Any], fam: Family | None, model_type: Any) -> tupl
             return ("interleaved" if stated else "half"), ""
         if model_type is None:
             return None, "the config has no model_type"
+        if model_type == "":  # how transformers saves a sub-config of no model type of its own
+            return None, (
+                "its model_type is empty, as transformers saves a sub-config of no model type of its own (Evolla's "
+                "protein_encoder_config); pass the transformers config object, or state the key arrayrope.families "
+                "gives it (composite model type and path: 'evolla.protein_encoder_config')"
+            )
         return None, (
             f"model type {model_type!r} is not among transformers {TRANSFORMERS_VERSION}'s families, "
             "whose pair layouts arrayrope knows"

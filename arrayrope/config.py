@@ -13,6 +13,7 @@ from ._config_keys import CONFIG_KEYS, Settings
 from ._config_read import no_rope, read, text_config
 from ._lib import checks
 from ._lib.files import read_regular_file
+from .families import part_of_class
 from .frequencies import RopeFrequencies, rope_frequencies, turned_back
 from .scaling import rope_type
 
@@ -312,7 +313,8 @@ def _load(config: Any) -> tuple[Mapping[str, Any], str]:
     if not isinstance(config, (str, os.PathLike)):
         made = config.to_dict() if callable(getattr(config, "to_dict", None)) else None
         if isinstance(made, Mapping):  # a transformers config object
-            return made, "config"
+            part = None if made.get("model_type") else part_of_class(type(config).__name__)
+            return ({**made, "model_type": part} if part else made), "config"
         raise TypeError(
             f"config must be a dict, a transformers config or the path of a config.json, got {type(config).__name__}"
         )

@@ -92,7 +92,9 @@ class Use:
 
     @property
     def model_type(self) -> str:
-        return str(self.config_cls.model_type)
+        """The config's model type; for a sub-config without one, the composite's and the path to it
+        (``"qwen3_omni_moe.code2wav_config"``), as arrayrope's table keys it."""
+        return str(self.config_cls.model_type) or part_key(self.config_cls)
 
     @property
     def name(self) -> str:
@@ -160,31 +162,93 @@ def _builds(rotary: type, config: Any) -> bool:
     return True
 
 
+def part_key(config_cls: type) -> str:
+    """The key of a sub-config class without a model type of its own: ``composite.path`` of the first
+    composite config (by model type) that holds it; ``""`` where none does."""
+    from transformers import CONFIG_MAPPING
+
+    if config_cls not in _PART_KEYS:
+        _PART_KEYS[config_cls] = ""
+        for model_type in sorted(CONFIG_MAPPING.keys()):
+            if CONFIG_MAPPING[model_type].model_type != model_type:  # an alias of another key
+                continue
+            with quiet():
+                try:
+                    config = CONFIG_MAPPING[model_type]()
+                except Exception:
+                    continue
+            path = next((p for p, sub in sub_configs(config) if type(sub) is config_cls), None)
+            if path is not None:
+                _PART_KEYS[config_cls] = ".".join((model_type, *path))
+                break
+    return _PART_KEYS[config_cls]
+
+
+_PART_KEYS: dict[type, str] = {}
+
+
+def _model_pairs(module: ModuleType, source: str) -> list[tuple[type, type]]:
+    """(config class, rotary class) of each model class of ``module`` that builds a rotary module in its
+    ``__init__``, where that rotary module builds from the config class's default: what transformers runs,
+    which outranks a guess from annotations (Qwen3-Omni's talker builds its own M-RoPE module from its
+    text config, which the plain module also accepts)."""
+    tree = ast.parse(source)
+    rotary = {n.name for n in tree.body if isinstance(n, ast.ClassDef) and n.name.endswith("RotaryEmbedding")}
+    pairs: list[tuple[type, type]] = []
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef) or node.name in rotary:
+            continue
+        init = next((b for b in node.body if isinstance(b, ast.FunctionDef) and b.name == "__init__"), None)
+        if init is None:
+            continue
+        built = sorted(
+            {c.func.id for c in ast.walk(init) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)} & rotary
+        )
+        cls = getattr(module, node.name, None)
+        try:
+            ann = typing.get_type_hints(cls).get("config") if built else None
+        except Exception:
+            ann = None
+        if not (isinstance(ann, type) and issubclass(ann, PreTrainedConfig)):
+            continue
+        with quiet():
+            try:
+                default = ann()
+            except Exception:
+                continue
+        pairs += [(ann, getattr(module, b)) for b in built if _builds(getattr(module, b), default)]
+    return pairs
+
+
 def rotary_uses() -> list[Use]:
-    """Every rotary module class of transformers, with the config it is built from and its attention classes."""
+    """Every rotary module class of transformers, with the config it is built from and its attention classes.
+
+    Where a model class builds a rotary module from a config class, that pair is kept and any other rotary
+    module matched to the same config class by its annotation or by building from a sub-config is dropped.
+    """
     uses = []
     for folder, module, source in _modeling_modules():
         callers = _rotary_callers(module, source)
+        pairs = _model_pairs(module, source)
+        runs = {c: {r for c2, r in pairs if c2 is c} for c, _ in pairs}
+        found: list[Use] = []
         for name, cls in vars(module).items():
             if not (inspect.isclass(cls) and name.endswith("RotaryEmbedding") and cls.__module__ == module.__name__):
                 continue
             ann = _config_annotation(cls)
             if ann is None:
                 continue
-            config_cls, path = ann, ()
-            with quiet():
-                try:
-                    default = ann()
-                except Exception:
-                    default = None
-            if default is not None and not _builds(cls, default):
-                for sub_path, sub in sub_configs(default):
-                    if _builds(cls, sub):
-                        config_cls, path = type(sub), sub_path
-                        break
             for config_cls, path in _configs_built(cls, ann):
+                if cls not in runs.get(config_cls, {cls}):
+                    continue
                 attention, names = _attention_classes(module, callers, config_cls, ann, cls.__name__)
-                uses.append(Use(folder, module, cls, config_cls, path, attention, names))
+                found.append(Use(folder, module, cls, config_cls, path, attention, names))
+        for config_cls, rotary_cls in pairs:
+            if not any(u.config_cls is config_cls and u.rotary is rotary_cls for u in found):
+                ann = _config_annotation(rotary_cls) or config_cls
+                attention, names = _attention_classes(module, callers, config_cls, ann, rotary_cls.__name__)
+                found.append(Use(folder, module, rotary_cls, config_cls, (), attention, names))
+        uses += found
     return uses
 
 
@@ -268,8 +332,9 @@ def tiny_configs(config_cls: type, **values: Any) -> Iterator[Any]:
         for k in ("hidden_size", "n_embd", "d_model"):
             if isinstance(fields.get(k), int):
                 over[k] = heads * head
-    if isinstance(fields.get("pad_token_id"), int) and "vocab_size" in over:
-        over["vocab_size"] = max(over["vocab_size"], fields["pad_token_id"] + 1)
+    ids = [v for k, v in fields.items() if k in ("pad_token_id", "blank_token_id") and isinstance(v, int)]
+    if ids and "vocab_size" in over:  # token ids that index the embedding or the classes: below the vocabulary
+        over["vocab_size"] = max(over["vocab_size"], max(ids) + 1)
     experts = {k for k in over if "expert" in k}
     # (never the default sizes themselves: a layer of a default config can take gigabytes)
     # the last keeps the default hidden size, for validators that tie other sizes to it (a TTS flow head's

@@ -80,6 +80,9 @@ PUBLISHED: dict[str, dict[str, Any]] = {
     "glm_image_text": {"partial_rotary_factor": 0.5},  # zai-org/GLM-Image
     "glm4v_moe_text": {"head_dim": 128},  # zai-org/GLM-4.5V (4096 / 96 heads is no head dim)
     "qwen3_omni_moe_text": {"head_dim": 128},  # Qwen/Qwen3-Omni-30B-A3B-Instruct (2048 / 28 heads is no head dim)
+    # the same checkpoint's talker (its text_config states head_dim 128: the module's default mrope_section
+    # [24, 20, 20] bounds 64 pairs, of which the class's 1024 / 16 heads would show 32)
+    "qwen3_omni_moe_talker_text": {"head_dim": 128},
     "glm4_moe": {"head_dim": 128},  # zai-org/GLM-4.5 (4096 / 96 heads is no head dim)
     "esm": {"position_embedding_type": "rotary"},  # facebook/esm2_t33_650M_UR50D (the default is absolute)
     # transformers-community/dbrx-instruct: its attention reads the attn_config's rope_theta, which the class lacks
@@ -1367,9 +1370,9 @@ def composites(uses: list[hp.Use]) -> dict[str, dict[str, Any]]:
         paths.sort(key=lambda ps: (not ps[0][-1].startswith("text"), "talker" in ".".join(ps[0]), len(ps[0]), ps[0]))
         path, sub_type = paths[0]
         out[model_type] = {"config_path": list(path), "config_model_type": sub_type}
-        # sub-configs of no family of their own that build the same rotary module with the same default settings
-        # (T5Gemma 2's decoder): a config may give them other rope settings, which reading the first path alone
-        # would miss (a vocoder's own settings, different by default, are another model's: Qwen3-Omni's code2wav)
+        # sub-configs that build the same rotary module with the same default settings (T5Gemma 2's decoder): a
+        # config may give them other rope settings, which reading the first path alone would miss (a vocoder's
+        # own settings, different by default, are another model's: Qwen3-Omni's code2wav)
         with hp.quiet():
             saved = config.to_dict()
             also = [
@@ -1377,7 +1380,6 @@ def composites(uses: list[hp.Use]) -> dict[str, dict[str, Any]]:
                 for other, sub in hp.sub_configs(config)
                 if other[: len(path)] != path
                 and path[: len(other)] != other
-                and getattr(sub, "model_type", None) not in text
                 and hp._builds(rotary_of[sub_type], sub)
                 and _same_by_default(saved, path, other)
             ]
@@ -1406,6 +1408,8 @@ def generate(only: list[str] | None = None, log: Callable[[str], None] | None = 
             continue
         t = time.time()
         entry = facts(use)
+        if not use.config_cls.model_type:  # a sub-config keyed by where it sits: its class recognises an object
+            entry["config_class"] = use.config_cls.__name__
         if log:
             log(f"{use.model_type:28s} {time.time() - t:5.2f}s {entry}")
         if use.model_type in table and table[use.model_type] != entry:

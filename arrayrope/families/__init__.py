@@ -26,7 +26,7 @@ from typing import Any
 
 from ._table import FAMILIES, TRANSFORMERS_VERSION
 
-__all__ = ["FAMILIES", "TRANSFORMERS_VERSION", "Family", "family"]
+__all__ = ["FAMILIES", "TRANSFORMERS_VERSION", "Family", "family", "part_of_class"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,8 +123,11 @@ class Family:
     config_model_type : str or None
         The model type of that sub-config where the file does not name it.
     config_also : tuple of tuple of str
-        Other sub-configs, of no family of their own, that build the same rotary module (T5Gemma 2's
-        ``decoder``): a config whose rope settings there differ from those at ``config_path`` is refused.
+        Other sub-configs that build the same rotary module (T5Gemma 2's ``decoder``): a config whose rope
+        settings there differ from those at ``config_path`` is refused.
+    config_class : str
+        For a sub-config without a model type of its own, keyed by where it sits (``"evolla.protein_encoder_config"``):
+        the name of transformers' config class, by which a config object of that class is read as this entry.
     refused, out_of_scope : str
         Why arrayrope does not read this model type ('' when it does).
     """
@@ -157,6 +160,7 @@ class Family:
     config_path: tuple[str, ...] = ()
     config_model_type: str | None = None
     config_also: tuple[tuple[str, ...], ...] = ()
+    config_class: str = ""
     refused: str = ""
     out_of_scope: str = ""
 
@@ -188,6 +192,24 @@ def family(model_type: object) -> Family | None:
             return None
         found = _CACHE.setdefault(model_type, _entry(model_type, raw))
     return found
+
+
+def part_of_class(class_name: str) -> str | None:
+    """The table's key for a sub-config class without a model type of its own, or None.
+
+    Examples
+    --------
+    >>> from arrayrope.families import part_of_class
+    >>> part_of_class("Qwen3OmniMoeCode2WavConfig")
+    'qwen3_omni_moe.code2wav_config'
+    """
+    if not _PARTS:
+        _PARTS.update({raw["config_class"]: key for key, raw in FAMILIES.items() if "config_class" in raw})
+        _PARTS.setdefault("", "")
+    return _PARTS.get(class_name) or None
+
+
+_PARTS: dict[str, str] = {}
 
 
 def _entry(model_type: str, raw: Mapping[str, Any]) -> Family:
