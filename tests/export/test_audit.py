@@ -482,3 +482,17 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(make, message, tmp_pat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("arrayrope audit: error: ") and message in err, err
     assert "Traceback" not in err and sorted(os.listdir(tmp_path)) == before
+
+
+def test_a_config_of_another_head_dim_than_the_key_caches_is_refused(tmp_path, capsys):
+    """optimum's Llama against its config with another head dim (the rotary width of the config's head the model's
+    own): the key caches the model takes say its heads' width, and the audit refuses the config, naming both."""
+    path, config = fixture("optimum", "llama3")
+    head = config["hidden_size"] // config["num_attention_heads"]
+    wider = {**config, "head_dim": 2 * head, "partial_rotary_factor": 0.5, "model_type": "stablelm"}
+    with pytest.raises(ValueError, match=rf"head_dim is {2 * head}.*'past_key_values.0.key' holds heads of {head} "):
+        audit_rotary(path, wider)
+    (tmp_path / "config.json").write_text(json.dumps(wider))
+    assert cli.main(["audit", path, "--config", str(tmp_path / "config.json")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("arrayrope audit: error: --config: its head_dim is"), err

@@ -206,6 +206,33 @@ def test_config_fault_fails_and_is_named(family, fault, failing, words):
         assert words in report.findings[0].difference
 
 
+def test_a_wider_head_whose_rotary_width_is_the_model_s_head_is_no_partial_rotation(tmp_path):
+    """A config of heads twice the model's, rotating half of each (the model's whole head): the model's rotations
+    turn whole heads (no Slice cuts their input from a wider one), so audit finds the head dim that differs, never a
+    partial rotation the model would join outside it, and repair refuses the config (exit 2) rather than rewriting
+    the model to it."""
+    from arrayrope import cli
+
+    net, model = exported("llama")
+    wider = config(net)
+    head = wider["hidden_size"] // wider["num_attention_heads"]
+    # StableLM's config: a partial rotary family of the same pairs and base, heads twice as wide
+    wider.update(model_type="stablelm", head_dim=None, hidden_size=2 * wider["hidden_size"], partial_rotary_factor=0.5)
+    report = audit_rotary(model, wider)
+    assert report.status == "failed"
+    assert all(f.difference == f"head_dim {head} found, {2 * head} expected" for f in report.findings), report
+    assert not any("alone" in f.note for f in report.findings)
+    path, cfg = tmp_path / "m.onnx", tmp_path / "config.json"
+    import json
+
+    import onnx
+
+    onnx.save(model, path)
+    cfg.write_text(json.dumps(wider))
+    assert cli.main(["repair", str(path), "--config", str(cfg), "-o", str(tmp_path / "r.onnx")]) == 2
+    assert not (tmp_path / "r.onnx").exists()
+
+
 def test_llama4_layer_the_config_gives_rope_without_one_is_missing():
     """A config that gives the NoPE layer RoPE: no rotation is found there, and the audit does not verify."""
     net, model = exported("llama4")

@@ -83,8 +83,9 @@ def test_a_faithful_export_is_kept_as_it_is(tmp_path, capsys):
     path, _ = fixture("optimum", "llama3")
     out = tmp_path / "repaired.onnx"
     assert cli.main(["repair", path, "--config", path.replace("model.onnx", "config.json"), "-o", str(out)]) == 3
-    said = capsys.readouterr().out.splitlines()[-1]
-    assert said.startswith("verdict: not verified: nothing to repair, the model needs none (4 rotations"), said
+    said = capsys.readouterr().out.splitlines()
+    assert said[-1].startswith("verdict: not verified: nothing to repair, the model needs none (4 rotations"), said
+    assert "nothing rewritten; the model's audit:" in said and "the repaired model, audited again:" not in said
     assert not out.exists()
 
 
@@ -324,7 +325,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
     plain = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x], [y]))
     onnx.save(plain, tmp_path / "plain.onnx")
     for args, words in (
-        ([path, "--config", changed("wide", head_dim=64), "-o", str(out)], "turns vectors of 32 features"),
+        ([path, "--config", changed("wide", head_dim=64), "-o", str(out)], "holds heads of 32 features"),
         ([genai, "--config", changed("wide", head_dim=64), "-o", str(out)], "has heads of 32"),
         ([path, "--config", changed("few", num_hidden_layers=1, layer_types=None), "-o", str(out)], "in layer 1"),
         ([genai, "--config", changed("heads", num_attention_heads=8), "-o", str(out)], "has num_heads=4"),

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -101,6 +102,7 @@ def audited(
     start = time.perf_counter() if start is None else start
     _check_external(source, folder)
     graph = Graph(source, folder)
+    _check_caches(graph, exp)
     first = exp.rope[0]
     found = rotations(graph, (first.settings.head_dim, first.frequencies(exp.config, BLOCK).rotary_dim))
     findings = tuple(_finding(r, exp, found) for r in found)
@@ -144,6 +146,30 @@ def _finding(rotation: Rotation, exp: Expected, every: list[Rotation]) -> Findin
         "one of several rotations the config's layers differ in",
         difference="its node names do not say which layer it belongs to, and the config's layers differ",
     )
+
+
+_CACHE_KEY = re.compile(r"^past\w*?[._](\d+)[._]key$")  # past_key_values.3.key, the exporters' key caches
+
+
+def _check_caches(graph: Graph, exp: Expected) -> None:
+    """A config whose head dim the model's key caches contradict is refused: each layer's cached keys hold heads of
+    the model's head dim, which no rotation of another width can be measured against (a partial rotation would
+    pass for the whole head)."""
+    for name in sorted(graph.inputs):
+        m = _CACHE_KEY.match(name)
+        shape = graph.shape(name) if m else None
+        if m is None or not shape or len(shape) != 4 or not isinstance(shape[-1], int):
+            continue
+        index = int(m.group(1))
+        if index >= len(exp.layers) or exp.layers[index].settings.rotary_features == "trailing":
+            continue  # past the config's layers (said by the findings); MLA's caches hold other widths
+        head = exp.layers[index].settings.head_dim
+        if shape[-1] != head:
+            raise ValueError(
+                f"config: its head_dim is {head}, and the model's key cache {name!r} holds heads of {shape[-1]} "
+                "features: the model and the config disagree; check that the config is the checkpoint's the model "
+                "was made from"
+            )
 
 
 def _check_external(model: onnx.ModelProto, folder: str | None) -> None:

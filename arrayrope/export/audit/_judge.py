@@ -136,7 +136,7 @@ class _Judge:
         self.matrices = rotation.matrices
         self.notes = [rotation.order] if rotation.order else []
         freqs = layer.frequencies(exp.config, BLOCK)
-        if rotation.head_dim is not None and rotation.head_dim == freqs.rotary_dim < freqs.head_dim:
+        if rotation.cut and rotation.head_dim == freqs.rotary_dim < freqs.head_dim:
             self.matrices = _in_head(rotation.matrices, freqs.head_dim, self.s.rotary_features)
             self.notes.append(
                 f"it rotates its {freqs.rotary_dim} rotary features alone (the model joins the other "
@@ -202,10 +202,10 @@ class _Judge:
             + (f", attention factor {factor:.6g}" if abs(factor - 1) > 8 * self.eps else "")
         )
         fam = f"model type {self.s.model_type!r}" if self.s.model_type else "the config"
+        if d != freqs.head_dim:  # first: a config of another model, whatever else differs
+            return found, f"head_dim {d} found, {freqs.head_dim} expected"
         if pairs.layout != self.layer.layout:
             return found, (f"pairs {_LAYOUT_WORDS[pairs.layout]} where {fam} pairs {_LAYOUT_WORDS[self.layer.layout]}")
-        if d != freqs.head_dim:
-            return found, f"head_dim {d} found, {freqs.head_dim} expected"
         if pairs.width != freqs.rotary_dim:
             prf = self.s.partial_rotary_factor or _stated(self.exp.config, "partial_rotary_factor")
             why = (

@@ -53,6 +53,7 @@ class Rotation:
     reason: str = ""
     note: str = ""  # what could not be checked of a rotation that was measured
     order: str = ""  # how it writes its features where not in the order it reads them (undone in ``matrices``)
+    cut: bool = False  # its input is cut from a wider tensor (a Slice or Split: MLA's q_pe), not a whole head
     position_axes: int = 0  # M-RoPE: the axes of its (axes, batch, seq) positions; ``matrices`` takes (axes, S) too
 
 
@@ -100,10 +101,32 @@ def _site(graph: Graph, site: Site, head_dims: Sequence[int]) -> Rotation:
         rotation.reason = str(exc)
         return rotation
     rotation.head_dim = shape.head_dim
+    rotation.cut = cut_from_head(graph, site.x)
     rotation.position_axes = shape.position_axes
     rotation.rows = held_rows(graph, site)
     rotation.matrices, rotation.order = _in_order(matrices)
     return rotation
+
+
+_KEEPS_FEATURES = ("Transpose", "Reshape", "Cast", "Identity", "Unsqueeze", "Squeeze", "Expand")
+
+
+def cut_from_head(graph: Graph, name: str) -> bool:
+    """Whether tensor ``name`` is a part cut from a wider one (a ``Slice`` or ``Split`` up the ops that move its
+    features without mixing them, or the graph's own input, which its caller cuts: a rotation exported alone): a
+    rotation of the rotary features alone, whose head the model joins outside it; a rotation of a projection's
+    whole output is not one."""
+    node = graph.producer.get(name)
+    for _ in range(8):
+        if node is None:
+            return name in graph.inputs
+        if node.op_type not in (*_KEEPS_FEATURES, "Slice", "Split"):
+            return False
+        if node.op_type in ("Slice", "Split"):
+            return True
+        name = node.input[0]
+        node = graph.producer.get(name)
+    return False
 
 
 def _in_order(matrices: Matrices) -> tuple[Matrices, str]:
@@ -201,7 +224,11 @@ def _running(graph: Graph, site: Site, candidates: list[Shapes]) -> tuple[Shapes
         if runner.shape_out == _fed(shape) and np.all(np.isfinite(m)):
             return shape, _cut_matrices(runner)
         first = first or f"it gives a tensor of shape {runner.shape_out} for one of shape {_fed(shape)}"
-    raise ValueError(f"its axes and width are not known from the graph, and no guess runs: {first}")
+    widths = sorted({shape.x[-1] for shape in candidates})
+    raise ValueError(
+        f"its axes and width are not known from the graph, and it runs at none of the widths the config gives "
+        f"({', '.join(map(str, widths))} features; a config of another model?): {first}"
+    )
 
 
 def _fed(shape: Shapes) -> tuple[int, ...]:

@@ -23,6 +23,7 @@ from .._graph import ModelSource, data_folder, load_model, reads
 from ..audit import audit_rotary, audited
 from ..audit._expect import Layer, expected, length_context
 from ..audit._judge import Finding
+from ..audit._measure import cut_from_head
 from ..build._spec import MIN_OPSET, MS_DOMAIN
 from ..fuse._edit import rewritten
 from ..fuse._match import ROTATING_ATTENTION, Graph, find_sites
@@ -205,7 +206,7 @@ def _contradiction(
             continue
         freqs = layer.frequencies(exp.config, 1)
         width = int(x.shape[-1])
-        if width not in (freqs.head_dim, freqs.rotary_dim):
+        if width != freqs.head_dim and not (width == freqs.rotary_dim and cut_from_head(graph, site.x)):
             return (
                 f"its head_dim is {freqs.head_dim} (rotary dim {freqs.rotary_dim}), and the model's rotation "
                 f"{findings[i].name} turns vectors of {width} features"
