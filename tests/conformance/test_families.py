@@ -208,6 +208,8 @@ def test_family(model_type, variant, record):
         if variant != "saved"
         else hp_plain(config.to_dict())
     )
+    if variant == "saved" and not cfg.get("model_type"):
+        cfg = config  # a sub-config of no model type, saved with model_type "": as users hold it, transformers' object
     outcomes = []
     for idx in _layers_to_compare(model_type, probe):
         try:
