@@ -116,8 +116,9 @@ def read(
         )
     if base is None:
         raise ValueError(
-            f"{where}: no rope_theta, and model type {model_type!r} is not among transformers "
-            f"{TRANSFORMERS_VERSION}'s families, whose default base arrayrope knows; state rope_theta"
+            f"{where}: no rope_theta, and model type {model_type!r} is no transformers {TRANSFORMERS_VERSION} "
+            "family with RoPE (whose default base arrayrope would know): the config describes no rotary embedding; "
+            "state rope_theta for one"
         )
     if isinstance(base, bool) or not isinstance(base, numbers.Real):
         raise ValueError(f"{where}: rope_theta must be a real number, got {base!r}")

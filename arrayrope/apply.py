@@ -165,7 +165,7 @@ def check_rotary_args(x: Array, cos: Array, sin: Array) -> Namespace:
     if (plain or (known(half) and known(d))) and (half < 1 or 2 * half > d):
         raise ValueError(
             f"cos.shape[-1]={half} rotates {2 * half} features but x has {d}; "
-            f"expected 1 <= cos.shape[-1] <= {d // 2} (rotary_dim // 2)"
+            f"expected 1 <= cos.shape[-1] <= {d // 2} (x.shape[-1] // 2: one column per pair it rotates)"
         )
     bad = len(cs) > len(xs)
     for i in range(2, len(cs) + 1 if not bad else 2):

@@ -157,7 +157,7 @@ class Report:
             ran = f" ({_count(len(self.rows), 'structural check')} passed)" if self.rows else ""
             text = f"not verified: no numeric check could run here{ran}"
         if self.skipped:
-            text += "; not run here: " + ", ".join(what for what, _ in self.skipped) + " (reasons listed above)"
+            text += "; not run here: " + ", ".join(what for what, _ in self.skipped) + " (the report says why)"
         return text
 
     @property

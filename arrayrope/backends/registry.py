@@ -231,9 +231,10 @@ def available(
     >>> available(["numpy"])[0].name
     'numpy'
     """
+    from_env = False
     if names is None:
         env = os.environ.get(ENV_VAR, "").strip()
-        names = env if env else list(PROBES)
+        names, from_env = (env, True) if env else (list(PROBES), False)
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
     if not isinstance(names, Iterable):
@@ -243,7 +244,10 @@ def available(
     wanted = list(names)
     unknown = [n for n in wanted if not isinstance(n, str) or _library(n) is None]
     if unknown:
-        raise ValueError(f"unknown backends {unknown}; known: {list(PROBES)} or one device of them: {list(VARIANTS)}")
+        source = f" (from the environment variable {ENV_VAR})" if from_env else ""
+        raise ValueError(
+            f"unknown backends {unknown}{source}; known: {list(PROBES)} or one device of them: {list(VARIANTS)}"
+        )
     found: list[Backend] = []
     missing: dict[str, str] = {}
     for name in wanted:

@@ -22,6 +22,7 @@ import argparse
 import importlib
 import re
 import sys
+import textwrap
 from typing import Any, NoReturn
 
 from ..backends._libraries import TABLE
@@ -49,7 +50,35 @@ EXTRAS = {
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Each option's help ends with its default, unless the help already says it; the epilog as written."""
+    """Each option's help ends with its default, unless the help already says it; the description and the epilog
+    as written, each line that runs past the width wrapped under itself (an exit status's text under its text)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        lines: list[str] = []
+        hang = -1  # the indent of the text of the exit status being read (its continuation lines join it)
+        for line in text.splitlines():
+            tag = re.match(r"\s*\d\s+", line)
+            if not tag and hang > 0 and lines and line.strip() and len(line) - len(line.lstrip()) == hang:
+                lines[-1] += " " + line.strip()
+                continue
+            hang = tag.end() if tag else -1
+            lines.append(line)
+        out = []
+        for line in lines:
+            if len(indent + line) <= width:
+                out.append(indent + line)
+                continue
+            lead = line[: len(line) - len(line.lstrip())]
+            tag = re.match(r"\s*\d\s+", line)  # "  0  verified: ...": the text hangs under its first word
+            under = " " * tag.end() if tag else lead
+            out += textwrap.wrap(
+                line.strip(),
+                width,
+                initial_indent=indent + lead,
+                subsequent_indent=indent + under,
+                break_on_hyphens=False,
+            )
+        return "\n".join(out) + ("\n" if text.endswith("\n") else "")
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
@@ -140,6 +169,7 @@ def as_typed(message: str, parser: argparse.ArgumentParser | None, names: dict[s
 
         message = re.sub(rf"(?<![\w./-]){word}=(?:'([^']*)'|([^\s,;)]+))", assigned, message)
         message = re.sub(rf"(?<![\w./-]){word}(?=:| (?:must|is|needs|applies|<=|>=|<|>) )", option, message)
+        message = re.sub(rf"\b(pass|needs|leave) {word}=?(?![\w=-])", rf"\1 {option}", message)  # pass max_positions
     return message
 
 
@@ -187,8 +217,11 @@ def main(argv: list[str] | None = None) -> int:
             getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # --help or --version (0) or an argument error, already printed (2)
         return int(exc.code or 0) if not isinstance(exc.code, str) else USAGE
-    if args.command is None:
-        parser.print_help()
+    if args.command is None:  # one line, as every usage error: the commands, and where each is described
+        print(
+            f"arrayrope: error: name a command: {', '.join(COMMANDS)} (arrayrope --help says what each does)",
+            file=sys.stderr,
+        )
         return USAGE
     try:
         status = int(args._run(args) or 0)

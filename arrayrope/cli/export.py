@@ -110,6 +110,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "it)",
     )
     parser.add_argument(
+        "--layer-type",
+        default=None,
+        help="with --config: the layer type whose rope to export, where it differs per layer type "
+        "(full_attention, sliding_attention; transformers' names; default: none, for a config with one set)",
+    )
+    parser.add_argument(
         "--dtype",
         choices=("float32", "float16", "bfloat16", "float64"),
         default="float32",
@@ -143,7 +149,7 @@ def _freqs_from_config(path: str, args: argparse.Namespace) -> Any:
             f"--config gives head_dim, rope_theta and the rotary dim; it is not combined with {', '.join(given)} "
             "(edit the config, or pass the flags without --config)"
         )
-    s = settings(path)  # the config read once: its frequencies, rotary features and layout
+    s = settings(path, layer_type=args.layer_type)  # the config read once: frequencies, rotary features, layout
     freqs = s.freqs
     if s.rotary_features != "leading":
         raise ValueError(
@@ -173,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
     output = os.path.abspath(args.output)
     if not os.path.isdir(os.path.dirname(output)):
         raise ValueError(f"-o {args.output}: the folder {os.path.dirname(output)!r} does not exist")
+    if args.layer_type is not None and not args.config:
+        raise ValueError("--layer-type chooses among the rope parameters of a --config; pass --config too")
     if args.config:
         freqs = _freqs_from_config(args.config, args)
         extra = {}

@@ -94,7 +94,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         feed = None if args.inputs is None else dict(np.load(args.inputs))
     except Exception as exc:
-        raise ValueError(f"--inputs {args.inputs}: not an .npz of arrays ({exc})") from None
+        said = "" if "pickled" in str(exc) else f" ({exc})"  # NumPy's guess for a file of another kind
+        raise ValueError(
+            f"--inputs {args.inputs}: not an .npz of arrays, as numpy.savez writes (one per input name){said}"
+        ) from None
     result = fuse_rotary(
         args.model,
         target=args.target,

@@ -28,8 +28,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def split(value: str | None) -> list[str] | None:
-    return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
+def split(value: str | None, option: str = "--backends") -> list[str] | None:
+    """The names of a comma-separated option (None where it was not given); an empty list is a usage error."""
+    if value is None:
+        return None
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if not names:
+        raise ValueError(f"{option} {value!r} names none; name at least one, or leave {option} out")
+    return names
 
 
 def run_cases(
@@ -79,7 +85,7 @@ def requested(value: str | None, option: str = "--backends") -> tuple[list[str] 
     """
     from arrayrope.backends import available
 
-    names = split(value)
+    names = split(value, option)
     if names is None:
         return None, []
     try:
@@ -96,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     from ._verdict import conclude
 
     names, missing = requested(args.backends)
-    dtypes = split(args.dtypes)
+    dtypes = split(args.dtypes, "--dtypes")
     if dtypes is not None:
         _dtypes(dtypes)  # a bad name: the error names --dtypes (main)
     report = run_cases(builtin_cases(), backends=names, dtypes=dtypes)

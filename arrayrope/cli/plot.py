@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"comma-separated rope types to compare on one head ({', '.join(_TYPES)}); "
         "default: all of them when no CONFIG is given",
+    )
+    parser.add_argument(
+        "--layer-type",
+        default=None,
+        help="the layer type of each CONFIG to plot, where its rope differs per layer type (full_attention, "
+        "sliding_attention; default: none, for configs with one set)",
     )
     parser.add_argument("--head-dim", type=int, default=128, help="head dim for --types (default 128)")
     parser.add_argument("--base", type=float, default=10000.0, help="rope_theta for --types (default 10000)")
@@ -71,7 +78,7 @@ def _curves(args: argparse.Namespace) -> list[tuple[str, Any, int]]:
 
     curves = []
     for path in args.configs:
-        kw = rope_config(path)
+        kw = rope_config(path, layer_type=args.layer_type)
         sc = kw["scaling"] or {}
         max_len = kw["max_position_embeddings"]
         original = sc.get("original_max_position_embeddings") or max_len or args.original_length
@@ -110,6 +117,11 @@ def _curves(args: argparse.Namespace) -> list[tuple[str, Any, int]]:
 
 def run(args: argparse.Namespace) -> int:
     """Errors (a bad config or value, no matplotlib: the ``plot`` extra) reach :func:`arrayrope.cli.main`."""
+    folder = os.path.dirname(os.path.abspath(args.output))
+    if not args.output.lower().endswith(".png"):
+        raise ValueError(f"-o {args.output}: the plot is written as PNG; name a .png file")
+    if not os.path.isdir(folder):
+        raise ValueError(f"-o {args.output}: the folder {folder!r} does not exist")
     curves = _curves(args)
     if args.max_distance is not None and args.max_distance < 1:
         raise ValueError(f"--max-distance must be a positive int, got {args.max_distance}")
@@ -122,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     max_r = args.max_distance or int(4 * longest)
     distances = np.unique(np.round(np.geomspace(1, max_r, 600)))
 
-    fig, (ax_w, ax_b) = plt.subplots(1, 2, figsize=(13, 5))
+    fig, (ax_w, ax_b) = plt.subplots(2, 1, figsize=(8, 9))  # stacked: legible at a page's width
     print(f"{'curve':<40} {'pairs':>5} {'attn factor':>11} {'pairs with wavelength > L0':>27}")
     for label, f, l0 in curves:
         wavelength = 2 * np.pi / f.inv_freq
@@ -139,8 +151,8 @@ def run(args: argparse.Namespace) -> int:
         ylabel=r"$\mathrm{mean}_j\,|\sum_{k<j} e^{i(m-n)\theta_k}|$",
         title="Long-range decay bound (RoFormer)",
     )
-    ax_w.legend(fontsize=8)
-    ax_b.legend(fontsize=8)
+    ax_w.legend(fontsize=9)
+    ax_b.legend(fontsize=9)
     fig.tight_layout()
     fig.savefig(args.output, dpi=110)
     plt.close(fig)

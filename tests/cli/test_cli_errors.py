@@ -156,7 +156,9 @@ def test_a_model_arrayrope_did_not_make_and_garbage(tmp_path):
         )
     )
     onnx.save(foreign, tmp_path / "foreign.onnx")
-    one_line_error(arrayrope("check", str(tmp_path / "foreign.onnx")), "check", "has no 'arrayrope.rotary' metadata")
+    one_line_error(
+        arrayrope("check", str(tmp_path / "foreign.onnx")), "check", "no arrayrope metadata", "arrayrope audit"
+    )
     (tmp_path / "garbage.onnx").write_bytes(b"\x00\xff" * 100)
     one_line_error(arrayrope("check", str(tmp_path / "garbage.onnx")), "check", "does not load as an ONNX model")
     one_line_error(arrayrope("check", str(tmp_path)), "check", "is not a regular file (a folder)")
@@ -253,15 +255,47 @@ def test_every_option_shows_its_default_and_verdict_commands_their_exit_statuses
             ["audit", "x.onnx", "--config", "missing.json"],
             "arrayrope audit: error: --config missing.json: does not exist",
         ),
+        (  # what to pass, named as the option a user types
+            ["export", "--head-dim", "64", "--tables", "stored", "-o", "x.onnx"],
+            "arrayrope export: error: --tables stored stores max_positions rows: pass --max-positions",
+        ),
+        (["export", "--head-dim", "64", "--rank", "3", "-o", "x.onnx"], "arrayrope export: error: --rank 3 input"),
+        (["export", "--head-dim", "64", "--layer-type", "full_attention", "-o", "x.onnx"], "arrayrope export: "),
+        (["plot", "--types", "default", "-o", "missing/x.png"], "arrayrope plot: error: -o missing/x.png: the folder"),
+        (["plot", "--types", "default", "-o", "x.txt"], "arrayrope plot: error: -o x.txt: the plot is written as PNG"),
+        (["demo", "--backends", ""], "arrayrope demo: error: --backends '' names none"),
+        (["parity", "--backends", " , "], "arrayrope parity: error: --backends ' , ' names none"),
+        ([], "arrayrope: error: name a command: demo, parity, export, check, audit, repair, plot"),
     ],
 )
 def test_one_error_form_naming_the_option_as_typed(args, expected, tmp_path):
     (tmp_path / "x.onnx").write_bytes(b"")
-    if args[0] in ("export", "check", "audit"):
+    if args[:1] in (["export"], ["check"], ["audit"]):
         pytest.importorskip("onnx")
+    if args[:1] == ["plot"]:
+        pytest.importorskip("matplotlib")
     done = arrayrope(*args, cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and done.stdout == "", done
     assert done.stderr.startswith(expected), done.stderr
+    assert "needs num_heads" not in done.stderr and "pass max_positions" not in done.stderr
+
+
+def test_a_bad_backend_in_the_environment_is_named_there(tmp_path):
+    env = {**os.environ, "ARRAYROPE_BACKENDS": "bogus"}
+    code = "import runpy, sys\nsys.argv = ['arrayrope', 'parity']\nrunpy.run_module('arrayrope', run_name='__main__')\n"
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    one_line_error(done, "parity", "unknown backends ['bogus'] (from the environment variable ARRAYROPE_BACKENDS)")
+
+
+def test_a_config_with_rope_per_layer_type_exports_one_layer_type(tmp_path):
+    pytest.importorskip("onnx")
+    gemma3 = os.path.join(os.path.dirname(__file__), "..", "fixtures", "exporters", "optimum", "gemma3")
+    out = str(tmp_path / "g.onnx")
+    one_line_error(arrayrope("export", "--config", gemma3, "-o", out), "export", "pass --layer-type")
+    done = arrayrope("export", "--config", gemma3, "--layer-type", "sliding_attention", "-o", out)
+    assert done.returncode == 0 and "rope_type=default" in done.stdout, done
+    done = arrayrope("export", "--config", gemma3, "--layer-type", "full_attention", "-o", out)
+    assert done.returncode == 0 and "rope_type=linear" in done.stdout, done
 
 
 def test_a_reader_that_stops_reading_ends_the_command_quietly():

@@ -103,7 +103,8 @@ class RepairReport:
                 lines.append(f"    after:  {c.after}")
             else:
                 lines.append(f"  {at}: {c.name} [{c.kind}]: kept: {c.reason}")
-        lines.append("the repaired model, audited again:")
+        rewritten = any(c.repaired for c in self.changes)
+        lines.append("the repaired model, audited again:" if rewritten else "nothing rewritten; the model's audit:")
         lines += ["  " + line for line in str(self.after).splitlines()[1:]]
         return "\n".join(lines)
 
