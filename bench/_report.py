@@ -445,7 +445,7 @@ def plot(sweep: list[Record], path: Path, meta: Meta) -> None:
     if not sweep or not settings:
         return
     # one panel per thread setting, stacked: the figure keeps a page's width, and its text stays legible there
-    fig, axes = plt.subplots(len(settings), 1, figsize=(9, 4.2 * len(settings)), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(len(settings), 1, figsize=(8, 6.2 * len(settings)), sharex=False, squeeze=False)
     for ax, setting in zip(axes[:, 0], settings, strict=True):
         _panel(ax, [r for r in sweep if r.get("threads", "1") == setting])
         ax.set_title(f"{setting_label(meta, setting)}, {meta['cpu'][:40]}", fontsize=10)
@@ -469,11 +469,16 @@ def _panel(ax: Any, sweep: list[Record]) -> None:
         xs = [r["shape"][2] for r in recs]
         ys = [r["x_copy"].get(variant, math.nan) for r in recs]
         ax.plot(xs, ys, styles[variant], marker="o", ms=3, color=color, label=f"{backend}: {variant}")
+    from matplotlib.ticker import FormatStrFormatter, LogLocator
+
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))  # values readable off the axis
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(FormatStrFormatter(""))
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xlabel("sequence length S, x = (1, 8, S, 128) float32", fontsize=10)
     ax.set_ylabel("time / time of a copy of x\n(lower is faster)", fontsize=10)
-    ax.tick_params(labelsize=9)
-    ax.legend(fontsize=8, ncol=1, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.tick_params(labelsize=10)
+    ax.legend(fontsize=9, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.16))  # below: the plot keeps the width
     ax.grid(True, which="both", alpha=0.3)

@@ -81,3 +81,33 @@ def test_the_cli_reference_holds_what_each_command_s_help_prints():
         pytest.skip(f"the page holds the help of Python {version.group(1)}; run tools/cli_reference.py to compare")
     assert {m.group("name") for m in cli_reference.BLOCK.finditer(page)} == set(cli_reference.helps())
     assert cli_reference.rendered(page) == page, "run python tools/cli_reference.py"
+
+
+def test_the_cli_reference_fits_80_columns():
+    """Every line of help (descriptions and exit statuses too) fits the 80 columns it is laid out for, so that
+    neither a terminal nor the page wraps it again; an exit status's text continues under its text."""
+    import re
+
+    page = REFERENCE / "cli.md"
+    blocks = re.findall(r"```text\n(.*?)```", page.read_text(), re.S)
+    assert blocks
+    long = [line for block in blocks for line in block.splitlines() if len(line) > 80]
+    assert not long, long[:3]
+    assert "  2  usage or input error (one line on stderr: 'arrayrope audit: error: ...'):" in page.read_text()
+
+
+def test_python_examples_fit_the_page_column():
+    """Every line of the Python examples in the README and the pages is at most 92 characters, the width the site's
+    code column shows unwrapped (docs/_static/arrayrope.css)."""
+    import re
+
+    root = REFERENCE.parent.parent
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md")), *sorted((root / "docs" / "guide").glob("*.md"))]
+    long = [
+        f"{page.name}: {line[:60]}..."
+        for page in pages
+        for block in re.findall(r"^```python\n(.*?)^```", page.read_text(), re.S | re.M)
+        for line in block.splitlines()
+        if len(line) > 92
+    ]
+    assert not long, long[:5]

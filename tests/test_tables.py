@@ -177,9 +177,12 @@ def stated_precision() -> list[tuple[int, float, float, float]]:
     """The precision table of docs/guide/precision.md: (bits, float32 tables with float64, without float64,
     float64 tables) per row ``|p| < 2**bits``."""
     cell = r" \| ([\d.e-]+)"
-    rows = re.findall(r"^\s*\| \\\|p\\\| < 2\\\*\\\*(\d+)" + 3 * cell + r" \|$", PRECISION_PAGE.read_text(), re.M)
+    sup = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹", "0123456789")  # the page writes 2¹² (superscripts)
+    rows = re.findall(
+        r"^\s*\| \\\|p\\\|&nbsp;<&nbsp;2([⁰¹²³⁴⁵⁶⁷⁸⁹]+)" + 3 * cell + r" \|$", PRECISION_PAGE.read_text(), re.M
+    )
     assert len(rows) >= 4, "the precision table of docs/guide/precision.md is missing"
-    return [(int(b), float(a), float(c), float(d)) for b, a, c, d in rows]
+    return [(int(b.translate(sup)), float(a), float(c), float(d)) for b, a, c, d in rows]
 
 
 def band(bits: int, low: int) -> np.ndarray:
