@@ -15,6 +15,10 @@ Tolerances, and why:
 
 from __future__ import annotations
 
+import pathlib
+import sys
+from typing import Any
+
 import numpy as np
 
 EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
@@ -66,3 +70,26 @@ def rotation_bound(
     bound[..., start + idx1] = pair * (table_err + 4 * EPS[dtype])
     bound[..., start + idx2] = pair * (table_err + 4 * EPS[dtype])
     return bound
+
+
+def transformers_probe() -> Any:
+    """``tools/_hf_probe`` (running transformers' own rotary code), or the calling test module skipped: without
+    transformers or torch, or with another transformers release than the one arrayrope's family table comes
+    from (``python tools/families.py`` regenerates it)."""
+    import pytest
+
+    from arrayrope.families import TRANSFORMERS_VERSION
+
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    pytest.importorskip("torch", reason="torch is not installed")
+    if transformers.__version__ != TRANSFORMERS_VERSION:
+        pytest.skip(
+            f"the table comes from transformers {TRANSFORMERS_VERSION}, this is {transformers.__version__}",
+            allow_module_level=True,
+        )
+    tools = str(pathlib.Path(__file__).resolve().parents[2] / "tools")
+    if tools not in sys.path:
+        sys.path.insert(0, tools)
+    import _hf_probe
+
+    return _hf_probe

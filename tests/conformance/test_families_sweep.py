@@ -10,27 +10,18 @@ from __future__ import annotations
 
 import copy
 import inspect
-import pathlib
-import sys
 import warnings
 from typing import Any
 
 import numpy as np
 import pytest
-from _conformance import inv_freq_rtol
+from _conformance import inv_freq_rtol, transformers_probe
 
 import arrayrope
-from arrayrope.families import FAMILIES, TRANSFORMERS_VERSION, family
+from arrayrope.families import FAMILIES, family
 
-transformers = pytest.importorskip("transformers", reason="transformers is not installed")
-torch = pytest.importorskip("torch", reason="torch is not installed")
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
-import _hf_probe as hp  # noqa: E402
-
-pytestmark = pytest.mark.skipif(
-    transformers.__version__ != TRANSFORMERS_VERSION,
-    reason=f"the table comes from transformers {TRANSFORMERS_VERSION}, this is {transformers.__version__}",
-)
+hp = transformers_probe()
+import torch  # noqa: E402
 
 _USES: dict[str, Any] = {}
 

@@ -10,28 +10,18 @@ the layer types a config leaves out by a fixed pattern; Dory saves an ``"mlp"`` 
 from __future__ import annotations
 
 import functools
-import pathlib
-import sys
 import warnings
 from typing import Any
 
 import numpy as np
 import pytest
-from _conformance import table_bound
+from _conformance import table_bound, transformers_probe
 
 import arrayrope
-from arrayrope.families import TRANSFORMERS_VERSION, family
+from arrayrope.families import family
 
-transformers = pytest.importorskip("transformers", reason="transformers is not installed")
-torch = pytest.importorskip("torch", reason="torch is not installed")
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
+hp = transformers_probe()
 import _family_layers as fl  # noqa: E402
-import _hf_probe as hp  # noqa: E402
-
-pytestmark = pytest.mark.skipif(
-    transformers.__version__ != TRANSFORMERS_VERSION,
-    reason=f"the table comes from transformers {TRANSFORMERS_VERSION}, this is {transformers.__version__}",
-)
 
 
 @functools.cache

@@ -15,27 +15,18 @@ table gives it (``composite.path``), or refused saying so.
 from __future__ import annotations
 
 import copy
-import pathlib
-import sys
 import warnings
 from typing import Any
 
 import numpy as np
 import pytest
-from _conformance import EPS32, inv_freq_rtol, table_bound
+from _conformance import EPS32, inv_freq_rtol, table_bound, transformers_probe
 
 import arrayrope
-from arrayrope.families import FAMILIES, TRANSFORMERS_VERSION, part_of_class
+from arrayrope.families import FAMILIES, part_of_class
 
-transformers = pytest.importorskip("transformers", reason="transformers is not installed")
-torch = pytest.importorskip("torch", reason="torch is not installed")
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
-import _hf_probe as hp  # noqa: E402
-
-pytestmark = pytest.mark.skipif(
-    transformers.__version__ != TRANSFORMERS_VERSION,
-    reason=f"the table comes from transformers {TRANSFORMERS_VERSION}, this is {transformers.__version__}",
-)
+hp = transformers_probe()
+import torch  # noqa: E402
 
 # (composite model type, path of the sub-config): the sub-models the composite families' model classes build
 SUB_MODELS = [
