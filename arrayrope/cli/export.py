@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 from . import fuse as fuse_command
@@ -151,6 +152,16 @@ def _freqs_from_config(path: str, args: argparse.Namespace) -> Any:
         )
     s = settings(path, layer_type=args.layer_type)  # the config read once: frequencies, rotary features, layout
     freqs = s.freqs
+    from arrayrope.export.audit._expect import length_context
+
+    changes = length_context(s)
+    if changes is not None:  # one length's frequencies in a graph: said, not left for the user to find
+        print(
+            f"note: rope_type {freqs.rope_type!r} changes its frequencies past sequences of {changes[0]}; this "
+            f"graph holds those of sequences up to {changes[0]}, as the model starts (arrayrope repair writes "
+            "the frequencies of each run's length into a model)",
+            file=sys.stderr,
+        )
     if s.rotary_features != "leading":
         raise ValueError(
             f"--config: transformers' {s.model_type} rotates the trailing features of each head (MLA's "

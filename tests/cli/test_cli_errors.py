@@ -312,3 +312,15 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly():
     status = proc.wait(timeout=120)
     assert first.startswith(b"arrayrope demo") and status == 141, (first, status)
     assert proc.stderr.read() == b""
+
+
+def test_a_config_whose_frequencies_follow_the_length_exports_with_a_note(tmp_path):
+    """Dynamic NTK and LongRoPE change their frequencies with the sequence length, which one graph of stored
+    frequencies cannot: the export says up to which length it holds, on stderr; a fixed type says nothing."""
+    pytest.importorskip("onnx")
+    fixtures = os.path.join(os.path.dirname(__file__), "..", "fixtures", "exporters", "optimum")
+    for family, length in (("llama_dynamic", 512), ("phi3_longrope", 256), ("llama3", None)):
+        done = arrayrope("export", "--config", os.path.join(fixtures, family), "-o", str(tmp_path / "m.onnx"))
+        assert done.returncode == 0, done
+        said = f"changes its frequencies past sequences of {length}; this graph holds those of sequences up to"
+        assert (said in done.stderr) == (length is not None), done.stderr
