@@ -33,7 +33,7 @@ from ._config_keys import (
 from ._config_layers import layer_type_of, layer_types, parameters, per_layer, per_type
 from ._config_view import View
 from ._lib import checks
-from .families import TRANSFORMERS_VERSION, Family, family
+from .families import FAMILIES, TRANSFORMERS_VERSION, Family, family
 from .frequencies import RopeFrequencies, rope_frequencies, turned_back
 from .scaling import rope_type
 
@@ -116,9 +116,9 @@ def read(
         )
     if base is None:
         raise ValueError(
-            f"{where}: no rope_theta, and model type {model_type!r} is no transformers {TRANSFORMERS_VERSION} "
-            "family with RoPE (whose default base arrayrope would know): the config describes no rotary embedding; "
-            "state rope_theta for one"
+            f"{where}: no rope_theta, and model type {model_type!r} is not among transformers "
+            f"{TRANSFORMERS_VERSION}'s families with RoPE, whose default base arrayrope knows: a model of its own "
+            "code states rope_theta, and one without RoPE (BERT) has no rotary embedding to read"
         )
     if isinstance(base, bool) or not isinstance(base, numbers.Real):
         raise ValueError(f"{where}: rope_theta must be a real number, got {base!r}")
@@ -348,10 +348,11 @@ def _layout(cfg: Mapping[str, Any], fam: Family | None, model_type: Any) -> tupl
         if model_type is None:
             return None, "the config has no model_type"
         if model_type == "":  # how transformers saves a sub-config of no model type of its own
+            parts = ", ".join(repr(k) for k, raw in FAMILIES.items() if "config_class" in raw)
             return None, (
-                "its model_type is empty, as transformers saves a sub-config of no model type of its own (Evolla's "
-                "protein_encoder_config); pass the transformers config object, or state the key arrayrope.families "
-                "gives it (composite model type and path: 'evolla.protein_encoder_config')"
+                "its model_type is empty, as transformers saves a sub-config of no model type of its own; pass the "
+                "transformers config object, or state as model_type the key arrayrope.families gives it (the "
+                f"composite's model type and the path to it: {parts})"
             )
         return None, (
             f"model type {model_type!r} is not among transformers {TRANSFORMERS_VERSION}'s families, "

@@ -844,5 +844,5 @@ def test_transformers_config_objects_are_taken_wherever_a_config_is(tmp_path):
 def test_a_model_type_without_rope_says_so():
     """A config of a family without RoPE (BERT's) is refused as describing no rotary embedding, not as an unknown
     model type."""
-    with pytest.raises(ValueError, match=r"'bert' is no transformers 5\.24\S* family with RoPE.*no rotary embedding"):
+    with pytest.raises(ValueError, match=r"'bert' is not among transformers 5\.24\S* families with RoPE.*no rotary"):
         arrayrope.RotaryEmbedding.from_config({"model_type": "bert", "hidden_size": 768, "num_attention_heads": 12})

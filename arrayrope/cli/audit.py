@@ -12,7 +12,8 @@ exit status:
   0  verified: every rotation found was measured and matches its layer's in the config
   1  failed: a rotation differs from the config (the report names the first property that differs)
   2  usage or input error (one line on stderr: 'arrayrope audit: error: ...'): not ONNX, a truncated file,
-     no config, a config without RoPE, external data outside the model's folder
+     no config, a config without RoPE, a config of another model (a head dim other than the model's key
+     caches'), external data outside the model's folder
   3  not verified: a rotation could not be measured, or a layer the config gives RoPE has none found
      (the verdict says which, and why)"""
 

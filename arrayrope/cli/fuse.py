@@ -111,9 +111,9 @@ def run(args: argparse.Namespace) -> int:
     print(report)
     if not report.fused:
         print(
-            f"verdict: not verified: none of the {len(report.rotations)} rotary application"
-            f"{'s' if len(report.rotations) > 1 else ''} found was fused (each line above says why it was left "
-            f"alone); {args.output} not written"
+            f"verdict: not verified: {'none of the' if len(report.rotations) > 1 else 'the'} "
+            f"{_applications(len(report.rotations))} found {'was' if len(report.rotations) > 1 else 'was not'} fused "
+            f"(each line above says why it was left alone); {args.output} not written"
         )
         return NOT_VERIFIED
     validation = report.validation
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             "verdict: not verified: the fused model was not compared with the original (--no-validate); "
             f"each fused rotation was checked on its own\nwrote {args.output}{data}: {report.fused} of "
-            f"{len(report.rotations)} rotary applications fused"
+            f"{_applications(len(report.rotations))} fused"
         )
         return NOT_VERIFIED
     missing = []
@@ -142,5 +142,10 @@ def run(args: argparse.Namespace) -> int:
         return status
     result.save(args.output)  # weights kept in external data files are copied to one beside it
     data = "" if report.data_folder is None else f" (its weights in {args.output}.data)"
-    print(f"wrote {args.output}{data}: {report.fused} of {len(report.rotations)} rotary applications fused")
+    print(f"wrote {args.output}{data}: {report.fused} of {_applications(len(report.rotations))} fused")
     return status
+
+
+def _applications(n: int) -> str:
+    """``n`` rotary application(s), in words."""
+    return f"{n} rotary application{'' if n == 1 else 's'}"

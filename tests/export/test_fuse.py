@@ -342,7 +342,7 @@ def test_cli_writes_the_fused_model_and_reports_each_rotation(tmp_path, capsys):
     onnx.save(rope_graph(partial=True), src)
     assert main(["export", "fuse", str(src), "-o", str(out), "--max-positions", "128", "--provider", "cpu"]) == 0
     text = capsys.readouterr().out
-    assert "1 rotary applications, 1 fused" in text and "fused t" in text and "rotary_dim 8 of 16" in text
+    assert "1 rotary application, 1 fused" in text and "fused t" in text and "rotary_dim 8 of 16" in text
     assert [n.op_type for n in onnx.load(out).graph.node] == ["Clip", "Mod", "RotaryEmbedding", "Identity"]
     assert main(["export", "fuse", str(tmp_path / "missing.onnx"), "-o", str(out)]) == 2
     err = capsys.readouterr().err
@@ -372,7 +372,7 @@ def test_probes_stay_within_the_rows_of_the_model_s_tables(tmp_path, capsys):
     src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
     onnx.save(model, src)
     assert main(["export", "fuse", str(src), "-o", str(out), "--provider", "cpu"]) == 0
-    assert "1 of 1 rotary applications fused" in capsys.readouterr().out and out.exists()
+    assert "1 of 1 rotary application fused" in capsys.readouterr().out and out.exists()
 
 
 @pytest.mark.parametrize(("bound", "fused"), [(4096, 0), (2048, 1)])

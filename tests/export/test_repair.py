@@ -578,3 +578,19 @@ def test_mrope_rotations_repair_to_the_config_s_sections_and_base():
     got, before = (s.run(None, {i.name: feed[i.name] for i in s.get_inputs()})[0] for s in sessions)
     assert np.max(np.abs(got - want)) <= 1e-4, np.max(np.abs(got - want))
     assert np.max(np.abs(before - want)) > 1e-3
+
+
+def test_gptj_tables_shorter_than_the_config_s_context_fail_and_repair_keeps_the_layers():
+    """optimum's GPT-J reads its stored tables by GatherElements: against its config with a context four times
+    longer, ONNX Runtime refuses the positions past the tables, which the audit says as the difference (not an
+    error of its own); the repair's nodes say the layers of the nodes they replace, so its audit places them."""
+    model, config = load("optimum", "gptj")
+    longer = {**config, "n_positions": 4 * config["n_positions"]}
+    before = audit_rotary(model, longer)
+    assert before.status == "failed"
+    assert all("it does not run at positions" in f.difference for f in before.findings), before
+    assert "Out of range" in before.findings[0].difference
+    repaired, report = repair_rotary(model, longer)
+    assert report.repaired == 4 and report.status == "verified", report
+    assert [f.layer for f in report.after.findings] == [0, 0, 1, 1]
+    assert audit_rotary(repaired, longer).status == "verified"

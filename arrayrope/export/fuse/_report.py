@@ -158,7 +158,8 @@ class FusionReport:
             f" -> {self.opset_after}" if self.opset_after != self.opset_before else ""
         )
         lines = [
-            f"{len(self.rotations)} rotary applications, {self.fused} fused (target {self.target}, tables "
+            f"{len(self.rotations)} rotary application{'' if len(self.rotations) == 1 else 's'}, {self.fused} fused "
+            f"(target {self.target}, tables "
             f"{self.tables}); nodes {self.nodes_before} -> {self.nodes_after}; {opsets}",
             *(f"  {r}" for r in self.rotations),
         ]

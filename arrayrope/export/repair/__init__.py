@@ -156,7 +156,9 @@ def repair_rotary(
         try:
             layer = _layer(finding, exp)
             if i < len(sites):
-                b, after = standard_site(i, graph, sites[i], seen, layer, exp.config, rows, MIN_OPSET["onnx23"], shared)
+                b, after = standard_site(
+                    i, graph, sites[i], seen, layer, exp.config, rows, MIN_OPSET["onnx23"], shared, finding.layer
+                )
                 nodes += b.nodes
                 inits += b.initializers
                 replaced.add(sites[i].rotated)

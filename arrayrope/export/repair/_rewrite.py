@@ -72,10 +72,13 @@ def standard_site(
     rows: int | None,
     opset: int,
     shared: dict[Any, str],
+    placed: int | None = None,
 ) -> tuple[Builder, str]:
     """The nodes that rotate ``site`` as ``layer`` says (ValueError where they cannot), and what they compute;
-    large constants made once among the sites (``shared``)."""
-    b = Builder(f"arrayrope_repair/{i}/", taken=graph.producer.keys() | graph.initializers.keys(), shared=shared)
+    large constants made once among the sites (``shared``). ``placed``: the layer the site's names said, which
+    the new nodes' names say too (``arrayrope_repair/layers.3/...``), so that an audit places them again."""
+    scope = f"arrayrope_repair/{i}/" if placed is None else f"arrayrope_repair/layers.{placed}/{i}/"
+    b = Builder(scope, taken=graph.producer.keys() | graph.initializers.keys(), shared=shared)
     if layer.settings.nope:
         b.op("Identity", [site.x], out=site.rotated)
         return b, "no rotation: its layer takes no rotary embedding in the config"
