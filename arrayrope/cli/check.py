@@ -34,15 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ._verdict import conclude
 
-    try:
-        report = validate(args.model, providers=args.provider, seed=args.seed, raise_on_failure=False)
-    except ValueError as exc:
-        if "metadata" not in str(exc):
-            raise
-        raise ValueError(
-            f"{args.model}: not a model arrayrope export made (no arrayrope metadata); check validates those; "
-            "for another model's rotations use arrayrope audit MODEL --config CONFIG"
-        ) from None
+    report = validate(args.model, providers=args.provider, seed=args.seed, raise_on_failure=False)
     print(report)
     missing = []
     for name in dict.fromkeys(args.provider or ()):

@@ -155,12 +155,11 @@ def _freqs_from_config(path: str, args: argparse.Namespace) -> Any:
     from arrayrope.export.audit._expect import length_context
 
     changes = length_context(s)
-    if changes is not None:  # one length's frequencies in a graph: said, not left for the user to find
-        print(
+    if changes is not None:  # one length's frequencies in a graph: said once it is written
+        args.length_note = (
             f"note: rope_type {freqs.rope_type!r} changes its frequencies past sequences of {changes[0]}; this "
             f"graph holds those of sequences up to {changes[0]}, as the model starts (arrayrope repair writes "
-            "the frequencies of each run's length into a model)",
-            file=sys.stderr,
+            "the frequencies of each run's length into a model)"
         )
     if s.rotary_features != "leading":
         raise ValueError(
@@ -225,6 +224,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as err:
         raise ValueError(f"-o {args.output}: cannot write the model: {err.strerror or err}") from None
     print(f"wrote {args.output}: {model.graph.doc_string}")
+    if getattr(args, "length_note", None):
+        print(args.length_note, file=sys.stderr)
     ops = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
     print(
         f"{len(model.graph.node)} nodes, opsets {ops}, IR version {model.ir_version}, "

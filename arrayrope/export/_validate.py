@@ -63,7 +63,9 @@ def _spec_of(model: onnx.ModelProto) -> Spec:
     meta = {p.key: p.value for p in model.metadata_props}
     if META_KEY not in meta:
         raise ValueError(
-            f"model has no {META_KEY!r} metadata: validate needs a model made by arrayrope.export.rotary_model"
+            f"model has no {META_KEY!r} metadata: validate needs a model made by arrayrope.export.rotary_model "
+            "(arrayrope export); another model's rotations are checked against its config by audit_rotary "
+            "(arrayrope audit MODEL --config CONFIG)"
         )
     return Spec.from_json(meta[META_KEY])
 

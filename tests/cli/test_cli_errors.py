@@ -157,7 +157,7 @@ def test_a_model_arrayrope_did_not_make_and_garbage(tmp_path):
     )
     onnx.save(foreign, tmp_path / "foreign.onnx")
     one_line_error(
-        arrayrope("check", str(tmp_path / "foreign.onnx")), "check", "no arrayrope metadata", "arrayrope audit"
+        arrayrope("check", str(tmp_path / "foreign.onnx")), "check", "'arrayrope.rotary' metadata", "arrayrope audit"
     )
     (tmp_path / "garbage.onnx").write_bytes(b"\x00\xff" * 100)
     one_line_error(arrayrope("check", str(tmp_path / "garbage.onnx")), "check", "does not load as an ONNX model")
